@@ -1,0 +1,1 @@
+//! nimbus guest SDK (placeholder).

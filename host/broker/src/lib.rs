@@ -1,0 +1,1 @@
+//! nimbus broker (placeholder; see DESIGN.md).

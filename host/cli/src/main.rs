@@ -1,0 +1,2 @@
+//! The `nimbus` command (placeholder).
+fn main() {}

@@ -1,0 +1,1 @@
+//! nimbus engine (placeholder; see DESIGN.md).

@@ -1,0 +1,1 @@
+//! nimbus sandbox (placeholder; see DESIGN.md).

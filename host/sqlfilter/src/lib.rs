@@ -1,0 +1,1 @@
+//! nimbus sqlfilter (placeholder; see DESIGN.md).

@@ -1,0 +1,1 @@
+//! nimbus transport (placeholder; see DESIGN.md).

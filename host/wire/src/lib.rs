@@ -1,0 +1,1 @@
+//! nimbus wire (placeholder; see DESIGN.md).

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: installs what it needs, builds the guest components the
+# tests load, then runs every host test (unit, integration, black-box).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build-guests.sh
+cargo build --bin nimbus
+cargo test "$@"
