@@ -1,0 +1,144 @@
+//! The message shape every transport carries: a Service Bus message.
+//!
+//! This is the shared contract between the engine's wire model (`nimbus-wire`),
+//! the embedded broker and, later, the Azure Service Bus adapter. It holds the
+//! broker ("system") properties a sender may set, the typed application
+//! properties, and the body as bytes. What the broker stamps on delivery
+//! (sequence number, enqueued time, delivery count, lock) lives in
+//! [`ReceivedMessage`](crate::ReceivedMessage) instead, so a sender can never
+//! set it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+/// The value of one application (user) property.
+///
+/// Service Bus carries more AMQP types than this; these are the ones NimBus
+/// writes and SQL filters compare. Integers of every width map to `Int`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PropertyValue {
+    /// A string.
+    String(String),
+    /// A signed integer (Service Bus `int` and `long`).
+    Int(i64),
+    /// A floating-point number.
+    Float(f64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl PropertyValue {
+    /// The string inside, if this is a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            PropertyValue::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The integer inside, if this is an integer, or a string holding one.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            PropertyValue::Int(i) => Some(*i),
+            PropertyValue::String(s) => s.trim().parse().ok(),
+            _ => None,
+        }
+    }
+}
+
+impl From<&str> for PropertyValue {
+    fn from(value: &str) -> Self {
+        PropertyValue::String(value.to_owned())
+    }
+}
+
+impl From<String> for PropertyValue {
+    fn from(value: String) -> Self {
+        PropertyValue::String(value)
+    }
+}
+
+impl From<i64> for PropertyValue {
+    fn from(value: i64) -> Self {
+        PropertyValue::Int(value)
+    }
+}
+
+impl From<bool> for PropertyValue {
+    fn from(value: bool) -> Self {
+        PropertyValue::Bool(value)
+    }
+}
+
+/// Application properties, by exact (case-sensitive) name.
+pub type Properties = BTreeMap<String, PropertyValue>;
+
+/// A message as a sender builds it.
+///
+/// Every field but `body` and `properties` is optional, as on Service Bus. A
+/// transport assigns a fresh unique `message_id` when the sender leaves it
+/// empty.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Message {
+    /// The broker message id; `None` lets the transport assign a fresh one.
+    pub message_id: Option<String>,
+    /// The session (ordering key). Required by session-enabled subscriptions.
+    pub session_id: Option<String>,
+    /// The correlation id.
+    pub correlation_id: Option<String>,
+    /// Where a reply should go (a topic name).
+    pub reply_to: Option<String>,
+    /// The session a reply should carry.
+    pub reply_to_session_id: Option<String>,
+    /// The broker-level `To` (distinct from NimBus's `To` application property).
+    pub to: Option<String>,
+    /// The broker-level subject (label).
+    pub subject: Option<String>,
+    /// The MIME type of the body.
+    pub content_type: Option<String>,
+    /// How long the message lives once enqueued; `None` means the entity's
+    /// default.
+    pub time_to_live: Option<Duration>,
+    /// When set and in the future, the message is enqueued only at that time.
+    pub scheduled_enqueue_time: Option<SystemTime>,
+    /// Application (user) properties.
+    pub properties: Properties,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Message {
+    /// A message with this body and nothing else set.
+    pub fn new(body: impl Into<Vec<u8>>) -> Self {
+        Message {
+            body: body.into(),
+            ..Message::default()
+        }
+    }
+
+    /// The application property `name` as a string, if it is one.
+    pub fn property_str(&self, name: &str) -> Option<&str> {
+        self.properties.get(name).and_then(PropertyValue::as_str)
+    }
+}
+
+/// A message as a receiver gets it: the sender's message plus what the broker
+/// stamped on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceivedMessage {
+    /// The message as sent, after any rule actions of the subscription. Its
+    /// `message_id` is always set.
+    pub message: Message,
+    /// The broker-assigned sequence number, unique and increasing per entity.
+    pub sequence_number: i64,
+    /// When the message was enqueued (for a scheduled message: when it became
+    /// active).
+    pub enqueued_time: SystemTime,
+    /// How many times this message has been delivered, this delivery included
+    /// (1 on the first delivery).
+    pub delivery_count: u32,
+    /// Set on messages read from a dead-letter queue.
+    pub dead_letter_reason: Option<String>,
+    /// Set on messages read from a dead-letter queue.
+    pub dead_letter_description: Option<String>,
+}
