@@ -26,11 +26,22 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 
+pub(crate) mod action;
+pub(crate) mod ast;
+pub(crate) mod bag;
 pub(crate) mod error;
+pub(crate) mod eval;
+pub(crate) mod filter;
+pub(crate) mod lexer;
+pub(crate) mod like;
+pub(crate) mod parser;
 pub(crate) mod render;
 pub(crate) mod value;
 
+pub use action::SqlRuleAction;
+pub use bag::PropertyBag;
 pub use error::{ActionError, EvalError, ParseError, Position};
+pub use filter::SqlFilter;
 pub use value::{MessageProperties, MessagePropertiesMut, Value};
 
 /// The longest filter or action text accepted, in characters.
@@ -80,68 +91,9 @@ pub const SYSTEM_PROPERTIES: &[&str] = &[
     "State",
 ];
 
-/// A parsed Service Bus SQL filter: the condition of a subscription rule.
-#[derive(Debug, Clone)]
-pub struct SqlFilter {
-    text: String,
-}
-
-impl SqlFilter {
-    /// Parses a filter expression such as `user.To = 'billing'`.
-    ///
-    /// # Errors
-    ///
-    /// A [`ParseError`] with the position of the problem and what was
-    /// expected there.
-    pub fn parse(text: &str) -> Result<SqlFilter, ParseError> {
-        Err(ParseError::at(text, 0, "the SQL filter parser is not built yet"))
-    }
-
-    /// Whether `msg` matches: `true` only when the filter is definitely TRUE
-    /// (FALSE and unknown both mean no match).
-    ///
-    /// # Errors
-    ///
-    /// An [`EvalError`] when arithmetic in the filter cannot be computed for
-    /// this message.
-    pub fn evaluate(&self, _msg: &dyn MessageProperties) -> Result<bool, EvalError> {
-        Ok(false)
-    }
-
-    /// The exact text the filter was parsed from (provisioning compares it).
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-}
-
-/// A parsed Service Bus SQL rule action: `SET` and `REMOVE` statements.
-#[derive(Debug, Clone)]
-pub struct SqlRuleAction {
-    text: String,
-}
-
-impl SqlRuleAction {
-    /// Parses an action such as `SET user.To = 'billing'; SET user.From = 'Retry'`.
-    ///
-    /// # Errors
-    ///
-    /// A [`ParseError`] with the position of the problem.
-    pub fn parse(text: &str) -> Result<SqlRuleAction, ParseError> {
-        Err(ParseError::at(text, 0, "the SQL rule action parser is not built yet"))
-    }
-
-    /// Applies the statements to `msg`, in order.
-    ///
-    /// # Errors
-    ///
-    /// An [`ActionError`] naming the statement that failed; statements before
-    /// it have been applied.
-    pub fn apply(&self, _msg: &mut dyn MessagePropertiesMut) -> Result<(), ActionError> {
-        Ok(())
-    }
-
-    /// The exact text the action was parsed from.
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-}
+// The broker shares parsed rules across tasks.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<SqlFilter>();
+    assert_send_sync::<SqlRuleAction>();
+};

@@ -1,0 +1,119 @@
+//! [`SqlRuleAction`]: the `SET`/`REMOVE` statements a matching rule applies
+//! to its copy of the message.
+
+use std::fmt;
+
+use crate::ast::{Scope, Statement};
+use crate::error::{ActionError, ParseError};
+use crate::eval;
+use crate::parser;
+use crate::render::{PropertyText, StatementsText};
+use crate::value::{MessagePropertiesMut, Value};
+
+/// A parsed Service Bus SQL rule action.
+///
+/// Statements run in order and each sees the effect of the ones before it
+/// (`SET user.A = 1; SET user.B = user.A + 1` sets B to 2). A `SET` whose
+/// value is NULL (a missing property, say) removes a user property, since a
+/// message property cannot hold NULL.
+///
+/// ```
+/// use nimbus_sqlfilter::{PropertyBag, SqlRuleAction, Value};
+///
+/// let action = SqlRuleAction::parse("SET user.To = 'billing'; SET user.From = 'Retry'")?;
+/// let mut msg = PropertyBag::new();
+/// msg.insert_user("To", "Retry");
+/// action.apply(&mut msg)?;
+/// assert_eq!(msg.user_value("To"), Some(&Value::from("billing")));
+/// assert_eq!(msg.user_value("From"), Some(&Value::from("Retry")));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqlRuleAction {
+    text: String,
+    statements: Vec<Statement>,
+}
+
+impl SqlRuleAction {
+    /// Parses an action such as `SET user.To = 'billing'; SET user.From = 'Retry'`.
+    ///
+    /// Statements are separated by `;` (a trailing `;` is allowed, a `;`
+    /// inside a string literal is part of the string). `REMOVE sys.X` is
+    /// rejected: system properties can only be replaced.
+    ///
+    /// # Errors
+    ///
+    /// A [`ParseError`] with the position of the problem; also when there
+    /// are more than [`MAX_ACTION_STATEMENTS`](crate::MAX_ACTION_STATEMENTS)
+    /// statements.
+    pub fn parse(text: &str) -> Result<SqlRuleAction, ParseError> {
+        Ok(SqlRuleAction {
+            text: text.to_owned(),
+            statements: parser::parse_action(text)?,
+        })
+    }
+
+    /// Applies the statements to `msg`, in order.
+    ///
+    /// # Errors
+    ///
+    /// An [`ActionError`] naming the statement that failed. Statements
+    /// before it have been applied, so a caller that must not deliver a
+    /// half-modified copy should apply the action to a scratch copy first.
+    pub fn apply(&self, msg: &mut dyn MessagePropertiesMut) -> Result<(), ActionError> {
+        for statement in &self.statements {
+            match statement {
+                Statement::Set { target, value } => {
+                    // Evaluate against the message as it is now, then let go
+                    // of the borrow before writing.
+                    let current: &dyn crate::MessageProperties = &*msg;
+                    let value = eval::expr(value, current)
+                        .map_err(|source| ActionError::Eval {
+                            property: PropertyText(target).to_string(),
+                            source,
+                        })?
+                        .into_value()
+                        .map(Value::into_owned);
+                    match (target.scope, value) {
+                        (Scope::User, Some(value)) => msg.set_user(&target.name, value),
+                        (Scope::User, None) => msg.remove_user(&target.name),
+                        (Scope::System, Some(value)) => msg.set_system(&target.name, value)?,
+                        (Scope::System, None) => {
+                            return Err(ActionError::NullSystemProperty {
+                                name: target.name.clone(),
+                            });
+                        }
+                    }
+                }
+                Statement::Remove(target) => msg.remove_user(&target.name),
+            }
+        }
+        Ok(())
+    }
+
+    /// The exact text the action was parsed from.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The action in canonical form (see [`SqlFilter::canonical`](crate::SqlFilter::canonical)).
+    pub fn canonical(&self) -> String {
+        StatementsText(&self.statements).to_string()
+    }
+}
+
+impl fmt::Display for SqlRuleAction {
+    /// The original text.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl PartialEq for SqlRuleAction {
+    /// Actions are equal when their texts are.
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for SqlRuleAction {}

@@ -1,0 +1,110 @@
+//! [`PropertyBag`]: message properties held in two maps, for tests,
+//! examples and tools that have no message of their own.
+
+use std::collections::BTreeMap;
+
+use crate::SYSTEM_PROPERTIES;
+use crate::error::ActionError;
+use crate::value::{MessageProperties, MessagePropertiesMut, Value};
+
+/// System and user properties in maps; implements both property traits.
+///
+/// System property names are matched case-insensitively against
+/// [`SYSTEM_PROPERTIES`] and stored in that spelling, with `Label` and
+/// `Subject` as one property. Any system property may be set: the broker's
+/// own implementation is where read-only properties are refused.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PropertyBag {
+    system: BTreeMap<&'static str, Value<'static>>,
+    user: BTreeMap<String, Value<'static>>,
+}
+
+impl PropertyBag {
+    /// An empty bag.
+    pub fn new() -> PropertyBag {
+        PropertyBag::default()
+    }
+
+    /// Adds or replaces a user property.
+    pub fn insert_user(&mut self, name: impl Into<String>, value: impl Into<Value<'static>>) {
+        self.user.insert(name.into(), value.into());
+    }
+
+    /// Adds or replaces a system property.
+    ///
+    /// # Errors
+    ///
+    /// [`ActionError::SystemPropertyNotSettable`] for a name not in
+    /// [`SYSTEM_PROPERTIES`].
+    pub fn insert_system(
+        &mut self,
+        name: &str,
+        value: impl Into<Value<'static>>,
+    ) -> Result<(), ActionError> {
+        let key = system_key(name).ok_or_else(|| ActionError::SystemPropertyNotSettable {
+            name: name.to_owned(),
+            reason: "not a Service Bus system property".to_owned(),
+        })?;
+        self.system.insert(key, value.into());
+        Ok(())
+    }
+
+    /// The user property `name`, if set.
+    pub fn user_value(&self, name: &str) -> Option<&Value<'static>> {
+        self.user.get(name)
+    }
+
+    /// The system property `name` (case-insensitive), if set.
+    pub fn system_value(&self, name: &str) -> Option<&Value<'static>> {
+        self.system.get(system_key(name)?)
+    }
+
+    /// The user properties, by name.
+    pub fn user_properties(&self) -> impl Iterator<Item = (&str, &Value<'static>)> {
+        self.user.iter().map(|(k, v)| (k.as_str(), v))
+    }
+}
+
+/// The storage key of a system property: its canonical spelling, with
+/// `Subject` stored as `Label`.
+fn system_key(name: &str) -> Option<&'static str> {
+    let canonical = SYSTEM_PROPERTIES
+        .iter()
+        .find(|known| known.eq_ignore_ascii_case(name))?;
+    Some(if *canonical == "Subject" {
+        "Label"
+    } else {
+        canonical
+    })
+}
+
+fn borrowed<'a>(value: &'a Value<'static>) -> Value<'a> {
+    match value {
+        Value::String(s) => Value::String(std::borrow::Cow::Borrowed(s)),
+        other => other.clone(),
+    }
+}
+
+impl MessageProperties for PropertyBag {
+    fn system(&self, name: &str) -> Option<Value<'_>> {
+        self.system_value(name).map(borrowed)
+    }
+
+    fn user(&self, name: &str) -> Option<Value<'_>> {
+        self.user.get(name).map(borrowed)
+    }
+}
+
+impl MessagePropertiesMut for PropertyBag {
+    fn set_user(&mut self, name: &str, value: Value<'_>) {
+        self.user.insert(name.to_owned(), value.into_owned());
+    }
+
+    fn remove_user(&mut self, name: &str) {
+        self.user.remove(name);
+    }
+
+    fn set_system(&mut self, name: &str, value: Value<'_>) -> Result<(), ActionError> {
+        self.insert_system(name, value.into_owned())
+    }
+}
