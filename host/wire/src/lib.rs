@@ -1,1 +1,39 @@
-//! nimbus wire (placeholder; see DESIGN.md).
+//! The NimBus wire model: what a NimBus message is on Service Bus, and every
+//! message nimbus sends.
+//!
+//! The engine decodes each received transport message into a
+//! [`NimbusMessage`], checks it with [`NimbusMessage::validate`], decides
+//! what to do, and encodes what it sends with the builders in [`build`].
+//! Session state ([`SessionState`]), the inbox key ([`InboxKey`]) and
+//! dead-letter reasons ([`dead_letter`]) live here too because they are part
+//! of what NimBus tooling reads. This crate knows the transport's message
+//! shape and nothing else of brokers, and nothing of wasm.
+//!
+//! Key decision: byte-for-byte compatibility with upstream NimBus v4 (names,
+//! types, Newtonsoft-style JSON), so a NimBus publisher, Resolver or WebApp
+//! can share a namespace with nimbus; the only deviations are SEMANTICS.md
+//! §1's (business correlation id kept, `ReplyTo` and `MessageId` kept through
+//! parking, replay and retry). The test vectors in `tests/fixtures/wire/`
+//! pin both.
+#![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
+
+pub mod build;
+mod content;
+pub mod dead_letter;
+mod failure;
+mod heartbeat;
+mod inbox_key;
+mod message;
+mod message_type;
+mod names;
+mod session_state;
+mod timestamp;
+
+pub use content::{BodyError, ErrorContent, EventContent, MessageContent};
+pub use failure::Failure;
+pub use inbox_key::{InboxKey, MAX_ENDPOINT_UTF16, MAX_MESSAGE_ID_UTF16};
+pub use message::{DecodeError, Defect, NimbusMessage};
+pub use message_type::{MessageType, UnknownMessageType};
+pub use names::{addr, prop};
+pub use session_state::{SessionState, SessionStateError};
+pub use timestamp::{format_newtonsoft, format_round_trip, parse_timestamp};

@@ -1,0 +1,193 @@
+//! Session state: who blocks the session and what is parked behind it.
+//!
+//! The blob is upstream's JSON (keys `DeferredSequenceNumbers`,
+//! `BlockedByEventId`, `DeferredCount`, `NextDeferralSequence`, read
+//! case-sensitively) so a NimBus tool reading the session sees what it
+//! expects. One deliberate difference (SEMANTICS.md §4, F8): `DeferredCount`
+//! counts what is parked *now* — [`SessionState::unpark`] lowers it when a
+//! parked message leaves the Deferred subscription — so a session with
+//! nothing blocked and nothing parked is written as zero bytes again.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The state of one session of one endpoint subscription.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionState {
+    /// Legacy: broker-deferred sequence numbers inside the endpoint
+    /// subscription. Nothing writes new entries; read for draining old sessions.
+    #[serde(
+        rename = "DeferredSequenceNumbers",
+        default,
+        deserialize_with = "null_as_default"
+    )]
+    pub deferred_sequence_numbers: Vec<i64>,
+    /// The EventId that owns the block; `None` when not blocked.
+    #[serde(rename = "BlockedByEventId", default)]
+    pub blocked_by_event_id: Option<String>,
+    /// How many messages of this session are parked now.
+    #[serde(
+        rename = "DeferredCount",
+        default,
+        deserialize_with = "null_as_default"
+    )]
+    pub deferred_count: u32,
+    /// The next `DeferralSequence` to hand out.
+    #[serde(
+        rename = "NextDeferralSequence",
+        default,
+        deserialize_with = "null_as_default"
+    )]
+    pub next_deferral_sequence: u32,
+}
+
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+/// A session-state blob that is not upstream's JSON.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("session state is not valid NimBus session-state JSON: {0}")]
+pub struct SessionStateError(pub String);
+
+fn same_event(a: &str, b: &str) -> bool {
+    // Event ids are compared ignoring case, as upstream's Service Bus
+    // transport does (F30: its in-memory test transport did not).
+    a.chars()
+        .flat_map(char::to_lowercase)
+        .eq(b.chars().flat_map(char::to_lowercase))
+}
+
+impl SessionState {
+    /// Reads a blob; zero bytes (or whitespace) is the empty state.
+    pub fn from_bytes(blob: &[u8]) -> Result<SessionState, SessionStateError> {
+        if blob.iter().all(u8::is_ascii_whitespace) {
+            return Ok(SessionState::default());
+        }
+        serde_json::from_slice(blob).map_err(|e| SessionStateError(e.to_string()))
+    }
+
+    /// The blob to store: zero bytes when [`is_empty`](Self::is_empty), else
+    /// compact JSON in upstream's key order.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        // Serializing strings and integers cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Not blocked, nothing parked, no legacy entries. Ignores
+    /// `NextDeferralSequence`, as upstream: with nothing parked the sequence
+    /// can safely start again at 0.
+    pub fn is_empty(&self) -> bool {
+        self.blocked_by_event_id.is_none()
+            && self.deferred_sequence_numbers.is_empty()
+            && self.deferred_count == 0
+    }
+
+    /// The EventId that owns the block, if the session is blocked.
+    pub fn blocked_by(&self) -> Option<&str> {
+        self.blocked_by_event_id
+            .as_deref()
+            .filter(|id| !id.is_empty())
+    }
+
+    /// Whether any event blocks the session.
+    pub fn is_blocked(&self) -> bool {
+        self.blocked_by().is_some()
+    }
+
+    /// Whether `event_id` owns the block (ignoring case).
+    pub fn is_blocked_by(&self, event_id: &str) -> bool {
+        self.blocked_by()
+            .is_some_and(|owner| same_event(owner, event_id))
+    }
+
+    /// Whether another event than `event_id` owns the block.
+    pub fn is_blocked_by_another(&self, event_id: &str) -> bool {
+        self.blocked_by()
+            .is_some_and(|owner| !same_event(owner, event_id))
+    }
+
+    /// Blocks the session by `event_id` (failure, pending handoff).
+    pub fn block(&mut self, event_id: &str) {
+        self.blocked_by_event_id = Some(event_id.to_owned());
+    }
+
+    /// Removes the block. Parked messages stay parked until replayed.
+    pub fn unblock(&mut self) {
+        self.blocked_by_event_id = None;
+    }
+
+    /// Parks one more message: returns its `DeferralSequence` and counts it.
+    pub fn park(&mut self) -> u32 {
+        let sequence = self.next_deferral_sequence;
+        self.next_deferral_sequence = self.next_deferral_sequence.saturating_add(1);
+        self.deferred_count = self.deferred_count.saturating_add(1);
+        sequence
+    }
+
+    /// One parked message left the Deferred subscription (replayed).
+    pub fn unpark(&mut self) {
+        self.deferred_count = self.deferred_count.saturating_sub(1);
+    }
+
+    /// Whether parked messages wait for a replay.
+    pub fn has_parked(&self) -> bool {
+        self.deferred_count > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blocked_session_writes_upstream_json_and_reads_it_back() {
+        let mut state = SessionState::default();
+        state.block("e1");
+        let bytes = state.to_bytes();
+        assert_eq!(
+            String::from_utf8(bytes.clone()).expect("utf8"),
+            r#"{"DeferredSequenceNumbers":[],"BlockedByEventId":"e1","DeferredCount":0,"NextDeferralSequence":0}"#
+        );
+        assert_eq!(SessionState::from_bytes(&bytes), Ok(state));
+    }
+
+    #[test]
+    fn parking_then_replaying_everything_returns_to_zero_bytes() {
+        let mut state = SessionState::default();
+        state.block("E1");
+        assert_eq!(state.park(), 0);
+        assert_eq!(state.park(), 1);
+        assert_eq!(state.deferred_count, 2);
+        assert!(state.is_blocked_by("e1"));
+        assert!(!state.is_blocked_by_another("e1"));
+        assert!(state.is_blocked_by_another("e2"));
+        state.unblock();
+        assert!(!state.to_bytes().is_empty(), "two messages still parked");
+        state.unpark();
+        state.unpark();
+        assert!(state.is_empty());
+        assert!(state.to_bytes().is_empty());
+        state.unpark();
+        assert_eq!(state.deferred_count, 0, "never below zero");
+    }
+
+    #[test]
+    fn keys_are_case_sensitive_and_nulls_read_as_defaults() {
+        let state = SessionState::from_bytes(br#"{"blockedByEventId":"e1","DeferredCount":null}"#)
+            .expect("reads");
+        assert!(!state.is_blocked(), "camelCase key is not BlockedByEventId");
+        let state =
+            SessionState::from_bytes(br#"{"DeferredSequenceNumbers":null,"BlockedByEventId":""}"#)
+                .expect("reads");
+        assert!(!state.is_blocked());
+        assert!(SessionState::from_bytes(b"{").is_err());
+        assert!(SessionState::from_bytes(br#"{"DeferredCount":-1}"#).is_err());
+    }
+}
