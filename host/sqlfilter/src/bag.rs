@@ -26,8 +26,8 @@ impl PropertyBag {
     }
 
     /// Adds or replaces a user property.
-    pub fn insert_user(&mut self, name: impl Into<String>, value: impl Into<Value<'static>>) {
-        self.user.insert(name.into(), value.into());
+    pub fn insert_user<'v>(&mut self, name: impl Into<String>, value: impl Into<Value<'v>>) {
+        self.user.insert(name.into(), value.into().into_owned());
     }
 
     /// Adds or replaces a system property.
@@ -36,16 +36,16 @@ impl PropertyBag {
     ///
     /// [`ActionError::SystemPropertyNotSettable`] for a name not in
     /// [`SYSTEM_PROPERTIES`].
-    pub fn insert_system(
+    pub fn insert_system<'v>(
         &mut self,
         name: &str,
-        value: impl Into<Value<'static>>,
+        value: impl Into<Value<'v>>,
     ) -> Result<(), ActionError> {
         let key = system_key(name).ok_or_else(|| ActionError::SystemPropertyNotSettable {
             name: name.to_owned(),
             reason: "not a Service Bus system property".to_owned(),
         })?;
-        self.system.insert(key, value.into());
+        self.system.insert(key, value.into().into_owned());
         Ok(())
     }
 
@@ -105,6 +105,6 @@ impl MessagePropertiesMut for PropertyBag {
     }
 
     fn set_system(&mut self, name: &str, value: Value<'_>) -> Result<(), ActionError> {
-        self.insert_system(name, value.into_owned())
+        self.insert_system(name, value)
     }
 }

@@ -35,6 +35,8 @@ pub(crate) mod filter;
 pub(crate) mod lexer;
 pub(crate) mod like;
 pub(crate) mod parser;
+#[cfg(test)]
+mod proptests;
 pub(crate) mod render;
 pub(crate) mod value;
 

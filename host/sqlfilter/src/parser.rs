@@ -192,12 +192,17 @@ impl<'t> Parser<'t> {
 
     // ---- depth ------------------------------------------------------------
 
-    fn enter(&mut self) -> Result<(), ParseError> {
+    /// Counts one level of recursion for the token at `offset` (a `(`,
+    /// `NOT` or sign), which is where the error points.
+    fn enter(&mut self, offset: usize) -> Result<(), ParseError> {
         self.depth += 1;
         if self.depth > MAX_NESTING_DEPTH {
-            return Err(self.error_here(format!(
-                "expression nested too deeply: at most {MAX_NESTING_DEPTH} levels are allowed"
-            )));
+            return Err(self.error_at(
+                offset,
+                format!(
+                    "expression nested too deeply: at most {MAX_NESTING_DEPTH} levels are allowed"
+                ),
+            ));
         }
         Ok(())
     }
@@ -281,7 +286,7 @@ impl<'t> Parser<'t> {
             return self.comparison();
         }
         let offset = self.advance().offset;
-        self.enter()?;
+        self.enter(offset)?;
         let operand = self.not()?;
         self.leave();
         let height = operand.height + 1;
@@ -354,6 +359,10 @@ impl<'t> Parser<'t> {
         }
         if self.eat_keyword("LIKE") {
             return self.like(left, negated);
+        }
+        if self.is_keyword("NOT") && matches!(left.kind, NodeKind::Expr(_)) {
+            self.advance();
+            return Err(self.unexpected("IN or LIKE after NOT"));
         }
         Ok(left)
     }
@@ -570,7 +579,7 @@ impl<'t> Parser<'t> {
                 _ => {}
             }
         }
-        self.enter()?;
+        self.enter(offset)?;
         let operand = self.unary()?;
         self.leave();
         let height = operand.height + 1;
@@ -590,7 +599,7 @@ impl<'t> Parser<'t> {
         match token.kind {
             TokenKind::Symbol(Symbol::LParen) => {
                 self.advance();
-                self.enter()?;
+                self.enter(offset)?;
                 let inner = self.or()?;
                 self.leave();
                 self.expect_symbol(Symbol::RParen, "to close the `(`")?;

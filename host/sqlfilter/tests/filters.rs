@@ -1,6 +1,8 @@
 //! What filters match: every construct of the grammar, evaluated against
 //! real property sets.
 
+#![allow(clippy::unwrap_used, reason = "tests")]
+
 use nimbus_sqlfilter::{EvalError, PropertyBag, SqlFilter, Value};
 
 /// A message with these user properties.
@@ -70,7 +72,10 @@ fn strings_compare_ordinally_and_case_sensitively() {
     assert!(matches("To = 'billing'", &m));
     assert!(!matches("To = 'Billing'", &m));
     assert!(!matches("To = 'billing '", &m));
-    assert!(matches("To > 'Billing'", &m), "lower case sorts after upper case");
+    assert!(
+        matches("To > 'Billing'", &m),
+        "lower case sorts after upper case"
+    );
     assert!(matches("To < 'billinh'", &m));
     assert!(matches("'a' < 'b'", &m));
     assert!(matches("'é' > 'z'", &m), "code point order, not a locale's");
@@ -85,7 +90,11 @@ fn user_property_names_are_case_sensitive() {
 
 #[test]
 fn integers_and_floats_compare_as_numbers() {
-    let m = msg(&[("i", Value::Int(2)), ("f", Value::Float(2.0)), ("h", Value::Float(2.5))]);
+    let m = msg(&[
+        ("i", Value::Int(2)),
+        ("f", Value::Float(2.0)),
+        ("h", Value::Float(2.5)),
+    ]);
     assert!(matches("i = 2.0", &m));
     assert!(matches("f = 2", &m));
     assert!(matches("i = f", &m));
@@ -100,7 +109,10 @@ fn integers_and_floats_compare_as_numbers() {
 fn string_against_number_is_unknown_not_an_error() {
     let m = msg(&[("n", s("5"))]);
     assert!(!matches("n = 5", &m));
-    assert!(!matches("n <> 5", &m), "unknown, so NOT equal does not match either");
+    assert!(
+        !matches("n <> 5", &m),
+        "unknown, so NOT equal does not match either"
+    );
     assert!(!matches("NOT (n = 5)", &m));
     assert!(matches("n = '5'", &m));
 }
@@ -112,7 +124,10 @@ fn booleans_compare_for_equality_only() {
     assert!(matches("urgent = true", &m));
     assert!(!matches("urgent = FALSE", &m));
     assert!(matches("urgent <> FALSE", &m));
-    assert!(!matches("urgent > FALSE", &m), "ordering booleans is unknown");
+    assert!(
+        !matches("urgent > FALSE", &m),
+        "ordering booleans is unknown"
+    );
     assert!(!matches("NOT (urgent > FALSE)", &m));
 }
 
@@ -122,7 +137,10 @@ fn missing_property_makes_comparisons_unknown() {
     assert!(!matches("x = 1", &empty));
     assert!(!matches("x <> 1", &empty));
     assert!(!matches("NOT x = 1", &empty));
-    assert!(!matches("x = NULL", &empty), "NULL is never equal, even to NULL");
+    assert!(
+        !matches("x = NULL", &empty),
+        "NULL is never equal, even to NULL"
+    );
     assert!(!matches("NULL = NULL", &empty));
 }
 
@@ -160,7 +178,10 @@ fn not_binds_tighter_than_and_which_binds_tighter_than_or() {
 fn keywords_are_case_insensitive() {
     let m = msg(&[("a", Value::Int(1)), ("s", s("x"))]);
     assert!(matches("a = 1 and not a = 2 or false = true", &m));
-    assert!(matches("s like 'x' AnD s In ('x') aNd s is not null AND exists(s)", &m));
+    assert!(matches(
+        "s like 'x' AnD s In ('x') aNd s is not null AND exists(s)",
+        &m
+    ));
 }
 
 #[test]
@@ -172,7 +193,10 @@ fn is_null_and_is_not_null() {
     assert!(!matches("Other IS NOT NULL", &m));
     assert!(matches("NULL IS NULL", &m));
     assert!(matches("(From + 'x') IS NOT NULL", &m));
-    assert!(matches("(Other + 'x') IS NULL", &m), "arithmetic on NULL is NULL");
+    assert!(
+        matches("(Other + 'x') IS NULL", &m),
+        "arithmetic on NULL is NULL"
+    );
 }
 
 #[test]
@@ -261,19 +285,29 @@ fn exists_tests_presence_only() {
 
 #[test]
 fn scoped_and_unqualified_names() {
-    let mut m = msg(&[("To", s("user-to")), ("my prop", Value::Int(1)), ("In", Value::Int(2))]);
+    let mut m = msg(&[
+        ("To", s("user-to")),
+        ("my prop", Value::Int(1)),
+        ("In", Value::Int(2)),
+    ]);
     m.insert_system("To", "sys-to").unwrap();
     m.insert_system("MessageId", "m-1").unwrap();
     assert!(matches("To = 'user-to'", &m));
     assert!(matches("user.To = 'user-to'", &m));
     assert!(matches("USER.To = 'user-to'", &m));
     assert!(matches("sys.To = 'sys-to'", &m));
-    assert!(matches("SYS.to = 'sys-to'", &m), "system names are case-insensitive");
+    assert!(
+        matches("SYS.to = 'sys-to'", &m),
+        "system names are case-insensitive"
+    );
     assert!(matches("sys.messageid = 'm-1'", &m));
     assert!(matches("[my prop] = 1", &m));
     assert!(matches("user.[my prop] = 1", &m));
     assert!(matches("\"my prop\" = 1", &m));
-    assert!(matches("[In] = 2", &m), "a keyword is a name when delimited");
+    assert!(
+        matches("[In] = 2", &m),
+        "a keyword is a name when delimited"
+    );
     assert!(matches("user.In = 2", &m), "or when scoped");
     assert!(matches("sys.CorrelationId IS NULL", &m));
 }
@@ -317,17 +351,33 @@ fn arithmetic_follows_usual_precedence() {
     assert!(matches("- (n) = -7", &m));
     assert!(matches("+n = 7", &m));
     assert!(matches("2 - -3 = 5", &m));
-    assert!(matches("1.0 / 0 > 1e308", &m), "float division by zero is infinity");
-    assert!(matches("-9223372036854775808 < 0", &m), "i64::MIN is a literal");
+    assert!(
+        matches("1.0 / 0 > 1e308", &m),
+        "float division by zero is infinity"
+    );
+    assert!(
+        matches("-9223372036854775808 < 0", &m),
+        "i64::MIN is a literal"
+    );
     assert!(matches("'a' + 'b' = 'ab'", &m), "+ joins strings");
     assert!(!matches("missing + 1 = 1", &m));
 }
 
 #[test]
 fn arithmetic_errors_are_evaluation_errors() {
-    let m = msg(&[("n", Value::Int(i64::MAX)), ("z", Value::Int(0)), ("s", s("x"))]);
-    assert!(matches!(eval_error("n + 1 = 0", &m), EvalError::Overflow { op: "+", .. }));
-    assert!(matches!(eval_error("n * 2 = 0", &m), EvalError::Overflow { op: "*", .. }));
+    let m = msg(&[
+        ("n", Value::Int(i64::MAX)),
+        ("z", Value::Int(0)),
+        ("s", s("x")),
+    ]);
+    assert!(matches!(
+        eval_error("n + 1 = 0", &m),
+        EvalError::Overflow { op: "+", .. }
+    ));
+    assert!(matches!(
+        eval_error("n * 2 = 0", &m),
+        EvalError::Overflow { op: "*", .. }
+    ));
     assert!(matches!(
         eval_error("-9223372036854775808 / -1 = 0", &m),
         EvalError::Overflow { op: "/", .. }
@@ -336,13 +386,31 @@ fn arithmetic_errors_are_evaluation_errors() {
         eval_error("-(-9223372036854775808) = 0", &m),
         EvalError::Overflow { op: "-", .. }
     ));
-    assert!(matches!(eval_error("1 / z = 0", &m), EvalError::DivisionByZero { op: "/", left: 1 }));
-    assert!(matches!(eval_error("1 % z = 0", &m), EvalError::DivisionByZero { op: "%", left: 1 }));
+    assert!(matches!(
+        eval_error("1 / z = 0", &m),
+        EvalError::DivisionByZero { op: "/", left: 1 }
+    ));
+    assert!(matches!(
+        eval_error("1 % z = 0", &m),
+        EvalError::DivisionByZero { op: "%", left: 1 }
+    ));
     let err = eval_error("s + 1 = 0", &m);
-    assert_eq!(err.to_string(), "operator `+` cannot be applied to string and int");
-    assert!(matches!(eval_error("s * s = 0", &m), EvalError::ArithmeticType { .. }));
-    assert!(matches!(eval_error("-s = 0", &m), EvalError::NegateType { operand: "string" }));
-    assert!(matches!(eval_error("TRUE + 1 = 0", &m), EvalError::ArithmeticType { .. }));
+    assert_eq!(
+        err.to_string(),
+        "operator `+` cannot be applied to string and int"
+    );
+    assert!(matches!(
+        eval_error("s * s = 0", &m),
+        EvalError::ArithmeticType { .. }
+    ));
+    assert!(matches!(
+        eval_error("-s = 0", &m),
+        EvalError::NegateType { operand: "string" }
+    ));
+    assert!(matches!(
+        eval_error("TRUE + 1 = 0", &m),
+        EvalError::ArithmeticType { .. }
+    ));
 }
 
 #[test]
@@ -350,14 +418,20 @@ fn and_stops_at_the_first_false_and_or_at_the_first_true() {
     let m = msg(&[("z", Value::Int(0))]);
     assert!(!matches("1 = 0 AND 1 / z = 1", &m));
     assert!(matches("1 = 1 OR 1 / z = 1", &m));
-    assert!(matches!(eval_error("1 = 1 AND 1 / z = 1", &m), EvalError::DivisionByZero { .. }));
+    assert!(matches!(
+        eval_error("1 = 1 AND 1 / z = 1", &m),
+        EvalError::DivisionByZero { .. }
+    ));
 }
 
 #[test]
 fn newid_in_a_filter_is_a_fresh_string() {
     let m = PropertyBag::new();
     assert!(matches("newid() IS NOT NULL", &m));
-    assert!(matches("NEWID() LIKE '________-____-4___-____-____________'", &m));
+    assert!(matches(
+        "NEWID() LIKE '________-____-4___-____-____________'",
+        &m
+    ));
     assert!(!matches("newid() = newid()", &m));
 }
 
@@ -365,7 +439,10 @@ fn newid_in_a_filter_is_a_fresh_string() {
 fn whitespace_and_newlines_are_free() {
     let m = msg(&[("a", Value::Int(1))]);
     assert!(matches("\n\ta\n=\r\n1\n", &m));
-    assert!(matches("a=1AND(a=1)", &m), "a letter may follow a number directly, as in T-SQL");
+    assert!(
+        matches("a=1AND(a=1)", &m),
+        "a letter may follow a number directly, as in T-SQL"
+    );
     assert!(matches("(a)=(1)", &m));
 }
 
@@ -375,18 +452,35 @@ fn filter_text_is_kept_exactly_and_canonical_form_normalises() {
     let filter = SqlFilter::parse(text).unwrap();
     assert_eq!(filter.text(), text);
     assert_eq!(filter.to_string(), text);
-    assert_eq!(filter.canonical(), "user.To = 'billing' AND user.From IS NULL");
     assert_eq!(
-        SqlFilter::parse("NOT (a = 1 OR (b = 2 AND c != 3)) AND [x y] IN (1, -2.5) ").unwrap().canonical(),
+        filter.canonical(),
+        "user.To = 'billing' AND user.From IS NULL"
+    );
+    assert_eq!(
+        SqlFilter::parse("NOT (a = 1 OR (b = 2 AND c != 3)) AND [x y] IN (1, -2.5) ")
+            .unwrap()
+            .canonical(),
         "NOT (user.a = 1 OR b = 2 AND user.c <> 3) AND user.[x y] IN (1, -2.5)"
             .replace("OR b", "OR user.b")
     );
-    assert_eq!(SqlFilter::parse("a - (b - c) = 1").unwrap().canonical(), "user.a - (user.b - user.c) = 1");
-    assert_eq!(SqlFilter::parse("(a - b) - c = 1").unwrap().canonical(), "user.a - user.b - user.c = 1");
+    assert_eq!(
+        SqlFilter::parse("a - (b - c) = 1").unwrap().canonical(),
+        "user.a - (user.b - user.c) = 1"
+    );
+    assert_eq!(
+        SqlFilter::parse("(a - b) - c = 1").unwrap().canonical(),
+        "user.a - user.b - user.c = 1"
+    );
 }
 
 #[test]
 fn filters_compare_by_text() {
-    assert_eq!(SqlFilter::parse("a = 1").unwrap(), SqlFilter::parse("a = 1").unwrap());
-    assert_ne!(SqlFilter::parse("a = 1").unwrap(), SqlFilter::parse("a=1").unwrap());
+    assert_eq!(
+        SqlFilter::parse("a = 1").unwrap(),
+        SqlFilter::parse("a = 1").unwrap()
+    );
+    assert_ne!(
+        SqlFilter::parse("a = 1").unwrap(),
+        SqlFilter::parse("a=1").unwrap()
+    );
 }
