@@ -1,0 +1,108 @@
+//! One message as the Resolver sees it: what the engine's Resolver consumer
+//! decodes from a NimBus message before recording it.
+
+use crate::status::{HANDOFF_SUB_STATUS, MessageKind, Status};
+
+/// The handoff details of a `PendingHandoffResponse`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HandoffDetails {
+    /// Why the event is pending.
+    pub reason: Option<String>,
+    /// The external job's id.
+    pub external_job_id: Option<String>,
+    /// The deadline, as the wire carries it (ISO-8601).
+    pub expected_by: Option<String>,
+}
+
+/// One message about one event at one endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// The endpoint: a request's `To`, a response's `From`.
+    pub endpoint: String,
+    /// The event's `EventId` (per consumer).
+    pub event_id: String,
+    /// What kind of message this is.
+    pub kind: MessageKind,
+    /// The broker message id, if it had one.
+    pub message_id: Option<String>,
+    /// The session.
+    pub session_id: Option<String>,
+    /// The business correlation id.
+    pub correlation_id: Option<String>,
+    /// The event type.
+    pub event_type: Option<String>,
+    /// The message's `From`.
+    pub from: Option<String>,
+    /// The automatic retry count.
+    pub retry_count: u32,
+    /// `ErrorContent.ErrorType`, when the message carries an error.
+    pub error_type: Option<String>,
+    /// `ErrorContent.ErrorText`, when the message carries an error.
+    pub error_text: Option<String>,
+    /// `DeadLetterReason`: the message reports a dead-letter.
+    pub dead_letter_reason: Option<String>,
+    /// `DeadLetterErrorDescription`: its presence makes the status
+    /// DeadLettered, whatever the message type.
+    pub dead_letter_description: Option<String>,
+    /// Handoff details of a `PendingHandoffResponse`.
+    pub handoff: Option<HandoffDetails>,
+    /// The digest of the handler version that produced a response.
+    pub handler_version: Option<String>,
+    /// Enqueue to handler entry, in ms.
+    pub queue_time_ms: Option<i64>,
+    /// Handler entry to response, in ms.
+    pub processing_time_ms: Option<i64>,
+    /// The event payload (`EventJson`), when the message carries one.
+    pub payload: Option<String>,
+    /// When the message was enqueued, in ms since the Unix epoch.
+    pub at_ms: i64,
+}
+
+impl Observation {
+    /// A minimal observation; the other fields are filled in by the caller.
+    pub fn new(endpoint: &str, event_id: &str, kind: MessageKind, at_ms: i64) -> Self {
+        Observation {
+            endpoint: endpoint.to_owned(),
+            event_id: event_id.to_owned(),
+            kind,
+            message_id: None,
+            session_id: None,
+            correlation_id: None,
+            event_type: None,
+            from: None,
+            retry_count: 0,
+            error_type: None,
+            error_text: None,
+            dead_letter_reason: None,
+            dead_letter_description: None,
+            handoff: None,
+            handler_version: None,
+            queue_time_ms: None,
+            processing_time_ms: None,
+            payload: None,
+            at_ms,
+        }
+    }
+
+    /// The status this message asks for, and its sub-status.
+    pub fn status(&self) -> (Status, Option<&'static str>) {
+        if self.dead_letter_description.is_some() {
+            return (Status::DeadLettered, None);
+        }
+        match self.kind {
+            MessageKind::ResolutionResponse => (Status::Completed, None),
+            MessageKind::ErrorResponse => (Status::Failed, None),
+            MessageKind::DeferralResponse => (Status::Deferred, None),
+            MessageKind::SkipResponse => (Status::Skipped, None),
+            MessageKind::UnsupportedResponse => (Status::Unsupported, None),
+            MessageKind::PendingHandoffResponse => (Status::Pending, Some(HANDOFF_SUB_STATUS)),
+            MessageKind::EventRequest
+            | MessageKind::ResubmissionRequest
+            | MessageKind::SkipRequest
+            | MessageKind::RetryRequest
+            | MessageKind::ContinuationRequest
+            | MessageKind::HandoffCompletedRequest
+            | MessageKind::HandoffFailedRequest => (Status::Pending, None),
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The SQLite Resolver store.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::{Connection, OptionalExtension, Row as SqlRow, params};
+
+use crate::guard::{self, Row, Verdict};
+use crate::observation::Observation;
+use crate::status::Status;
+use crate::store::{
+    EventDetail, EventFilter, EventRecord, HistoryEntry, Recorded, ResolverStore, StoreError,
+};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS events (
+    endpoint TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    session_id TEXT,
+    status TEXT NOT NULL,
+    sub_status TEXT,
+    status_source TEXT NOT NULL,
+    event_type TEXT,
+    correlation_id TEXT,
+    last_message_id TEXT,
+    retry_count INTEGER NOT NULL,
+    error_type TEXT,
+    error_text TEXT,
+    dead_letter_reason TEXT,
+    dead_letter_description TEXT,
+    handoff_reason TEXT,
+    external_job_id TEXT,
+    expected_by TEXT,
+    handler_version TEXT,
+    queue_time_ms INTEGER,
+    processing_time_ms INTEGER,
+    payload TEXT,
+    first_seen_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (endpoint, event_id)
+);
+CREATE INDEX IF NOT EXISTS events_by_status ON events (status, updated_ms);
+CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id);
+CREATE TABLE IF NOT EXISTS history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    endpoint TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    message_id TEXT,
+    message_type TEXT NOT NULL,
+    status TEXT NOT NULL,
+    at_ms INTEGER NOT NULL,
+    from_endpoint TEXT,
+    retry_count INTEGER NOT NULL,
+    error_type TEXT,
+    error_text TEXT,
+    handler_version TEXT,
+    refused TEXT
+);
+CREATE INDEX IF NOT EXISTS history_by_event ON history (event_id, endpoint, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS history_once ON history (endpoint, event_id, message_id, message_type)
+    WHERE message_id IS NOT NULL;
+";
+
+/// The default cap on how many events one listing returns.
+const DEFAULT_LIST_LIMIT: usize = 1000;
+
+/// A Resolver store in one SQLite file (WAL mode).
+pub struct SqliteResolverStore {
+    conn: Mutex<Connection>,
+    refused: AtomicU64,
+}
+
+impl SqliteResolverStore {
+    /// Opens (creating if needed) the store at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(db("opening the database"))?;
+        Self::init(conn)
+    }
+
+    /// An in-memory store, for tools and tests.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory().map_err(db("opening the database"))?;
+        Self::init(conn)
+    }
+
+    fn init(conn: Connection) -> Result<Self, StoreError> {
+        // The Resolver's input is durable on the bus until it is settled, and
+        // it is settled only after this commit: NORMAL keeps every committed
+        // write across a process crash without an fsync per message.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(db("enabling WAL"))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(db("setting synchronous"))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(db("creating the schema"))?;
+        Ok(SqliteResolverStore {
+            conn: Mutex::new(conn),
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves SQLite consistent (the
+        // transaction rolls back), so a poisoned lock is still usable.
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
+    move |source| StoreError::Database { context, source }
+}
+
+impl ResolverStore for SqliteResolverStore {
+    fn record(&self, obs: &Observation) -> Result<Recorded, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(db("starting a transaction"))?;
+        let already_recorded = match &obs.message_id {
+            Some(message_id) => tx
+                .query_row(
+                    "SELECT 1 FROM history WHERE endpoint = ?1 AND event_id = ?2 AND message_id = ?3 AND message_type = ?4",
+                    params![obs.endpoint, obs.event_id, message_id, obs.kind.as_str()],
+                    |_| Ok(()),
+                )
+                .optional()
+                .map_err(db("reading history"))?
+                .is_some(),
+            None => false,
+        };
+        let row = tx
+            .query_row(
+                "SELECT status, status_source FROM events WHERE endpoint = ?1 AND event_id = ?2",
+                params![obs.endpoint, obs.event_id],
+                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+            )
+            .optional()
+            .map_err(db("reading the event"))?
+            .map(|(status, source)| -> Result<Row, StoreError> {
+                Ok(Row {
+                    status: status
+                        .parse()
+                        .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+                    source: source
+                        .parse()
+                        .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+                })
+            })
+            .transpose()?;
+        let (status, sub_status) = obs.status();
+        if already_recorded && !obs.kind.is_control_request() {
+            return Ok(Recorded::AlreadyRecorded);
+        }
+        let verdict = guard::judge(row, obs.kind, already_recorded);
+        let refused = match &verdict {
+            Verdict::Apply => None,
+            Verdict::Refuse(reason) => Some(reason.clone()),
+        };
+        if !already_recorded {
+            tx.execute(
+                "INSERT INTO history (endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                params![
+                    obs.endpoint,
+                    obs.event_id,
+                    obs.message_id,
+                    obs.kind.as_str(),
+                    status.as_str(),
+                    obs.at_ms,
+                    obs.from,
+                    obs.retry_count,
+                    obs.error_type,
+                    obs.error_text,
+                    obs.handler_version,
+                    refused,
+                ],
+            )
+            .map_err(db("appending history"))?;
+        }
+        let outcome = match verdict {
+            Verdict::Refuse(reason) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    endpoint = %obs.endpoint,
+                    event_id = %obs.event_id,
+                    message_type = obs.kind.as_str(),
+                    %reason,
+                    "resolver: ignored stale status write"
+                );
+                Recorded::Refused {
+                    current: row.map_or(status, |r| r.status),
+                    reason,
+                }
+            }
+            Verdict::Apply => {
+                write_status(&tx, obs, status, sub_status)?;
+                Recorded::Applied { status }
+            }
+        };
+        tx.commit().map_err(db("committing"))?;
+        Ok(outcome)
+    }
+
+    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?1 ORDER BY endpoint"
+            ))
+            .map_err(db("reading the event"))?;
+        let records = stmt
+            .query_map(params![event_id], event_record)
+            .map_err(db("reading the event"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db("reading the event"))?;
+        let mut history_stmt = conn
+            .prepare(
+                "SELECT message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused
+                 FROM history WHERE event_id = ?1 AND endpoint = ?2 ORDER BY seq",
+            )
+            .map_err(db("reading history"))?;
+        let mut details = Vec::with_capacity(records.len());
+        for record in records {
+            let record = record?;
+            let history = history_stmt
+                .query_map(params![event_id, record.endpoint], history_entry)
+                .map_err(db("reading history"))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db("reading history"))?
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?;
+            details.push(EventDetail { record, history });
+        }
+        Ok(details)
+    }
+
+    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events
+                 WHERE (?1 IS NULL OR endpoint = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR session_id = ?3)
+                 ORDER BY updated_ms DESC, endpoint, event_id LIMIT ?4"
+            ))
+            .map_err(db("listing events"))?;
+        let limit = i64::try_from(filter.limit.unwrap_or(DEFAULT_LIST_LIMIT)).unwrap_or(i64::MAX);
+        let rows = stmt
+            .query_map(
+                params![
+                    filter.endpoint,
+                    filter.status.map(Status::as_str),
+                    filter.session_id,
+                    limit
+                ],
+                event_record,
+            )
+            .map_err(db("listing events"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db("listing events"))?;
+        rows.into_iter().collect()
+    }
+
+    fn refused_writes(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// Applies a status write, keeping what earlier messages established when
+/// this one does not carry it (a Resolution has no error; the failure before
+/// it stays readable in history, not in the row).
+fn write_status(
+    tx: &rusqlite::Transaction<'_>,
+    obs: &Observation,
+    status: Status,
+    sub_status: Option<&str>,
+) -> Result<(), StoreError> {
+    let handoff = obs.handoff.clone().unwrap_or_default();
+    // Error columns describe the current status only.
+    let carries_error = matches!(
+        status,
+        Status::Failed | Status::DeadLettered | Status::Skipped | Status::Deferred
+    );
+    let (error_type, error_text) = if carries_error {
+        (obs.error_type.as_deref(), obs.error_text.as_deref())
+    } else {
+        (None, None)
+    };
+    tx.execute(
+        "INSERT INTO events (endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
+                             retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id,
+                             expected_by, handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?22)
+         ON CONFLICT (endpoint, event_id) DO UPDATE SET
+            session_id = COALESCE(excluded.session_id, session_id),
+            status = excluded.status,
+            sub_status = excluded.sub_status,
+            status_source = excluded.status_source,
+            event_type = COALESCE(excluded.event_type, event_type),
+            correlation_id = COALESCE(excluded.correlation_id, correlation_id),
+            last_message_id = COALESCE(excluded.last_message_id, last_message_id),
+            retry_count = excluded.retry_count,
+            error_type = excluded.error_type,
+            error_text = excluded.error_text,
+            dead_letter_reason = excluded.dead_letter_reason,
+            dead_letter_description = excluded.dead_letter_description,
+            handoff_reason = excluded.handoff_reason,
+            external_job_id = excluded.external_job_id,
+            expected_by = excluded.expected_by,
+            handler_version = COALESCE(excluded.handler_version, handler_version),
+            queue_time_ms = COALESCE(excluded.queue_time_ms, queue_time_ms),
+            processing_time_ms = COALESCE(excluded.processing_time_ms, processing_time_ms),
+            payload = COALESCE(excluded.payload, payload),
+            updated_ms = excluded.updated_ms",
+        params![
+            obs.endpoint,
+            obs.event_id,
+            obs.session_id,
+            status.as_str(),
+            sub_status,
+            obs.kind.as_str(),
+            obs.event_type,
+            obs.correlation_id,
+            obs.message_id,
+            obs.retry_count,
+            error_type,
+            error_text,
+            obs.dead_letter_reason,
+            obs.dead_letter_description,
+            handoff.reason,
+            handoff.external_job_id,
+            handoff.expected_by,
+            obs.handler_version,
+            obs.queue_time_ms,
+            obs.processing_time_ms,
+            obs.payload,
+            obs.at_ms,
+        ],
+    )
+    .map_err(db("writing the status"))?;
+    Ok(())
+}
+
+const EVENT_COLUMNS: &str = "endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
+    retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id, expected_by,
+    handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms";
+
+fn parse_status(text: String) -> Result<Status, StoreError> {
+    text.parse()
+        .map_err(|e| StoreError::Corrupt(format!("{e}")))
+}
+
+fn event_record(r: &SqlRow<'_>) -> rusqlite::Result<Result<EventRecord, StoreError>> {
+    let status: String = r.get(3)?;
+    let record = EventRecord {
+        endpoint: r.get(0)?,
+        event_id: r.get(1)?,
+        session_id: r.get(2)?,
+        status: Status::Pending,
+        sub_status: r.get(4)?,
+        status_source: r.get(5)?,
+        event_type: r.get(6)?,
+        correlation_id: r.get(7)?,
+        last_message_id: r.get(8)?,
+        retry_count: r.get(9)?,
+        error_type: r.get(10)?,
+        error_text: r.get(11)?,
+        dead_letter_reason: r.get(12)?,
+        dead_letter_description: r.get(13)?,
+        handoff_reason: r.get(14)?,
+        external_job_id: r.get(15)?,
+        expected_by: r.get(16)?,
+        handler_version: r.get(17)?,
+        queue_time_ms: r.get(18)?,
+        processing_time_ms: r.get(19)?,
+        payload: r.get(20)?,
+        first_seen_ms: r.get(21)?,
+        updated_ms: r.get(22)?,
+    };
+    Ok(parse_status(status).map(|status| EventRecord { status, ..record }))
+}
+
+fn history_entry(r: &SqlRow<'_>) -> rusqlite::Result<Result<HistoryEntry, StoreError>> {
+    let status: String = r.get(2)?;
+    let entry = HistoryEntry {
+        message_id: r.get(0)?,
+        message_type: r.get(1)?,
+        status: Status::Pending,
+        at_ms: r.get(3)?,
+        from: r.get(4)?,
+        retry_count: r.get(5)?,
+        error_type: r.get(6)?,
+        error_text: r.get(7)?,
+        handler_version: r.get(8)?,
+        refused: r.get(9)?,
+    };
+    Ok(parse_status(status).map(|status| HistoryEntry { status, ..entry }))
+}

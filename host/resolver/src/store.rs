@@ -1,0 +1,158 @@
+//! The Resolver's store: the trait the rest of nimbus uses, and what it
+//! returns.
+
+use serde::Serialize;
+
+use crate::observation::Observation;
+use crate::status::Status;
+
+/// The current projection of one event at one endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRecord {
+    /// The endpoint that handles the event.
+    pub endpoint: String,
+    /// The event's id at that endpoint.
+    pub event_id: String,
+    /// Its session.
+    pub session_id: Option<String>,
+    /// Its status.
+    pub status: Status,
+    /// `Handoff` while an external job runs.
+    pub sub_status: Option<String>,
+    /// The message type that set the status.
+    pub status_source: String,
+    /// The event type.
+    pub event_type: Option<String>,
+    /// The business correlation id.
+    pub correlation_id: Option<String>,
+    /// The message id of the last message recorded for the event.
+    pub last_message_id: Option<String>,
+    /// The automatic retry count last seen.
+    pub retry_count: u32,
+    /// The last error's type.
+    pub error_type: Option<String>,
+    /// The last error's text.
+    pub error_text: Option<String>,
+    /// The dead-letter reason, when dead-lettered.
+    pub dead_letter_reason: Option<String>,
+    /// The dead-letter description, when dead-lettered.
+    pub dead_letter_description: Option<String>,
+    /// Why the event was handed off.
+    pub handoff_reason: Option<String>,
+    /// The external job's id.
+    pub external_job_id: Option<String>,
+    /// When the external job is expected to be done.
+    pub expected_by: Option<String>,
+    /// The digest of the handler version behind the last response.
+    pub handler_version: Option<String>,
+    /// Enqueue to handler entry, in ms, of the last response.
+    pub queue_time_ms: Option<i64>,
+    /// Handler entry to response, in ms, of the last response.
+    pub processing_time_ms: Option<i64>,
+    /// The event payload as last seen.
+    pub payload: Option<String>,
+    /// When the first message about the event was enqueued (ms since epoch).
+    pub first_seen_ms: i64,
+    /// When the status last changed (ms since epoch).
+    pub updated_ms: i64,
+}
+
+/// One entry of an event's history: one message, in the order recorded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryEntry {
+    /// The message id.
+    pub message_id: Option<String>,
+    /// The message type.
+    pub message_type: String,
+    /// The status the message asked for.
+    pub status: Status,
+    /// When the message was enqueued (ms since epoch).
+    pub at_ms: i64,
+    /// The message's `From`.
+    pub from: Option<String>,
+    /// The automatic retry count it carried.
+    pub retry_count: u32,
+    /// The error type it carried.
+    pub error_type: Option<String>,
+    /// The error text it carried.
+    pub error_text: Option<String>,
+    /// The handler version that produced it.
+    pub handler_version: Option<String>,
+    /// Set when its status write was refused as stale: why.
+    pub refused: Option<String>,
+}
+
+/// An event with its full history.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventDetail {
+    /// The current projection.
+    pub record: EventRecord,
+    /// Every message recorded for it, oldest first.
+    pub history: Vec<HistoryEntry>,
+}
+
+/// Which events to list.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// Only this endpoint.
+    pub endpoint: Option<String>,
+    /// Only this status.
+    pub status: Option<Status>,
+    /// Only this session.
+    pub session_id: Option<String>,
+    /// At most this many (most recently updated first); `None` for a default
+    /// of 1000.
+    pub limit: Option<usize>,
+}
+
+/// What recording a message did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// History written and the status applied.
+    Applied {
+        /// The status now.
+        status: Status,
+    },
+    /// History written, but the status write was refused as stale.
+    Refused {
+        /// The status that stays.
+        current: Status,
+        /// Why the write was refused.
+        reason: String,
+    },
+    /// This exact message (same id and type) was recorded before; nothing
+    /// changed. Redelivery of a Resolver message lands here.
+    AlreadyRecorded,
+}
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database failed.
+    #[error("resolver store: {context}: {source}")]
+    Database {
+        /// What the store was doing.
+        context: &'static str,
+        /// The database error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The database holds a value this version cannot read.
+    #[error("resolver store: corrupt row: {0}")]
+    Corrupt(String),
+}
+
+/// Where the Resolver keeps status and history. SQLite by default; a shared
+/// database (PostgreSQL) when several hosts share one namespace.
+pub trait ResolverStore: Send + Sync {
+    /// Records one message: appends it to the event's history, then applies
+    /// its status unless the stale-write guard refuses it.
+    fn record(&self, observation: &Observation) -> Result<Recorded, StoreError>;
+    /// The event with this id at every endpoint that has it, with history.
+    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError>;
+    /// Events matching the filter, most recently updated first.
+    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError>;
+    /// How many status writes the guard has refused since the store opened.
+    fn refused_writes(&self) -> u64;
+}

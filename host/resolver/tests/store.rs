@@ -1,0 +1,258 @@
+//! The Resolver store on a real SQLite file.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use nimbus_resolver::{
+    EventFilter, HandoffDetails, MessageKind, Observation, Recorded, ResolverStore,
+    SqliteResolverStore, Status,
+};
+
+fn obs(kind: MessageKind, message_id: &str, at_ms: i64) -> Observation {
+    let mut o = Observation::new("billing", "e1", kind, at_ms);
+    o.message_id = Some(message_id.to_owned());
+    o.session_id = Some("order-1".to_owned());
+    o.event_type = Some("OrderPlaced".to_owned());
+    o
+}
+
+fn open() -> (tempfile::TempDir, SqliteResolverStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteResolverStore::open(&dir.path().join("resolver.db")).unwrap();
+    (dir, store)
+}
+
+fn status_of(store: &SqliteResolverStore) -> Status {
+    store.event("e1").unwrap()[0].record.status
+}
+
+#[test]
+fn request_then_resolution_records_completed_with_two_history_entries() {
+    let (_dir, store) = open();
+    assert_eq!(
+        store
+            .record(&obs(MessageKind::EventRequest, "m1", 1))
+            .unwrap(),
+        Recorded::Applied {
+            status: Status::Pending
+        }
+    );
+    let mut resolution = obs(MessageKind::ResolutionResponse, "r1", 2);
+    resolution.handler_version = Some("sha256:abc".to_owned());
+    resolution.queue_time_ms = Some(12);
+    resolution.processing_time_ms = Some(3);
+    store.record(&resolution).unwrap();
+    let detail = &store.event("e1").unwrap()[0];
+    assert_eq!(detail.record.status, Status::Completed);
+    assert_eq!(detail.record.handler_version.as_deref(), Some("sha256:abc"));
+    assert_eq!(
+        (
+            detail.record.queue_time_ms,
+            detail.record.processing_time_ms
+        ),
+        (Some(12), Some(3))
+    );
+    let kinds: Vec<_> = detail
+        .history
+        .iter()
+        .map(|h| h.message_type.as_str())
+        .collect();
+    assert_eq!(kinds, ["EventRequest", "ResolutionResponse"]);
+}
+
+#[test]
+fn failure_keeps_error_then_retry_reopens_and_resolution_completes() {
+    let (_dir, store) = open();
+    store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    let mut error = obs(MessageKind::ErrorResponse, "r1", 2);
+    error.error_type = Some("PartnerUnavailable".into());
+    error.error_text = Some("credit check said 503".into());
+    store.record(&error).unwrap();
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!(record.status, Status::Failed);
+    assert_eq!(record.error_type.as_deref(), Some("PartnerUnavailable"));
+    let mut retry = obs(MessageKind::RetryRequest, "m2", 3);
+    retry.retry_count = 1;
+    store.record(&retry).unwrap();
+    assert_eq!(status_of(&store), Status::Pending);
+    store
+        .record(&obs(MessageKind::ResolutionResponse, "r2", 4))
+        .unwrap();
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!((record.status, record.retry_count), (Status::Completed, 0));
+    assert_eq!(
+        record.error_type, None,
+        "the row describes the current status"
+    );
+}
+
+#[test]
+fn late_request_copy_is_refused_counted_and_noted_in_history() {
+    let (_dir, store) = open();
+    store
+        .record(&obs(MessageKind::ResolutionResponse, "r1", 2))
+        .unwrap();
+    let outcome = store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    assert!(
+        matches!(
+            outcome,
+            Recorded::Refused {
+                current: Status::Completed,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(status_of(&store), Status::Completed);
+    assert_eq!(store.refused_writes(), 1);
+    let history = &store.event("e1").unwrap()[0].history;
+    assert_eq!(history.len(), 2, "history is always written");
+    assert!(
+        history[1]
+            .refused
+            .as_deref()
+            .unwrap()
+            .contains("EventRequest")
+    );
+}
+
+#[test]
+fn redelivered_message_is_recorded_once() {
+    let (_dir, store) = open();
+    store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    assert_eq!(
+        store
+            .record(&obs(MessageKind::EventRequest, "m1", 1))
+            .unwrap(),
+        Recorded::AlreadyRecorded
+    );
+    assert_eq!(store.event("e1").unwrap()[0].history.len(), 1);
+}
+
+#[test]
+fn dead_letter_notification_records_dead_lettered_with_reason() {
+    let (_dir, store) = open();
+    store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    let mut dl = obs(MessageKind::ErrorResponse, "r1", 2);
+    dl.dead_letter_reason = Some("Permanent failure: Validation: Total must be positive".into());
+    dl.dead_letter_description = Some("Validation: Total must be positive".into());
+    dl.error_type = Some("Validation".into());
+    store.record(&dl).unwrap();
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!(record.status, Status::DeadLettered);
+    assert_eq!(
+        record.dead_letter_reason.as_deref(),
+        Some("Permanent failure: Validation: Total must be positive")
+    );
+}
+
+#[test]
+fn handoff_is_pending_with_sub_status_until_completed() {
+    let (_dir, store) = open();
+    store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    let mut park = obs(MessageKind::PendingHandoffResponse, "r1", 2);
+    park.handoff = Some(HandoffDetails {
+        reason: Some("DMF import in flight".into()),
+        external_job_id: Some("dmf-42".into()),
+        expected_by: Some("2026-11-30T10:15:00.0000000Z".into()),
+    });
+    store.record(&park).unwrap();
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!(
+        (record.status, record.sub_status.as_deref()),
+        (Status::Pending, Some("Handoff"))
+    );
+    assert_eq!(record.external_job_id.as_deref(), Some("dmf-42"));
+    store
+        .record(&obs(MessageKind::HandoffCompletedRequest, "m2", 3))
+        .unwrap();
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!(
+        (record.status, record.sub_status.as_deref()),
+        (Status::Pending, None)
+    );
+    store
+        .record(&obs(MessageKind::ResolutionResponse, "r2", 4))
+        .unwrap();
+    assert_eq!(status_of(&store), Status::Completed);
+    // A handoff park arriving late cannot reopen the completed event.
+    assert!(matches!(
+        store
+            .record(&obs(MessageKind::PendingHandoffResponse, "r3", 5))
+            .unwrap(),
+        Recorded::Refused { .. }
+    ));
+}
+
+#[test]
+fn status_and_history_survive_reopening_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("resolver.db");
+    {
+        let store = SqliteResolverStore::open(&path).unwrap();
+        store
+            .record(&obs(MessageKind::EventRequest, "m1", 1))
+            .unwrap();
+        store
+            .record(&obs(MessageKind::ErrorResponse, "r1", 2))
+            .unwrap();
+    }
+    let store = SqliteResolverStore::open(&path).unwrap();
+    let detail = &store.event("e1").unwrap()[0];
+    assert_eq!(detail.record.status, Status::Failed);
+    assert_eq!(detail.history.len(), 2);
+}
+
+#[test]
+fn events_filter_by_endpoint_status_and_session() {
+    let (_dir, store) = open();
+    for (endpoint, event_id, session, kind) in [
+        ("billing", "a", "s1", MessageKind::ResolutionResponse),
+        ("billing", "b", "s1", MessageKind::ErrorResponse),
+        ("billing", "c", "s2", MessageKind::DeferralResponse),
+        ("shipping", "a", "s1", MessageKind::ErrorResponse),
+    ] {
+        let mut o = Observation::new(endpoint, event_id, kind, 1);
+        o.session_id = Some(session.into());
+        store.record(&o).unwrap();
+    }
+    let failed = store
+        .events(&EventFilter {
+            status: Some(Status::Failed),
+            ..EventFilter::default()
+        })
+        .unwrap();
+    assert_eq!(failed.len(), 2);
+    let billing_failed = store
+        .events(&EventFilter {
+            endpoint: Some("billing".into()),
+            status: Some(Status::Failed),
+            ..EventFilter::default()
+        })
+        .unwrap();
+    assert_eq!(
+        billing_failed
+            .iter()
+            .map(|r| r.event_id.as_str())
+            .collect::<Vec<_>>(),
+        ["b"]
+    );
+    let s2 = store
+        .events(&EventFilter {
+            session_id: Some("s2".into()),
+            ..EventFilter::default()
+        })
+        .unwrap();
+    assert_eq!(s2.len(), 1);
+    assert_eq!(s2[0].status, Status::Deferred);
+    assert_eq!(store.event("a").unwrap().len(), 2, "one row per endpoint");
+}
