@@ -1,1 +1,170 @@
-//! nimbus guest SDK (placeholder).
+//! The SDK a nimbus handler author writes against.
+//!
+//! A nimbus handler is a WebAssembly component (`wasm32-wasip2`) that the
+//! nimbus host loads from its handlers directory and calls once per event, each
+//! time in a fresh instance. This crate hides the component plumbing (the
+//! `wit-bindgen` bindings for `wit/handler.wit`, the `dispatch` export, payload
+//! decoding, the panic hook) behind one type per event, one trait impl per
+//! handler and one export macro. It deliberately knows nothing of sessions,
+//! retries or settlement: a handler only says what happened to one event, and
+//! the host does the rest.
+//!
+//! The key decision: handlers are **typed**. The author declares a serde type
+//! per event type ([`Event`]); the SDK deserializes the JSON payload before the
+//! handler runs, so a payload that does not fit is answered for the author as a
+//! `permanent` error of type `InvalidPayload` whose message names the field
+//! (`Lines[0].Quantity`), and an unregistered event type as `permanent`
+//! `UnknownEventType`.
+//!
+//! # Writing a handler
+//!
+//! 1. A serde type per event type, with `impl Event` giving its name.
+//! 2. A handler type with `impl Handler<ThatEvent>`, returning an [`Outcome`]
+//!    or an [`Error`] ([`Error::failed`], [`Error::transient`],
+//!    [`Error::permanent`], each with an optional
+//!    [`retry_after`](Error::retry_after)).
+//! 3. One [`export!`] listing which handler handles which event types.
+//!
+//! Inside the handler, the [`Context`] carries the event's metadata (ids,
+//! session, correlation, lineage, retry count, enqueued time, user properties)
+//! and the host's services: [`Context::publish`] a [`FollowUp`], log with
+//! [`info!`] and friends (or [`Context::info`]), read configuration with
+//! [`Context::config`]. A panic is reported by the host as `failed` with error
+//! type `Panic` and the panic message.
+//!
+//! This is `examples/orders`, complete:
+//!
+//! ```no_run
+#![doc = include_str!("../../examples/orders/src/lib.rs")]
+//! ```
+//!
+//! # Building
+//!
+//! A handler crate is a `cdylib` that depends on this crate and `serde`:
+//!
+//! ```toml
+//! [lib]
+//! crate-type = ["cdylib"]
+//!
+//! [dependencies]
+//! nimbus-guest = { path = "../guest-sdk" }
+//! serde = { version = "1", features = ["derive"] }
+//! ```
+//!
+//! Build it with `cargo build --target wasm32-wasip2 --release` and drop
+//! `target/wasm32-wasip2/release/<crate_name>.wasm` into the host's handlers
+//! directory. Link it with a small stack, in `.cargo/config.toml`:
+//!
+//! ```toml
+//! [target.wasm32-wasip2]
+//! rustflags = ["-C", "link-arg=-zstack-size=131072"]
+//! ```
+//!
+//! The default 1 MiB stack sits at the top of the first MiB of linear memory,
+//! so every fresh instance touches (page-faults) that much; a 128 KiB stack
+//! makes a fresh instance about three times cheaper per event and still
+//! leaves `serde_json` room for its maximum nesting depth (see
+//! `.cargo/config.toml` in the nimbus repository for the measurement).
+//!
+//! # Mistakes the compiler catches
+//!
+//! A handler registered for an event type it has no `impl Handler` for:
+//!
+//! ```compile_fail
+//! #[derive(serde::Deserialize)]
+//! struct OrderPlaced {}
+//! impl nimbus_guest::Event for OrderPlaced { const EVENT_TYPE: &'static str = "OrderPlaced"; }
+//! struct Orders;
+//! nimbus_guest::export!(Orders => OrderPlaced);
+//! # fn main() {}
+//! ```
+//!
+//! An event type without its name:
+//!
+//! ```compile_fail
+//! #[derive(serde::Deserialize)]
+//! struct OrderPlaced {}
+//! struct Orders;
+//! impl nimbus_guest::Handler<OrderPlaced> for Orders {
+//!     fn handle(&self, _: OrderPlaced, _: &nimbus_guest::Context) -> Result<nimbus_guest::Outcome, nimbus_guest::Error> {
+//!         Ok(nimbus_guest::Outcome::Completed)
+//!     }
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! The same event type registered twice:
+//!
+//! ```compile_fail
+//! #[derive(serde::Deserialize)]
+//! struct OrderPlaced {}
+//! impl nimbus_guest::Event for OrderPlaced { const EVENT_TYPE: &'static str = "OrderPlaced"; }
+//! struct Orders;
+//! impl nimbus_guest::Handler<OrderPlaced> for Orders {
+//!     fn handle(&self, _: OrderPlaced, _: &nimbus_guest::Context) -> Result<nimbus_guest::Outcome, nimbus_guest::Error> {
+//!         Ok(nimbus_guest::Outcome::Completed)
+//!     }
+//! }
+//! nimbus_guest::export!(Orders => OrderPlaced, OrderPlaced);
+//! # fn main() {}
+//! ```
+//!
+//! A malformed `export!`:
+//!
+//! ```compile_fail
+//! struct Orders;
+//! nimbus_guest::export!(Orders);
+//! # fn main() {}
+//! ```
+#![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
+
+// Lets the generated bindings name this crate as `::nimbus_guest`, the same
+// path the `export!` macro uses from a handler's crate.
+extern crate self as nimbus_guest;
+
+mod context;
+mod dispatch;
+mod error;
+mod follow_up;
+mod handler;
+mod host;
+mod macros;
+mod outcome;
+
+/// Not part of the API: the generated bindings, public only so the
+/// `export!` macro can reach them from a handler's crate.
+#[doc(hidden)]
+#[path = "bindings.rs"]
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    unsafe_code,
+    clippy::all,
+    reason = "generated by wit-bindgen; documented by the WIT"
+)]
+pub mod __bindings;
+use __bindings as bindings;
+
+pub use context::{Context, Level};
+pub use error::{Error, ErrorKind, ResultExt};
+pub use follow_up::{FollowUp, Property, PropertyValue, PublishError};
+pub use handler::{Event, Handler};
+pub use outcome::{Outcome, PendingHandoff, pending_handoff};
+
+/// Not part of the API: what the `export!` macro expands to call.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::dispatch::{
+        HandlerRoute, Route, WitError, WitEvent, WitOutcome, assert_registrations, handle,
+        subscriptions,
+    };
+}
+
+/// A duration in whole milliseconds, as the WIT carries it; saturates rather
+/// than wrapping for absurdly long durations.
+pub(crate) fn duration_ms(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests;

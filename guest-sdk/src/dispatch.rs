@@ -1,0 +1,193 @@
+//! What the `export!` macro expands to call: routing an event to its handler,
+//! decoding the payload, and turning a panic into a reported failure.
+//!
+//! Public only because the macro expands in the handler's crate; not part of
+//! the SDK's API (`#[doc(hidden)]` at the root).
+
+use std::marker::PhantomData;
+
+use serde::de::DeserializeOwned;
+
+use crate::bindings::nimbus::handler::types as wit;
+use crate::host::{ComponentHost, Host};
+use crate::{Context, Error, Event, Handler, Outcome};
+
+
+/// The event record the `dispatch.handle` export receives.
+pub type WitEvent = wit::Event;
+/// The outcome record the `dispatch.handle` export returns.
+pub type WitOutcome = wit::Outcome;
+/// The error variant the `dispatch.handle` export returns.
+pub type WitError = wit::Error;
+
+/// One registered (handler, event type) pair, with the types erased so the
+/// macro can put several in one slice.
+pub trait Route {
+    /// The event type this route handles.
+    fn event_type(&self) -> &'static str;
+    /// Decodes the payload and runs the handler.
+    ///
+    /// # Errors
+    ///
+    /// `permanent`/`InvalidPayload` when the payload does not decode, else
+    /// whatever the handler returns.
+    fn call(&self, ctx: &Context) -> Result<Outcome, Error>;
+}
+
+/// The [`Route`] for handler `H` and event type `E`.
+pub struct HandlerRoute<H, E> {
+    handler: H,
+    event: PhantomData<fn() -> E>,
+}
+
+impl<H, E> HandlerRoute<H, E>
+where
+    H: Handler<E>,
+    E: Event + DeserializeOwned,
+{
+    /// Registers `handler` for `E`.
+    pub fn new(handler: H) -> Self {
+        Self {
+            handler,
+            event: PhantomData,
+        }
+    }
+}
+
+impl<H, E> Route for HandlerRoute<H, E>
+where
+    H: Handler<E>,
+    E: Event + DeserializeOwned,
+{
+    fn event_type(&self) -> &'static str {
+        E::EVENT_TYPE
+    }
+
+    fn call(&self, ctx: &Context) -> Result<Outcome, Error> {
+        let event = decode::<E>(ctx.payload())?;
+        self.handler.handle(event, ctx)
+    }
+}
+
+/// Checks the registrations when the component compiles: no empty event
+/// type name, no event type twice.
+pub const fn assert_registrations(event_types: &[&str]) {
+    let mut i = 0;
+    while i < event_types.len() {
+        if event_types[i].is_empty() {
+            panic!("nimbus_guest::export!: an event type has an empty EVENT_TYPE name");
+        }
+        let mut j = i + 1;
+        while j < event_types.len() {
+            if const_str_eq(event_types[i], event_types[j]) {
+                panic!(
+                    "nimbus_guest::export!: an event type is registered twice; each event type may have only one handler in a component"
+                );
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+}
+
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The `dispatch.subscriptions` export: the registered event types.
+pub fn subscriptions(event_types: &[&'static str]) -> Vec<String> {
+    event_types.iter().map(|t| (*t).to_owned()).collect()
+}
+
+/// The `dispatch.handle` export: installs the panic hook and routes the
+/// event to its handler.
+pub fn handle(event: WitEvent, routes: &[&dyn Route]) -> Result<WitOutcome, WitError> {
+    install_panic_hook(&ComponentHost);
+    route(event, routes, &ComponentHost)
+}
+
+pub(crate) fn route(
+    event: WitEvent,
+    routes: &[&dyn Route],
+    host: &'static dyn Host,
+) -> Result<WitOutcome, WitError> {
+    let ctx = Context::new(event, host);
+    let result = match routes.iter().find(|r| r.event_type() == ctx.event_type()) {
+        Some(route) => route.call(&ctx),
+        None => Err(unknown_event_type(ctx.event_type(), routes)),
+    };
+    result.map(Into::into).map_err(Into::into)
+}
+
+fn unknown_event_type(event_type: &str, routes: &[&dyn Route]) -> Error {
+    let handled: Vec<&str> = routes.iter().map(|r| r.event_type()).collect();
+    Error::permanent(
+        "UnknownEventType",
+        format!(
+            "this component has no handler for event type `{event_type}`; it handles: {}",
+            handled.join(", ")
+        ),
+    )
+}
+
+/// Deserializes a payload into `E`; a mismatch is `permanent` (the event can
+/// never succeed) with error type `InvalidPayload` and a message that names
+/// the offending field by its path, e.g. `Lines[0].Quantity`.
+pub(crate) fn decode<E: Event + DeserializeOwned>(payload: &str) -> Result<E, Error> {
+    let invalid = |detail: String| Error::permanent("InvalidPayload", detail);
+    let mut de = serde_json::Deserializer::from_str(payload);
+    let value: E = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            invalid(format!(
+                "the payload of `{}` is not valid JSON: {inner}",
+                E::EVENT_TYPE
+            ))
+        } else if path == "." {
+            invalid(format!(
+                "the payload does not match `{}`: {inner}",
+                E::EVENT_TYPE
+            ))
+        } else {
+            invalid(format!(
+                "the payload does not match `{}` at field `{path}`: {inner}",
+                E::EVENT_TYPE
+            ))
+        }
+    })?;
+    de.end().map_err(|e| {
+        invalid(format!(
+            "the payload of `{}` has trailing characters after the JSON document: {e}",
+            E::EVENT_TYPE
+        ))
+    })?;
+    Ok(value)
+}
+
+/// On wasm32-wasip2 a panic aborts (traps) without unwinding, so the only
+/// chance to report its message is the hook: it hands the message to the host
+/// (`log.panicked`), which reports the trap as `failed`/`Panic` with it.
+fn install_panic_hook(host: &'static dyn Host) {
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload_as_str()
+            .unwrap_or("panic with a non-string payload");
+        let text = match info.location() {
+            Some(at) => format!("{message} (at {}:{}:{})", at.file(), at.line(), at.column()),
+            None => message.to_owned(),
+        };
+        host.panicked(&text);
+    }));
+}
