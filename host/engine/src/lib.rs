@@ -1,1 +1,29 @@
-//! nimbus engine (placeholder; see DESIGN.md).
+//! The engine: the strict NimBus procedure that turns each received message
+//! into a handler call and a settlement (SEMANTICS.md §2–§6).
+//!
+//! It sits between the transport and the sandbox: transport receive →
+//! engine (session guard, dispatch decision) → sandbox → engine (outcome,
+//! settlement) → transport settle. It knows neither which broker nor how
+//! wasm runs.
+//!
+//! Key decision: every decision is a pure function, apart from the I/O that
+//! carries it out — the retry policy ([`retry`]), the failure classifier
+//! ([`classifier`]), the session guard and outcome table ([`session_state`]) and
+//! their configuration ([`policy_config`]) take their inputs (attempt
+//! number, random source, session state) as arguments, so each rule of the
+//! spec is tested exactly, without a broker, a clock or a handler.
+#![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
+
+pub mod classifier;
+pub mod policy_config;
+pub mod retry;
+pub mod session_state;
+
+pub use classifier::{
+    Classification, Classifier, ClassifierRule, Disposition, ErrorTypePattern, PatternError,
+};
+pub use policy_config::{ClassifierConfig, ConfigError, ConfigErrors, RetryConfig};
+pub use retry::{
+    Backoff, ErrorMatch, ErrorRule, Jitter, PolicyMatch, PolicySource, RandomSource, RetryPolicies,
+    RetryPolicy, StdRandom,
+};

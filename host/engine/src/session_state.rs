@@ -1,0 +1,336 @@
+//! The session guard and the settlement table: for each entry point, what a
+//! session state and a handler outcome lead to (SEMANTICS.md §2.4–§2.6, §3,
+//! §6; upstream's tables in nimbus-semantics.md §4.2–§4.7 and §4.11).
+//!
+//! Pure decisions over [`SessionState`]: the engine carries a [`Plan`] out
+//! in SEMANTICS.md's settlement order — response, session state, scheduled
+//! retry, complete — and builds each message with `nimbus_wire::build`.
+//! Where nimbus differs from upstream, the variant says which flag.
+
+use nimbus_wire::{MessageType, SessionState};
+
+use crate::classifier::Disposition;
+
+/// The entry points of the strict procedure (messages on the endpoint's
+/// session subscription).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// An event: publish, forward or replay.
+    EventRequest,
+    /// An automatic retry.
+    RetryRequest,
+    /// The operator resubmits (no session guard).
+    ResubmissionRequest,
+    /// The operator skips (handler never runs).
+    SkipRequest,
+    /// The external job finished (handler never runs).
+    HandoffCompletedRequest,
+    /// The external job failed (handler never runs).
+    HandoffFailedRequest,
+}
+
+impl Entry {
+    /// The entry point for a message type; `None` for types an endpoint does
+    /// not handle (responses, ProcessDeferredRequest, Unknown), which are
+    /// dead-lettered with `Failed to handle message.`. `UnsupportedResponse`
+    /// takes the EventRequest procedure, as upstream (F12).
+    pub fn for_message_type(kind: MessageType) -> Option<Entry> {
+        match kind {
+            MessageType::EventRequest | MessageType::UnsupportedResponse => {
+                Some(Entry::EventRequest)
+            }
+            MessageType::RetryRequest => Some(Entry::RetryRequest),
+            MessageType::ResubmissionRequest => Some(Entry::ResubmissionRequest),
+            MessageType::SkipRequest => Some(Entry::SkipRequest),
+            MessageType::HandoffCompletedRequest => Some(Entry::HandoffCompletedRequest),
+            MessageType::HandoffFailedRequest => Some(Entry::HandoffFailedRequest),
+            _ => None,
+        }
+    }
+
+    /// Whether this entry point runs the handler.
+    pub fn runs_handler(self) -> bool {
+        matches!(
+            self,
+            Entry::EventRequest | Entry::RetryRequest | Entry::ResubmissionRequest
+        )
+    }
+
+    /// Whether the sender must be the Manager (`From = Manager`).
+    pub fn requires_manager(self) -> bool {
+        matches!(
+            self,
+            Entry::ResubmissionRequest
+                | Entry::SkipRequest
+                | Entry::HandoffCompletedRequest
+                | Entry::HandoffFailedRequest
+        )
+    }
+}
+
+/// Why a message is completed without a handler and without a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Silent {
+    /// An EventRequest whose EventId owns the block: a redelivery of the
+    /// blocker; the block stays (F3, F4; upstream parked it behind itself).
+    BlockerRedelivery,
+    /// A RetryRequest for an event that no longer owns the block (the
+    /// operator resubmitted or skipped it): stale (F14; upstream answered
+    /// ResolutionResponse, which could flip a Skipped row to Completed).
+    StaleRetry,
+}
+
+/// What the session guard says before anything runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// Go on: run the handler (or, for operator requests, act on the block).
+    Proceed,
+    /// Blocked by another event: DeferralResponse, park, complete.
+    Park {
+        /// The EventId that owns the block.
+        blocked_by: String,
+    },
+    /// Complete without a handler and without a response.
+    CompleteSilently(Silent),
+}
+
+/// The session guard for `event_id` arriving at `entry` (SEMANTICS.md §2.4).
+pub fn guard(entry: Entry, state: &SessionState, event_id: &str) -> Guard {
+    match entry {
+        Entry::EventRequest => match state.blocked_by() {
+            Some(_) if state.is_blocked_by(event_id) => {
+                Guard::CompleteSilently(Silent::BlockerRedelivery)
+            }
+            Some(owner) => Guard::Park {
+                blocked_by: owner.to_owned(),
+            },
+            None => Guard::Proceed,
+        },
+        Entry::RetryRequest if !state.is_blocked_by(event_id) => {
+            Guard::CompleteSilently(Silent::StaleRetry)
+        }
+        _ => Guard::Proceed,
+    }
+}
+
+/// What the handler (or the host on its behalf) reported, after the classifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Handled.
+    Completed,
+    /// Handed off to an external job.
+    PendingHandoff,
+    /// `failed` (or a trap, timeout, memory overrun), with the classifier's disposition.
+    Failed(Disposition),
+    /// `permanent`: dead-letter now.
+    Permanent,
+    /// `transient`: redeliver after a backoff.
+    Transient,
+    /// No handler for the event type.
+    Unsupported,
+}
+
+/// The response to send, built with the matching `nimbus_wire::build` function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Response {
+    /// `resolution_response` (a HandoffCompletedRequest answers with its own content).
+    Resolution,
+    /// `error_response`.
+    Error,
+    /// `handoff_failed_response`.
+    HandoffFailed,
+    /// `pending_handoff_response`.
+    PendingHandoff,
+    /// `deferral_response`.
+    Deferral,
+    /// `skip_response` (operator skip).
+    Skip,
+    /// `duplicate_response` (inbox duplicate).
+    Duplicate,
+    /// `discard_response`.
+    Discard,
+    /// `unsupported_response`.
+    Unsupported,
+    /// `dead_letter_notification`.
+    DeadLetterNotification,
+}
+
+/// The session-state change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockChange {
+    /// Leave the block as it is.
+    Keep,
+    /// Block the session by this event.
+    BlockByThis,
+    /// Remove the block (this event owned it); then replay what is parked.
+    Unblock,
+}
+
+/// How the inbound message is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Complete it.
+    Complete,
+    /// Dead-letter it (with `Permanent failure: {type}: {message}`).
+    DeadLetter,
+    /// Leave it to the broker: wait a backoff holding the session, then abandon.
+    Abandon,
+}
+
+/// Everything one settlement does, in SEMANTICS.md's order: response →
+/// session state → scheduled retry → settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// The response to the Resolver, if any.
+    pub response: Option<Response>,
+    /// The block change.
+    pub block: BlockChange,
+    /// Schedule a RetryRequest if a retry policy matches and its budget allows.
+    pub retry_if_policy_allows: bool,
+    /// How the inbound message is settled.
+    pub settle: Settle,
+    /// Send the handler's held follow-up events (only after `completed` or
+    /// `pending-handoff`, SEMANTICS.md §9).
+    pub send_follow_ups: bool,
+    /// Record the message in the inbox (only after `completed`).
+    pub record_inbox: bool,
+}
+
+impl Plan {
+    fn new(response: Option<Response>, block: BlockChange, settle: Settle) -> Plan {
+        Plan {
+            response,
+            block,
+            retry_if_policy_allows: false,
+            settle,
+            send_follow_ups: false,
+            record_inbox: false,
+        }
+    }
+
+    /// Whether parked messages should now be replayed: only when this
+    /// settlement actually unblocks the session (F13).
+    pub fn drains(&self) -> bool {
+        self.block == BlockChange::Unblock
+    }
+
+    /// Applies the block change to `state`.
+    pub fn apply(&self, state: &mut SessionState, event_id: &str) {
+        match self.block {
+            BlockChange::Keep => {}
+            BlockChange::BlockByThis => state.block(event_id),
+            BlockChange::Unblock => state.unblock(),
+        }
+    }
+}
+
+/// The settlement after the handler ran for `event_id` at `entry`, given the
+/// session state *before* it ran (the guard already let it through).
+pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, outcome: Outcome) -> Plan {
+    use BlockChange::{BlockByThis, Keep, Unblock};
+    let owns = state.is_blocked_by(event_id);
+    let other = state.is_blocked_by_another(event_id);
+    // Success-like outcomes release the block only if this event owns it.
+    let release = if owns { Unblock } else { Keep };
+    match outcome {
+        Outcome::Completed => Plan {
+            send_follow_ups: true,
+            record_inbox: true,
+            ..Plan::new(Some(Response::Resolution), release, Settle::Complete)
+        },
+        Outcome::PendingHandoff => Plan {
+            send_follow_ups: true,
+            // A resubmission while another event owns the block reports the
+            // handoff but leaves that block alone (upstream §4.4).
+            ..Plan::new(
+                Some(Response::PendingHandoff),
+                if other { Keep } else { BlockByThis },
+                Settle::Complete,
+            )
+        },
+        Outcome::Failed(Disposition::Retry) => {
+            let (block, retry) = match entry {
+                Entry::EventRequest => (BlockByThis, true),
+                Entry::RetryRequest => (Keep, true),
+                // F14: a failed resubmission of the blocker keeps the block
+                // and starts a fresh retry budget; otherwise nothing changes.
+                _ => (Keep, owns),
+            };
+            Plan {
+                retry_if_policy_allows: retry,
+                ..Plan::new(Some(Response::Error), block, Settle::Complete)
+            }
+        }
+        Outcome::Failed(Disposition::DeadLetter) | Outcome::Permanent => {
+            // Never blocks (F19); a blocker that dead-letters keeps its block
+            // for the operator to resubmit or skip, as upstream (§4.3).
+            Plan::new(
+                Some(Response::DeadLetterNotification),
+                Keep,
+                Settle::DeadLetter,
+            )
+        }
+        Outcome::Failed(Disposition::Discard) => {
+            Plan::new(Some(Response::Discard), release, Settle::Complete)
+        }
+        // F11: Unsupported on every entry point; a blocker's block stays until an operator acts.
+        Outcome::Unsupported => Plan::new(Some(Response::Unsupported), Keep, Settle::Complete),
+        Outcome::Transient => Plan::new(None, Keep, Settle::Abandon),
+    }
+}
+
+/// The settlement of an operator request that never runs the handler.
+/// `None` for entry points that run the handler.
+pub fn operator_request(entry: Entry, state: &SessionState, event_id: &str) -> Option<Plan> {
+    let owns = state.is_blocked_by(event_id);
+    let plan = match (entry, owns) {
+        (Entry::SkipRequest, true) => {
+            Plan::new(Some(Response::Skip), BlockChange::Unblock, Settle::Complete)
+        }
+        (Entry::SkipRequest, false) => {
+            Plan::new(Some(Response::Skip), BlockChange::Keep, Settle::Complete)
+        }
+        (Entry::HandoffCompletedRequest, true) => Plan::new(
+            Some(Response::Resolution),
+            BlockChange::Unblock,
+            Settle::Complete,
+        ),
+        (Entry::HandoffCompletedRequest, false) => Plan::new(
+            Some(Response::Resolution),
+            BlockChange::Keep,
+            Settle::Complete,
+        ),
+        // The session stays blocked: the operator then resubmits or skips.
+        (Entry::HandoffFailedRequest, true) => Plan::new(
+            Some(Response::HandoffFailed),
+            BlockChange::Keep,
+            Settle::Complete,
+        ),
+        // Not the blocker: a response could mis-target another event.
+        (Entry::HandoffFailedRequest, false) => {
+            Plan::new(None, BlockChange::Keep, Settle::Complete)
+        }
+        _ => return None,
+    };
+    Some(plan)
+}
+
+/// The settlement of an inbox duplicate at `entry` (the handler does not
+/// run): Duplicate SkipResponse and complete; a retry or resubmission of the
+/// blocker releases its block, since the earlier delivery already succeeded.
+pub fn duplicate(entry: Entry, state: &SessionState, event_id: &str) -> Plan {
+    let releases = matches!(entry, Entry::RetryRequest | Entry::ResubmissionRequest)
+        && state.is_blocked_by(event_id);
+    Plan::new(
+        Some(Response::Duplicate),
+        if releases {
+            BlockChange::Unblock
+        } else {
+            BlockChange::Keep
+        },
+        Settle::Complete,
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,339 @@
+//! The session guard and settlement table, entry point by entry point
+//! (SEMANTICS.md §2–§4, §6, with scenarios.md's RP-22/23/25).
+
+use nimbus_wire::{MessageType, SessionState};
+
+use super::*;
+use crate::classifier::Disposition;
+
+fn blocked_by(event_id: &str) -> SessionState {
+    let mut state = SessionState::default();
+    state.block(event_id);
+    state
+}
+
+fn free() -> SessionState {
+    SessionState::default()
+}
+
+#[test]
+fn entry_points_follow_the_message_type() {
+    assert_eq!(
+        Entry::for_message_type(MessageType::EventRequest),
+        Some(Entry::EventRequest)
+    );
+    assert_eq!(
+        Entry::for_message_type(MessageType::UnsupportedResponse),
+        Some(Entry::EventRequest),
+        "F12, as upstream"
+    );
+    for unhandled in [
+        MessageType::Unknown,
+        MessageType::ErrorResponse,
+        MessageType::ResolutionResponse,
+        MessageType::DeferralResponse,
+        MessageType::SkipResponse,
+        MessageType::PendingHandoffResponse,
+        MessageType::ProcessDeferredRequest,
+        MessageType::ContinuationRequest,
+    ] {
+        assert_eq!(Entry::for_message_type(unhandled), None, "{unhandled}");
+    }
+    assert!(Entry::SkipRequest.requires_manager());
+    assert!(!Entry::RetryRequest.requires_manager());
+    assert!(!Entry::SkipRequest.runs_handler());
+}
+
+#[test]
+fn an_event_on_a_free_session_runs() {
+    assert_eq!(guard(Entry::EventRequest, &free(), "e1"), Guard::Proceed);
+}
+
+#[test]
+fn an_event_on_a_session_blocked_by_another_is_parked() {
+    assert_eq!(
+        guard(Entry::EventRequest, &blocked_by("e1"), "e2"),
+        Guard::Park {
+            blocked_by: "e1".into()
+        }
+    );
+}
+
+#[test]
+fn a_redelivered_blocker_completes_silently_and_keeps_the_block() {
+    assert_eq!(
+        guard(Entry::EventRequest, &blocked_by("E1"), "e1"),
+        Guard::CompleteSilently(Silent::BlockerRedelivery),
+        "F3/F4; event ids compared ignoring case"
+    );
+}
+
+#[test]
+fn rp22_a_retry_for_an_event_that_no_longer_blocks_completes_silently() {
+    // SEMANTICS.md §2.4 (F14) wins over upstream's ResolutionResponse.
+    assert_eq!(
+        guard(Entry::RetryRequest, &blocked_by("different-event"), "e1"),
+        Guard::CompleteSilently(Silent::StaleRetry)
+    );
+    assert_eq!(
+        guard(Entry::RetryRequest, &free(), "e1"),
+        Guard::CompleteSilently(Silent::StaleRetry)
+    );
+    assert_eq!(
+        guard(Entry::RetryRequest, &blocked_by("e1"), "e1"),
+        Guard::Proceed
+    );
+}
+
+#[test]
+fn a_resubmission_has_no_guard() {
+    assert_eq!(
+        guard(Entry::ResubmissionRequest, &blocked_by("other"), "e1"),
+        Guard::Proceed
+    );
+}
+
+#[test]
+fn event_request_outcomes() {
+    let state = free();
+    let plan = after_handler(Entry::EventRequest, &state, "e1", Outcome::Completed);
+    assert_eq!(plan.response, Some(Response::Resolution));
+    assert_eq!(plan.block, BlockChange::Keep);
+    assert!(plan.send_follow_ups && plan.record_inbox);
+    assert_eq!(plan.settle, Settle::Complete);
+
+    let plan = after_handler(Entry::EventRequest, &state, "e1", Outcome::PendingHandoff);
+    assert_eq!(plan.response, Some(Response::PendingHandoff));
+    assert_eq!(plan.block, BlockChange::BlockByThis);
+    assert!(plan.send_follow_ups, "a handoff keeps its follow-ups");
+    assert!(!plan.record_inbox, "no inbox record for a pending handoff");
+
+    let plan = after_handler(
+        Entry::EventRequest,
+        &state,
+        "e1",
+        Outcome::Failed(Disposition::Retry),
+    );
+    assert_eq!(plan.response, Some(Response::Error));
+    assert_eq!(plan.block, BlockChange::BlockByThis);
+    assert!(plan.retry_if_policy_allows);
+    assert!(
+        !plan.send_follow_ups,
+        "a failed attempt never leaks an event"
+    );
+
+    for outcome in [Outcome::Permanent, Outcome::Failed(Disposition::DeadLetter)] {
+        let plan = after_handler(Entry::EventRequest, &state, "e1", outcome);
+        assert_eq!(plan.response, Some(Response::DeadLetterNotification));
+        assert_eq!(plan.block, BlockChange::Keep, "F19: never blocks");
+        assert_eq!(plan.settle, Settle::DeadLetter);
+    }
+
+    let plan = after_handler(
+        Entry::EventRequest,
+        &state,
+        "e1",
+        Outcome::Failed(Disposition::Discard),
+    );
+    assert_eq!(plan.response, Some(Response::Discard));
+    assert_eq!(plan.block, BlockChange::Keep);
+
+    let plan = after_handler(Entry::EventRequest, &state, "e1", Outcome::Unsupported);
+    assert_eq!(plan.response, Some(Response::Unsupported));
+    assert_eq!(plan.settle, Settle::Complete);
+
+    let plan = after_handler(Entry::EventRequest, &state, "e1", Outcome::Transient);
+    assert_eq!(plan.response, None);
+    assert_eq!(plan.settle, Settle::Abandon);
+    assert!(!plan.send_follow_ups);
+}
+
+#[test]
+fn a_successful_retry_unblocks_and_drains() {
+    let plan = after_handler(
+        Entry::RetryRequest,
+        &blocked_by("e1"),
+        "e1",
+        Outcome::Completed,
+    );
+    assert_eq!(plan.block, BlockChange::Unblock);
+    assert!(plan.drains());
+    assert_eq!(plan.response, Some(Response::Resolution));
+}
+
+#[test]
+fn rp23_a_failed_retry_keeps_the_block_and_may_retry_again() {
+    let plan = after_handler(
+        Entry::RetryRequest,
+        &blocked_by("e1"),
+        "e1",
+        Outcome::Failed(Disposition::Retry),
+    );
+    assert_eq!(plan.response, Some(Response::Error));
+    assert_eq!(plan.block, BlockChange::Keep);
+    assert!(!plan.drains());
+    assert!(plan.retry_if_policy_allows);
+    assert_eq!(plan.settle, Settle::Complete);
+}
+
+#[test]
+fn rp25_no_handler_on_a_retry_answers_unsupported_and_keeps_the_block() {
+    // SEMANTICS.md §2.6 (F11) wins over upstream's generic dead-letter.
+    let plan = after_handler(
+        Entry::RetryRequest,
+        &blocked_by("e1"),
+        "e1",
+        Outcome::Unsupported,
+    );
+    assert_eq!(plan.response, Some(Response::Unsupported));
+    assert_eq!(plan.block, BlockChange::Keep);
+    assert_eq!(plan.settle, Settle::Complete);
+}
+
+#[test]
+fn a_discarded_retry_releases_the_block() {
+    let plan = after_handler(
+        Entry::RetryRequest,
+        &blocked_by("e1"),
+        "e1",
+        Outcome::Failed(Disposition::Discard),
+    );
+    assert_eq!(plan.response, Some(Response::Discard));
+    assert!(plan.drains());
+}
+
+#[test]
+fn a_resubmission_drains_only_when_it_actually_unblocks() {
+    let plan = after_handler(
+        Entry::ResubmissionRequest,
+        &blocked_by("e1"),
+        "e1",
+        Outcome::Completed,
+    );
+    assert!(plan.drains());
+    let plan = after_handler(
+        Entry::ResubmissionRequest,
+        &blocked_by("other"),
+        "e1",
+        Outcome::Completed,
+    );
+    assert_eq!(
+        plan.block,
+        BlockChange::Keep,
+        "F13: another event owns the block"
+    );
+    assert!(!plan.drains());
+    let plan = after_handler(
+        Entry::ResubmissionRequest,
+        &free(),
+        "e1",
+        Outcome::Completed,
+    );
+    assert!(!plan.drains());
+}
+
+#[test]
+fn a_failed_resubmission_of_the_blocker_keeps_the_block_with_a_fresh_retry_budget() {
+    let plan = after_handler(
+        Entry::ResubmissionRequest,
+        &blocked_by("e1"),
+        "e1",
+        Outcome::Failed(Disposition::Retry),
+    );
+    assert_eq!(plan.response, Some(Response::Error));
+    assert_eq!(plan.block, BlockChange::Keep);
+    assert!(plan.retry_if_policy_allows, "F14");
+    let plan = after_handler(
+        Entry::ResubmissionRequest,
+        &free(),
+        "e1",
+        Outcome::Failed(Disposition::Retry),
+    );
+    assert!(!plan.retry_if_policy_allows);
+    assert_eq!(plan.block, BlockChange::Keep);
+}
+
+#[test]
+fn a_resubmitted_handoff_leaves_another_events_block_alone() {
+    let plan = after_handler(
+        Entry::ResubmissionRequest,
+        &blocked_by("other"),
+        "e1",
+        Outcome::PendingHandoff,
+    );
+    assert_eq!(plan.response, Some(Response::PendingHandoff));
+    assert_eq!(plan.block, BlockChange::Keep);
+    let plan = after_handler(
+        Entry::ResubmissionRequest,
+        &blocked_by("e1"),
+        "e1",
+        Outcome::PendingHandoff,
+    );
+    assert_eq!(plan.block, BlockChange::BlockByThis);
+}
+
+#[test]
+fn operator_skip_and_handoff_settlements() {
+    let owns = blocked_by("e1");
+    let other = blocked_by("other");
+    let skip = operator_request(Entry::SkipRequest, &owns, "e1").unwrap();
+    assert_eq!(skip.response, Some(Response::Skip));
+    assert!(skip.drains());
+    let skip = operator_request(Entry::SkipRequest, &other, "e1").unwrap();
+    assert_eq!(skip.response, Some(Response::Skip));
+    assert!(!skip.drains());
+
+    let done = operator_request(Entry::HandoffCompletedRequest, &owns, "e1").unwrap();
+    assert_eq!(done.response, Some(Response::Resolution));
+    assert!(done.drains());
+    let done = operator_request(Entry::HandoffCompletedRequest, &other, "e1").unwrap();
+    assert_eq!(done.response, Some(Response::Resolution));
+    assert!(!done.drains(), "a misaddressed completion does not unblock");
+
+    let failed = operator_request(Entry::HandoffFailedRequest, &owns, "e1").unwrap();
+    assert_eq!(failed.response, Some(Response::HandoffFailed));
+    assert_eq!(failed.block, BlockChange::Keep, "the operator decides next");
+    assert!(!failed.retry_if_policy_allows);
+    let failed = operator_request(Entry::HandoffFailedRequest, &other, "e1").unwrap();
+    assert_eq!(failed.response, None, "could mis-target another event");
+    assert_eq!(failed.settle, Settle::Complete);
+
+    assert_eq!(operator_request(Entry::EventRequest, &owns, "e1"), None);
+}
+
+#[test]
+fn duplicates_are_skipped_and_release_only_their_own_block() {
+    let plan = duplicate(Entry::EventRequest, &blocked_by("e1"), "e1");
+    assert_eq!(plan.response, Some(Response::Duplicate));
+    assert_eq!(plan.block, BlockChange::Keep);
+    let plan = duplicate(Entry::RetryRequest, &blocked_by("e1"), "e1");
+    assert!(plan.drains());
+    let plan = duplicate(Entry::ResubmissionRequest, &blocked_by("other"), "e1");
+    assert!(!plan.drains());
+}
+
+#[test]
+fn plans_apply_to_the_session_state() {
+    let mut state = free();
+    let fail = after_handler(
+        Entry::EventRequest,
+        &state,
+        "e1",
+        Outcome::Failed(Disposition::Retry),
+    );
+    fail.apply(&mut state, "e1");
+    assert!(state.is_blocked_by("e1"));
+    assert_eq!(
+        guard(Entry::EventRequest, &state, "e2"),
+        Guard::Park {
+            blocked_by: "e1".into()
+        }
+    );
+    assert_eq!(state.park(), 0);
+    let ok = after_handler(Entry::RetryRequest, &state, "e1", Outcome::Completed);
+    ok.apply(&mut state, "e1");
+    assert!(!state.is_blocked());
+    assert!(state.has_parked(), "the drain replays what is parked");
+    state.unpark();
+    assert!(state.to_bytes().is_empty());
+}
