@@ -1,1 +1,43 @@
-//! nimbus broker (placeholder; see DESIGN.md).
+//! The embedded broker: Azure Service Bus semantics inside the host, durable
+//! on a local data directory, behind the `nimbus-transport` traits.
+//!
+//! Topics fan messages out to subscriptions through SQL filter rules (with
+//! per-rule action copies); subscriptions hold messages for peek-lock
+//! receivers or, when session-enabled, for exclusive session locks that keep
+//! strict order per session. Lock expiry, max delivery count, dead-letter
+//! queues, scheduled messages, TTL, auto-forward and duplicate detection
+//! behave as on Service Bus. The engine never names this crate's types: it
+//! sees [`Broker`] only as a `Transport` + `Admin`.
+//!
+//! Key decisions (see `docs/broker.md`):
+//! - **SQLite (WAL) is the log of record, memory holds the hot state.**
+//!   Every acknowledged operation is committed by one writer thread that
+//!   group-commits whatever is queued, so concurrent operations share one
+//!   fsync. Memory is rebuilt from SQLite on open.
+//! - **One mutex per topic, never held across I/O**; operations spanning
+//!   topics lock them in id order. Receivers wake on per-session and
+//!   per-subscription `Notify`s; deadlines run on one timer task over a heap,
+//!   on an injected [`Clock`]. Nothing polls.
+//! - It knows nothing of NimBus: topology provisioning lives elsewhere and
+//!   uses only the traits.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
+
+mod api;
+mod broker;
+mod clock;
+mod codec;
+mod handles;
+mod rules;
+mod state;
+mod store;
+mod timers;
+
+pub use api::Broker;
+pub use broker::{
+    BrokerOptions, Durability, MAX_FORWARD_HOPS, REASON_EXPIRED, REASON_FILTER_FAILED,
+    REASON_FORWARD_TARGET_MISSING, REASON_MAX_DELIVERY, REASON_MAX_HOPS,
+};
+pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use handles::{BrokerReceiver, BrokerSession};
+pub use store::OpenError;

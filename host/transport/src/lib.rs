@@ -1,10 +1,43 @@
 //! The one trait the engine talks to, shaped like Azure Service Bus.
 //!
 //! The engine publishes, accepts sessions, receives, settles and keeps
-//! session state only through this crate. Implementations (the embedded
-//! broker, Azure Service Bus) live in their own crates and only implement it;
+//! session state only through [`Transport`], [`SessionLock`] and
+//! [`Receiver`], and provisions topology through [`Admin`].
+//! Implementations (the embedded broker in `nimbus-broker`, later Azure
+//! Service Bus) live in their own crates and only implement these traits;
 //! the engine never names one.
+//!
+//! Key decisions:
+//! - Settling consumes the [`ReceivedMessage`] (STYLE habit 11), and
+//!   everything the engine settles for one delivery goes in one
+//!   [`Settlement`] that the transport commits atomically.
+//! - Each operation has its own error type; all convert into [`Error`] and
+//!   answer [`ErrorKind`] (lock lost, session lock lost, not found, session
+//!   cannot be locked, transient, ...).
+//! - With the `conformance` feature, [`conformance`] holds the Service Bus
+//!   behaviours as test bodies written once against the traits;
+//!   [`transport_conformance!`] stamps them out for a backend.
 
+mod error;
 mod message;
+mod settlement;
+mod topology;
+mod transport;
 
-pub use message::{Message, Properties, PropertyValue, ReceivedMessage};
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use error::{
+    AcceptSessionError, AdminError, CancelError, Error, ErrorKind, OpenReceiverError,
+    PublishError, ReceiveError, RenewError, SessionStateError, SettleError, TransientError,
+};
+pub use message::{LockToken, Message, Properties, PropertyValue, ReceivedMessage};
+pub use settlement::{Disposition, SettleReceipt, Settlement, SettlementParts};
+pub use topology::{
+    DEFAULT_LOCK_DURATION, DEFAULT_MAX_DELIVERY_COUNT, DEFAULT_RULE_FILTER, DEFAULT_RULE_NAME,
+    RuleDescription, SubscriptionDescription, SubscriptionSettings, TopicDescription,
+    TopicSettings,
+};
+pub use transport::{
+    Admin, Receiver, SessionLock, SessionSelector, SubQueue, SubscriptionPath, Transport,
+};

@@ -9,13 +9,16 @@
 //! set it.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
 
 /// The value of one application (user) property.
 ///
 /// Service Bus carries more AMQP types than this; these are the ones NimBus
 /// writes and SQL filters compare. Integers of every width map to `Int`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PropertyValue {
     /// A string.
     String(String),
@@ -78,7 +81,7 @@ pub type Properties = BTreeMap<String, PropertyValue>;
 /// Every field but `body` and `properties` is optional, as on Service Bus. A
 /// transport assigns a fresh unique `message_id` when the sender leaves it
 /// empty.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     /// The broker message id; `None` lets the transport assign a fresh one.
     pub message_id: Option<String>,
@@ -141,4 +144,45 @@ pub struct ReceivedMessage {
     pub dead_letter_reason: Option<String>,
     /// Set on messages read from a dead-letter queue.
     pub dead_letter_description: Option<String>,
+    /// The peek-lock on this delivery: settle with it before `locked_until`.
+    pub lock_token: LockToken,
+    /// When the lock lapses unless renewed. For a message received inside a
+    /// session, the session lock's expiry (the session lock covers it).
+    pub locked_until: SystemTime,
+}
+
+/// The token of one peek-lock delivery.
+///
+/// Random (a v4 UUID), so a token from before a broker restart or from a
+/// lapsed lock never matches a later delivery of the same message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockToken(uuid::Uuid);
+
+impl LockToken {
+    /// A fresh random token.
+    pub fn new() -> Self {
+        LockToken(uuid::Uuid::new_v4())
+    }
+
+    /// The token as a UUID (how Service Bus represents it on the wire).
+    pub fn as_uuid(&self) -> uuid::Uuid {
+        self.0
+    }
+
+    /// A token from its UUID form.
+    pub fn from_uuid(uuid: uuid::Uuid) -> Self {
+        LockToken(uuid)
+    }
+}
+
+impl Default for LockToken {
+    fn default() -> Self {
+        LockToken::new()
+    }
+}
+
+impl fmt::Display for LockToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
 }

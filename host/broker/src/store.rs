@@ -1,0 +1,848 @@
+//! The log of record: SQLite in WAL mode, written by one thread that
+//! group-commits.
+//!
+//! Every mutation the broker acknowledges is a [`StoreOp`]. Callers submit
+//! their ops in the order they applied them in memory (they submit while
+//! holding the topic locks, so the channel order is the memory order); the
+//! writer thread takes everything queued, runs it in ONE transaction, commits
+//! (one fsync at `Durability::Fsync`), then acknowledges every request in the
+//! batch. So concurrent operations share an fsync, and a crash leaves the
+//! database at a prefix of the memory history. See `docs/broker.md`.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
+
+use nimbus_transport::{Message, SubscriptionSettings, TopicSettings, TransientError};
+
+use crate::Durability;
+
+/// Most requests folded into one transaction: bounds the latency a request
+/// waits behind others when the queue is long.
+const MAX_REQUESTS_PER_COMMIT: usize = 8192;
+
+/// Current on-disk schema version (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+
+/// One durable mutation.
+#[derive(Debug)]
+pub(crate) enum StoreOp {
+    PutTopic {
+        name: String,
+        settings: TopicSettings,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    PutSubscription {
+        topic: String,
+        name: String,
+        settings: SubscriptionSettings,
+    },
+    DeleteSubscription {
+        topic: String,
+        name: String,
+    },
+    PutRule {
+        topic: String,
+        subscription: String,
+        name: String,
+        filter: String,
+        action: Option<String>,
+        order: i64,
+    },
+    DeleteRule {
+        topic: String,
+        subscription: String,
+        name: String,
+    },
+    InsertEntry(Box<EntryRow>),
+    DeleteEntry {
+        id: i64,
+    },
+    /// Delivery count and (after abandon with properties) the message.
+    UpdateEntry {
+        id: i64,
+        failures: u32,
+        message: Option<Vec<u8>>,
+    },
+    MoveToDeadLetter {
+        id: i64,
+        failures: u32,
+        reason: String,
+        description: String,
+    },
+    InsertScheduled {
+        seq: i64,
+        topic: String,
+        at: SystemTime,
+        message: Vec<u8>,
+    },
+    DeleteScheduled {
+        seq: i64,
+    },
+    SetSessionState {
+        topic: String,
+        subscription: String,
+        session: String,
+        state: Option<Vec<u8>>,
+    },
+    PutDedup {
+        topic: String,
+        message_id: String,
+        at: SystemTime,
+        seq: i64,
+    },
+    PruneDedup {
+        topic: String,
+        before: SystemTime,
+    },
+    /// The sequence high-water mark: no number at or below it is reused.
+    SequenceHighWater(i64),
+}
+
+/// A stored message copy (main or dead-letter queue of a subscription).
+#[derive(Debug, Clone)]
+pub(crate) struct EntryRow {
+    pub(crate) id: i64,
+    pub(crate) topic: String,
+    pub(crate) subscription: String,
+    pub(crate) dead_letter: bool,
+    pub(crate) seq: i64,
+    pub(crate) enqueued: SystemTime,
+    pub(crate) expires: Option<SystemTime>,
+    pub(crate) failures: u32,
+    pub(crate) dead_letter_reason: Option<String>,
+    pub(crate) dead_letter_description: Option<String>,
+    pub(crate) message: Vec<u8>,
+}
+
+/// Why the store failed: the broker is then poisoned until reopened.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum StoreError {
+    #[error("storage failed: {0}; reopen the broker")]
+    Failed(String),
+}
+
+impl From<StoreError> for TransientError {
+    fn from(value: StoreError) -> Self {
+        TransientError::new(value.to_string())
+    }
+}
+
+/// Opening the data directory failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The data directory could not be created.
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// SQLite refused to open or set up the database.
+    #[error("cannot open broker database {path}: {source}")]
+    Database {
+        /// The database file.
+        path: String,
+        /// The SQLite error.
+        source: rusqlite::Error,
+    },
+    /// The database holds data nimbus cannot read.
+    #[error("broker database {path} is unreadable: {reason}")]
+    Corrupt {
+        /// The database file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The writer thread could not be started.
+    #[error("cannot start the broker writer thread: {0}")]
+    Thread(std::io::Error),
+}
+
+struct Request {
+    ops: Vec<StoreOp>,
+    ack: Option<oneshot::Sender<Result<(), StoreError>>>,
+}
+
+/// The handle to the writer thread.
+pub(crate) struct Store {
+    tx: Mutex<Option<mpsc::Sender<Request>>>,
+    failure: Arc<Mutex<Option<String>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Waits for the commit of one request.
+pub(crate) struct Ack(
+    Option<oneshot::Receiver<Result<(), StoreError>>>,
+    Option<StoreError>,
+);
+
+impl Ack {
+    /// Resolves once the request's transaction committed (or failed).
+    pub(crate) async fn committed(self) -> Result<(), StoreError> {
+        if let Some(error) = self.1 {
+            return Err(error);
+        }
+        match self.0 {
+            None => Ok(()),
+            Some(rx) => rx.await.unwrap_or_else(|_| {
+                Err(StoreError::Failed("the writer thread stopped".to_owned()))
+            }),
+        }
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database, and returns it for loading
+    /// plus the writer handle.
+    pub(crate) fn open(
+        dir: &Path,
+        durability: Durability,
+    ) -> Result<(Store, Connection), OpenError> {
+        std::fs::create_dir_all(dir).map_err(|source| OpenError::DataDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let path = dir.join("broker.sqlite3");
+        let db_error = |source| OpenError::Database {
+            path: path.display().to_string(),
+            source,
+        };
+        let writer = Connection::open(&path).map_err(db_error)?;
+        configure(&writer, durability).map_err(db_error)?;
+        let version: i64 = writer
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(db_error)?;
+        if version == 0 {
+            writer.execute_batch(SCHEMA).map_err(db_error)?;
+            writer
+                .pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(db_error)?;
+        } else if version != SCHEMA_VERSION {
+            return Err(OpenError::Corrupt {
+                path: path.display().to_string(),
+                reason: format!(
+                    "schema version {version}, this build reads version {SCHEMA_VERSION}"
+                ),
+            });
+        }
+        let reader = Connection::open(&path).map_err(db_error)?;
+        let (tx, rx) = mpsc::channel();
+        let failure = Arc::new(Mutex::new(None));
+        let thread_failure = Arc::clone(&failure);
+        let thread = std::thread::Builder::new()
+            .name("nimbus-broker-writer".to_owned())
+            .spawn(move || writer_loop(writer, rx, thread_failure))
+            .map_err(OpenError::Thread)?;
+        Ok((
+            Store {
+                tx: Mutex::new(Some(tx)),
+                failure,
+                thread: Mutex::new(Some(thread)),
+            },
+            reader,
+        ))
+    }
+
+    /// The failure that poisoned the store, if any.
+    pub(crate) fn failure(&self) -> Option<StoreError> {
+        self.failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .map(StoreError::Failed)
+    }
+
+    /// Queues `ops` for the next commit. Call while holding the locks under
+    /// which the ops were applied in memory, so the log order is the memory
+    /// order. Await the returned [`Ack`] after releasing them.
+    pub(crate) fn submit(&self, ops: Vec<StoreOp>) -> Ack {
+        if ops.is_empty() {
+            return Ack(None, None);
+        }
+        let (ack, rx) = oneshot::channel();
+        let guard = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        let sent = guard.as_ref().map(|tx| {
+            tx.send(Request {
+                ops,
+                ack: Some(ack),
+            })
+        });
+        match sent {
+            Some(Ok(())) => Ack(Some(rx), None),
+            _ => Ack(
+                None,
+                Some(
+                    self.failure()
+                        .unwrap_or_else(|| StoreError::Failed("the broker is shut down".into())),
+                ),
+            ),
+        }
+    }
+
+    /// Queues `ops` without waiting for their commit (timer work, whose
+    /// effect is already visible and whose loss in a crash is harmless).
+    pub(crate) fn submit_detached(&self, ops: Vec<StoreOp>) {
+        if ops.is_empty() {
+            return;
+        }
+        let guard = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tx) = guard.as_ref() {
+            // A closed channel means shutdown; the failure is reported to
+            // every acknowledged caller instead.
+            let _ = tx.send(Request { ops, ack: None });
+        }
+    }
+
+    /// Stops the writer after it committed everything queued.
+    pub(crate) fn shutdown(&self) {
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("the broker writer thread panicked");
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn configure(conn: &Connection, durability: Durability) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    let synchronous = match durability {
+        // FULL in WAL mode: the WAL is fsynced at every commit.
+        Durability::Fsync => "FULL",
+        // NORMAL in WAL mode: commits are written to the OS (survive a
+        // process kill) and fsynced only at checkpoints.
+        Durability::Os => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)?;
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(())
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS topics (
+    name TEXT PRIMARY KEY,
+    default_ttl_ms INTEGER,
+    dedup_window_ms INTEGER
+);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    topic TEXT NOT NULL,
+    name TEXT NOT NULL,
+    requires_session INTEGER NOT NULL,
+    lock_ms INTEGER NOT NULL,
+    max_delivery INTEGER NOT NULL,
+    default_ttl_ms INTEGER,
+    dead_letter_on_expiry INTEGER NOT NULL,
+    forward_to TEXT,
+    PRIMARY KEY (topic, name)
+);
+CREATE TABLE IF NOT EXISTS rules (
+    topic TEXT NOT NULL,
+    subscription TEXT NOT NULL,
+    name TEXT NOT NULL,
+    filter TEXT NOT NULL,
+    action TEXT,
+    ord INTEGER NOT NULL,
+    PRIMARY KEY (topic, subscription, name)
+);
+CREATE TABLE IF NOT EXISTS entries (
+    id INTEGER PRIMARY KEY,
+    topic TEXT NOT NULL,
+    subscription TEXT NOT NULL,
+    dead_letter INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    enqueued_ms INTEGER NOT NULL,
+    expires_ms INTEGER,
+    failures INTEGER NOT NULL,
+    dl_reason TEXT,
+    dl_description TEXT,
+    message BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_by_subscription ON entries (topic, subscription);
+CREATE TABLE IF NOT EXISTS scheduled (
+    seq INTEGER PRIMARY KEY,
+    topic TEXT NOT NULL,
+    at_ms INTEGER NOT NULL,
+    message BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_state (
+    topic TEXT NOT NULL,
+    subscription TEXT NOT NULL,
+    session TEXT NOT NULL,
+    state BLOB NOT NULL,
+    PRIMARY KEY (topic, subscription, session)
+);
+CREATE TABLE IF NOT EXISTS dedup (
+    topic TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    at_ms INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (topic, message_id)
+);
+";
+
+fn writer_loop(
+    mut conn: Connection,
+    rx: mpsc::Receiver<Request>,
+    failure: Arc<Mutex<Option<String>>>,
+) {
+    let mut batch: Vec<Request> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        while batch.len() < MAX_REQUESTS_PER_COMMIT {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let poisoned = failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let result = match poisoned {
+            Some(message) => Err(StoreError::Failed(message)),
+            None => commit_batch(&mut conn, &batch).map_err(|e| {
+                let message = e.to_string();
+                tracing::error!(error = %message, "broker commit failed; the broker is poisoned");
+                *failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(message.clone());
+                StoreError::Failed(message)
+            }),
+        };
+        for request in batch.drain(..) {
+            if let Some(ack) = request.ack {
+                // The caller may have given up waiting; nothing to do then.
+                let _ = ack.send(result.clone());
+            }
+        }
+    }
+    // Fold the WAL into the main file on a clean shutdown.
+    if let Err(error) = conn.pragma_update(None, "wal_checkpoint", "TRUNCATE") {
+        tracing::warn!(%error, "broker checkpoint at shutdown failed");
+    }
+}
+
+fn commit_batch(conn: &mut Connection, batch: &[Request]) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    let mut high_water = None;
+    for request in batch {
+        for op in &request.ops {
+            if let StoreOp::SequenceHighWater(n) = op {
+                high_water = Some(high_water.map_or(*n, |h: i64| h.max(*n)));
+                continue;
+            }
+            apply(&tx, op)?;
+        }
+    }
+    if let Some(n) = high_water {
+        tx.prepare_cached(
+            "INSERT INTO meta (key, value) VALUES ('sequence', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
+        )?
+        .execute(params![n])?;
+    }
+    tx.commit()
+}
+
+pub(crate) fn millis(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+pub(crate) fn from_millis(ms: i64) -> SystemTime {
+    if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs())
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
+    }
+}
+
+fn duration_ms(d: Option<Duration>) -> Option<i64> {
+    d.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn apply(tx: &rusqlite::Transaction<'_>, op: &StoreOp) -> rusqlite::Result<()> {
+    match op {
+        StoreOp::PutTopic { name, settings } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO topics (name, default_ttl_ms, dedup_window_ms)
+                 VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![
+                name,
+                duration_ms(settings.default_message_ttl),
+                duration_ms(settings.duplicate_detection_window)
+            ])?;
+        }
+        StoreOp::DeleteTopic { name } => {
+            for sql in [
+                "DELETE FROM topics WHERE name = ?1",
+                "DELETE FROM subscriptions WHERE topic = ?1",
+                "DELETE FROM rules WHERE topic = ?1",
+                "DELETE FROM entries WHERE topic = ?1",
+                "DELETE FROM scheduled WHERE topic = ?1",
+                "DELETE FROM session_state WHERE topic = ?1",
+                "DELETE FROM dedup WHERE topic = ?1",
+            ] {
+                tx.prepare_cached(sql)?.execute(params![name])?;
+            }
+        }
+        StoreOp::PutSubscription {
+            topic,
+            name,
+            settings,
+        } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO subscriptions (topic, name, requires_session, lock_ms,
+                 max_delivery, default_ttl_ms, dead_letter_on_expiry, forward_to)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                topic,
+                name,
+                settings.requires_session,
+                duration_ms(Some(settings.lock_duration)),
+                settings.max_delivery_count,
+                duration_ms(settings.default_message_ttl),
+                settings.dead_letter_on_expiry,
+                settings.forward_to
+            ])?;
+        }
+        StoreOp::DeleteSubscription { topic, name } => {
+            for sql in [
+                "DELETE FROM subscriptions WHERE topic = ?1 AND name = ?2",
+                "DELETE FROM rules WHERE topic = ?1 AND subscription = ?2",
+                "DELETE FROM entries WHERE topic = ?1 AND subscription = ?2",
+                "DELETE FROM session_state WHERE topic = ?1 AND subscription = ?2",
+            ] {
+                tx.prepare_cached(sql)?.execute(params![topic, name])?;
+            }
+        }
+        StoreOp::PutRule {
+            topic,
+            subscription,
+            name,
+            filter,
+            action,
+            order,
+        } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO rules (topic, subscription, name, filter, action, ord)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![topic, subscription, name, filter, action, order])?;
+        }
+        StoreOp::DeleteRule {
+            topic,
+            subscription,
+            name,
+        } => {
+            tx.prepare_cached(
+                "DELETE FROM rules WHERE topic = ?1 AND subscription = ?2 AND name = ?3",
+            )?
+            .execute(params![topic, subscription, name])?;
+        }
+        StoreOp::InsertEntry(row) => {
+            tx.prepare_cached(
+                "INSERT INTO entries (id, topic, subscription, dead_letter, seq, enqueued_ms,
+                 expires_ms, failures, dl_reason, dl_description, message)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )?
+            .execute(params![
+                row.id,
+                row.topic,
+                row.subscription,
+                row.dead_letter,
+                row.seq,
+                millis(row.enqueued),
+                row.expires.map(millis),
+                row.failures,
+                row.dead_letter_reason,
+                row.dead_letter_description,
+                row.message
+            ])?;
+        }
+        StoreOp::DeleteEntry { id } => {
+            tx.prepare_cached("DELETE FROM entries WHERE id = ?1")?
+                .execute(params![id])?;
+        }
+        StoreOp::UpdateEntry {
+            id,
+            failures,
+            message,
+        } => match message {
+            Some(message) => {
+                tx.prepare_cached("UPDATE entries SET failures = ?2, message = ?3 WHERE id = ?1")?
+                    .execute(params![id, failures, message])?;
+            }
+            None => {
+                tx.prepare_cached("UPDATE entries SET failures = ?2 WHERE id = ?1")?
+                    .execute(params![id, failures])?;
+            }
+        },
+        StoreOp::MoveToDeadLetter {
+            id,
+            failures,
+            reason,
+            description,
+        } => {
+            tx.prepare_cached(
+                "UPDATE entries SET dead_letter = 1, failures = ?2, dl_reason = ?3,
+                 dl_description = ?4 WHERE id = ?1",
+            )?
+            .execute(params![id, failures, reason, description])?;
+        }
+        StoreOp::InsertScheduled {
+            seq,
+            topic,
+            at,
+            message,
+        } => {
+            tx.prepare_cached(
+                "INSERT INTO scheduled (seq, topic, at_ms, message) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![seq, topic, millis(*at), message])?;
+        }
+        StoreOp::DeleteScheduled { seq } => {
+            tx.prepare_cached("DELETE FROM scheduled WHERE seq = ?1")?
+                .execute(params![seq])?;
+        }
+        StoreOp::SetSessionState {
+            topic,
+            subscription,
+            session,
+            state,
+        } => match state {
+            Some(state) => {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO session_state (topic, subscription, session, state)
+                     VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![topic, subscription, session, state])?;
+            }
+            None => {
+                tx.prepare_cached(
+                    "DELETE FROM session_state
+                     WHERE topic = ?1 AND subscription = ?2 AND session = ?3",
+                )?
+                .execute(params![topic, subscription, session])?;
+            }
+        },
+        StoreOp::PutDedup {
+            topic,
+            message_id,
+            at,
+            seq,
+        } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO dedup (topic, message_id, at_ms, seq)
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![topic, message_id, millis(*at), seq])?;
+        }
+        StoreOp::PruneDedup { topic, before } => {
+            tx.prepare_cached("DELETE FROM dedup WHERE topic = ?1 AND at_ms < ?2")?
+                .execute(params![topic, millis(*before)])?;
+        }
+        StoreOp::SequenceHighWater(_) => {}
+    }
+    Ok(())
+}
+
+/// Everything on disk, read once at open to rebuild memory state.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshot {
+    pub(crate) sequence: i64,
+    pub(crate) topics: Vec<(String, TopicSettings)>,
+    pub(crate) subscriptions: Vec<(String, String, SubscriptionSettings)>,
+    pub(crate) rules: Vec<(String, String, String, String, Option<String>)>,
+    pub(crate) entries: Vec<LoadedEntry>,
+    pub(crate) scheduled: Vec<(i64, String, SystemTime, Message)>,
+    pub(crate) session_states: Vec<(String, String, String, Vec<u8>)>,
+    pub(crate) dedup: Vec<(String, String, SystemTime, i64)>,
+}
+
+/// A stored entry with its message decoded.
+#[derive(Debug)]
+pub(crate) struct LoadedEntry {
+    pub(crate) row: EntryRow,
+    pub(crate) decoded: Message,
+}
+
+/// Reads the whole database (rows in id / creation order).
+pub(crate) fn load(conn: &Connection, path: &Path) -> Result<Snapshot, OpenError> {
+    let db = |source| OpenError::Database {
+        path: path.display().to_string(),
+        source,
+    };
+    let corrupt = |reason: String| OpenError::Corrupt {
+        path: path.display().to_string(),
+        reason,
+    };
+    let mut snap = Snapshot {
+        sequence: conn
+            .query_row("SELECT value FROM meta WHERE key = 'sequence'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(db)?
+            .unwrap_or(0),
+        ..Snapshot::default()
+    };
+    let ms = |v: Option<i64>| v.map(|v| Duration::from_millis(v.max(0).unsigned_abs()));
+
+    let mut stmt = conn
+        .prepare("SELECT name, default_ttl_ms, dedup_window_ms FROM topics ORDER BY name")
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Option<i64>>(1)?,
+                r.get::<_, Option<i64>>(2)?,
+            ))
+        })
+        .map_err(db)?;
+    for row in rows {
+        let (name, ttl, window) = row.map_err(db)?;
+        let mut settings = TopicSettings::default();
+        settings.default_message_ttl = ms(ttl);
+        settings.duplicate_detection_window = ms(window);
+        snap.topics.push((name, settings));
+    }
+
+    let mut stmt = conn
+        .prepare(
+            "SELECT topic, name, requires_session, lock_ms, max_delivery, default_ttl_ms,
+             dead_letter_on_expiry, forward_to FROM subscriptions ORDER BY topic, name",
+        )
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([], |r| {
+            let mut s = SubscriptionSettings::default();
+            s.requires_session = r.get(2)?;
+            s.lock_duration = Duration::from_millis(r.get::<_, i64>(3)?.max(0).unsigned_abs());
+            s.max_delivery_count = r.get(4)?;
+            s.default_message_ttl = r
+                .get::<_, Option<i64>>(5)?
+                .map(|v| Duration::from_millis(v.max(0).unsigned_abs()));
+            s.dead_letter_on_expiry = r.get(6)?;
+            s.forward_to = r.get(7)?;
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, s))
+        })
+        .map_err(db)?;
+    for row in rows {
+        snap.subscriptions.push(row.map_err(db)?);
+    }
+
+    let mut stmt = conn
+        .prepare("SELECT topic, subscription, name, filter, action FROM rules ORDER BY ord")
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .map_err(db)?;
+    for row in rows {
+        snap.rules.push(row.map_err(db)?);
+    }
+
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, topic, subscription, dead_letter, seq, enqueued_ms, expires_ms, failures,
+             dl_reason, dl_description, message FROM entries ORDER BY id",
+        )
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(EntryRow {
+                id: r.get(0)?,
+                topic: r.get(1)?,
+                subscription: r.get(2)?,
+                dead_letter: r.get(3)?,
+                seq: r.get(4)?,
+                enqueued: from_millis(r.get(5)?),
+                expires: r.get::<_, Option<i64>>(6)?.map(from_millis),
+                failures: r.get(7)?,
+                dead_letter_reason: r.get(8)?,
+                dead_letter_description: r.get(9)?,
+                message: r.get(10)?,
+            })
+        })
+        .map_err(db)?;
+    for row in rows {
+        let row = row.map_err(db)?;
+        let decoded = crate::codec::decode(&row.message)
+            .map_err(|e| corrupt(format!("entry {}: {e}", row.id)))?;
+        snap.entries.push(LoadedEntry { row, decoded });
+    }
+
+    let mut stmt = conn
+        .prepare("SELECT seq, topic, at_ms, message FROM scheduled ORDER BY seq")
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                from_millis(r.get(2)?),
+                r.get::<_, Vec<u8>>(3)?,
+            ))
+        })
+        .map_err(db)?;
+    for row in rows {
+        let (seq, topic, at, blob) = row.map_err(db)?;
+        let message = crate::codec::decode(&blob)
+            .map_err(|e| corrupt(format!("scheduled message {seq}: {e}")))?;
+        snap.scheduled.push((seq, topic, at, message));
+    }
+
+    let mut stmt = conn
+        .prepare("SELECT topic, subscription, session, state FROM session_state")
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .map_err(db)?;
+    for row in rows {
+        snap.session_states.push(row.map_err(db)?);
+    }
+
+    let mut stmt = conn
+        .prepare("SELECT topic, message_id, at_ms, seq FROM dedup ORDER BY at_ms")
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, from_millis(r.get(2)?), r.get(3)?))
+        })
+        .map_err(db)?;
+    for row in rows {
+        snap.dedup.push(row.map_err(db)?);
+    }
+    Ok(snap)
+}
