@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Builds every guest crate (the example handlers and the hostile test
-# components) to wasm32-wasip2 components under target/wasm32-wasip2/release.
+# Builds every guest crate (the example handlers under examples/ and the test
+# components under tests/guests/) to a wasm32-wasip2 component at
+#   ${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release/<crate_name>.wasm
+# (a `-` in a crate name becomes `_`, e.g. erp_import.wasm, swap_v1.wasm).
+# Guest crates are workspace members but not default members, so a plain host
+# `cargo build`/`cargo test` never compiles them for the host.
+# The small-stack link flag comes from .cargo/config.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2

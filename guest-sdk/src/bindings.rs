@@ -13,4 +13,6 @@ wit_bindgen::generate!({
     pub_export_macro: true,
     export_macro_name: "__export_handler_world",
     default_bindings_module: "::nimbus_guest::__bindings",
+    // Lets the SDK's tests compare what crosses the boundary.
+    additional_derives: [PartialEq],
 });

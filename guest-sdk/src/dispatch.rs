@@ -12,7 +12,6 @@ use crate::bindings::nimbus::handler::types as wit;
 use crate::host::{ComponentHost, Host};
 use crate::{Context, Error, Event, Handler, Outcome};
 
-
 /// The event record the `dispatch.handle` export receives.
 pub type WitEvent = wit::Event;
 /// The outcome record the `dispatch.handle` export returns.
@@ -33,6 +32,21 @@ pub trait Route {
     /// whatever the handler returns.
     fn call(&self, ctx: &Context) -> Result<Outcome, Error>;
 }
+
+/// An event type whose payload can be decoded: exists only to say, when it
+/// cannot, what to do about it.
+#[diagnostic::on_unimplemented(
+    message = "the payload of `{Self}` cannot be deserialized",
+    label = "`{Self}` does not implement `serde::Deserialize`",
+    note = "derive it: `#[derive(serde::Deserialize)]` on `{Self}` (and `#[serde(rename_all = \"PascalCase\")]` for NimBus-style payloads)"
+)]
+pub trait Payload: DeserializeOwned {}
+
+impl<T: DeserializeOwned> Payload for T {}
+
+/// Named by `export!` for each registered event type, so a payload type
+/// that cannot be deserialized is reported with [`Payload`]'s advice.
+pub const fn require_payload<E: Event + Payload>() {}
 
 /// The [`Route`] for handler `H` and event type `E`.
 pub struct HandlerRoute<H, E> {

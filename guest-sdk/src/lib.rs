@@ -68,9 +68,10 @@
 //!
 //! # Mistakes the compiler catches
 //!
-//! A handler registered for an event type it has no `impl Handler` for:
+//! A handler registered for an event type it has no `impl Handler` for
+//! ("`Orders` does not handle `OrderPlaced` events", with the impl to write):
 //!
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! #[derive(serde::Deserialize)]
 //! struct OrderPlaced {}
 //! impl nimbus_guest::Event for OrderPlaced { const EVENT_TYPE: &'static str = "OrderPlaced"; }
@@ -79,9 +80,10 @@
 //! # fn main() {}
 //! ```
 //!
-//! An event type without its name:
+//! An event type without its name ("`OrderPlaced` is not a nimbus event
+//! type", with the impl to write):
 //!
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! #[derive(serde::Deserialize)]
 //! struct OrderPlaced {}
 //! struct Orders;
@@ -93,9 +95,26 @@
 //! # fn main() {}
 //! ```
 //!
-//! The same event type registered twice:
+//! A payload type that serde cannot deserialize ("the payload of
+//! `OrderPlaced` cannot be deserialized", with the derive to add):
 //!
-//! ```compile_fail
+//! ```compile_fail,E0277
+//! struct OrderPlaced {}
+//! impl nimbus_guest::Event for OrderPlaced { const EVENT_TYPE: &'static str = "OrderPlaced"; }
+//! struct Orders;
+//! impl nimbus_guest::Handler<OrderPlaced> for Orders {
+//!     fn handle(&self, _: OrderPlaced, _: &nimbus_guest::Context) -> Result<nimbus_guest::Outcome, nimbus_guest::Error> {
+//!         Ok(nimbus_guest::Outcome::Completed)
+//!     }
+//! }
+//! nimbus_guest::export!(Orders => OrderPlaced);
+//! # fn main() {}
+//! ```
+//!
+//! The same event type registered twice ("an event type is registered
+//! twice"):
+//!
+//! ```compile_fail,E0080
 //! #[derive(serde::Deserialize)]
 //! struct OrderPlaced {}
 //! impl nimbus_guest::Event for OrderPlaced { const EVENT_TYPE: &'static str = "OrderPlaced"; }
@@ -109,13 +128,19 @@
 //! # fn main() {}
 //! ```
 //!
-//! A malformed `export!`:
+//! A malformed `export!` (the message shows the expected form):
 //!
 //! ```compile_fail
 //! struct Orders;
 //! nimbus_guest::export!(Orders);
 //! # fn main() {}
 //! ```
+//!
+//! A wrong `handle` signature is the compiler's own E0050/E0053, which prints
+//! the expected signature. One mistake only shows when the component is
+//! loaded: a crate that never invokes `export!` builds a component that
+//! exports nothing, and the host refuses it because it does not export
+//! `nimbus:handler/dispatch@0.1.0` (`nimbus handlers check FILE` says so).
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 
 // Lets the generated bindings name this crate as `::nimbus_guest`, the same
@@ -155,8 +180,8 @@ pub use outcome::{Outcome, PendingHandoff, pending_handoff};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::dispatch::{
-        HandlerRoute, Route, WitError, WitEvent, WitOutcome, assert_registrations, handle,
-        subscriptions,
+        HandlerRoute, Payload, Route, WitError, WitEvent, WitOutcome, assert_registrations, handle,
+        require_payload, subscriptions,
     };
 }
 

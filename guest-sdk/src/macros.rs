@@ -7,13 +7,31 @@
 /// separated by `;`. The handler is an expression evaluated for each event
 /// (a unit struct's name is enough).
 ///
-/// ```ignore
-/// nimbus_guest::export!(Orders => OrderPlaced, OrderCancelled);
-/// // or, several handlers:
+/// `nimbus_guest::export!(Orders => OrderPlaced, OrderCancelled);` for one
+/// handler; for several:
+///
+/// ```no_run
+/// # use nimbus_guest::{Context, Error, Event, Handler, Outcome};
+/// # macro_rules! event { ($($t:ident),*) => { $(
+/// #     #[derive(serde::Deserialize)] struct $t {}
+/// #     impl Event for $t { const EVENT_TYPE: &'static str = stringify!($t); }
+/// # )* } }
+/// # event!(OrderPlaced, OrderCancelled, InvoiceDue);
+/// # macro_rules! handles { ($h:ty: $($e:ty),*) => { $(
+/// #     impl Handler<$e> for $h {
+/// #         fn handle(&self, _: $e, _: &Context) -> Result<Outcome, Error> { Ok(Outcome::Completed) }
+/// #     }
+/// # )* } }
+/// struct Orders;
+/// struct Billing { currency: &'static str }
+/// # handles!(Orders: OrderPlaced, OrderCancelled);
+/// # handles!(Billing: InvoiceDue);
+///
 /// nimbus_guest::export! {
 ///     Orders => OrderPlaced, OrderCancelled;
-///     Billing => InvoiceDue;
+///     Billing { currency: "EUR" } => InvoiceDue;
 /// }
+/// # fn main() {}
 /// ```
 ///
 /// `subscriptions` answers the listed event types; `handle` routes by event
@@ -30,6 +48,8 @@ macro_rules! export {
         #[doc(hidden)]
         #[allow(non_camel_case_types, dead_code, reason = "a marker named to explain the error it causes")]
         struct nimbus_guest_export_may_be_used_only_once_per_component;
+
+        $( $( const _: () = $crate::__private::require_payload::<$event>(); )+ )+
 
         const _: () = $crate::__private::assert_registrations(&[
             $($( <$event as $crate::Event>::EVENT_TYPE ),+),+

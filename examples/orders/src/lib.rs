@@ -86,7 +86,10 @@ pub fn decide(order: &OrderPlaced, reject_over_total: Option<f64>) -> Result<(),
     if order.fail || order.customer == "fail" {
         return Err(Error::failed(
             "OrderRejected",
-            format!("order {} rejected: the payload asked to fail", order.order_id),
+            format!(
+                "order {} rejected: the payload asked to fail",
+                order.order_id
+            ),
         ));
     }
     if let Some(limit) = reject_over_total
