@@ -80,29 +80,53 @@ pub enum Silent {
     StaleRetry,
 }
 
+/// Which `DeferralSequence` a parked message gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkSequence {
+    /// A new arrival: the next sequence of the session ([`SessionState::park`]).
+    Next,
+    /// A replayed copy that met a block again keeps its place (decision 0050,
+    /// rule 2); it is still counted as parked, so the state does not change.
+    Keep(u32),
+}
+
 /// What the session guard says before anything runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Guard {
     /// Go on: run the handler (or, for operator requests, act on the block).
     Proceed,
-    /// Blocked by another event: DeferralResponse, park, complete.
+    /// DeferralResponse, park, complete.
     Park {
-        /// The EventId that owns the block.
-        blocked_by: String,
+        /// The EventId that owns the block; `None` when nothing blocks the
+        /// session but earlier events are still parked (decision 0050's
+        /// gate, rule 1): the event waits behind them.
+        blocked_by: Option<String>,
+        /// The sequence to park under.
+        sequence: ParkSequence,
     },
     /// Complete without a handler and without a response.
     CompleteSilently(Silent),
 }
 
-/// The session guard for `event_id` arriving at `entry` (SEMANTICS.md §2.4).
-pub fn guard(entry: Entry, state: &SessionState, event_id: &str) -> Guard {
+/// The session guard for `event_id` arriving at `entry` (SEMANTICS.md §2.4,
+/// §4). `replayed` is the message's
+/// [`replayed_sequence`](nimbus_wire::NimbusMessage::replayed_sequence): a
+/// replayed copy of a parked message may run while others are still parked;
+/// a new arrival may not.
+pub fn guard(entry: Entry, state: &SessionState, event_id: &str, replayed: Option<u32>) -> Guard {
+    let sequence = replayed.map_or(ParkSequence::Next, ParkSequence::Keep);
     match entry {
         Entry::EventRequest => match state.blocked_by() {
             Some(_) if state.is_blocked_by(event_id) => {
                 Guard::CompleteSilently(Silent::BlockerRedelivery)
             }
             Some(owner) => Guard::Park {
-                blocked_by: owner.to_owned(),
+                blocked_by: Some(owner.to_owned()),
+                sequence,
+            },
+            None if replayed.is_none() && state.has_parked() => Guard::Park {
+                blocked_by: None,
+                sequence,
             },
             None => Guard::Proceed,
         },
@@ -111,6 +135,23 @@ pub fn guard(entry: Entry, state: &SessionState, event_id: &str) -> Guard {
         }
         _ => Guard::Proceed,
     }
+}
+
+/// Parks one message in `state`: returns the `DeferralSequence` to send the
+/// parked copy with.
+pub fn park(state: &mut SessionState, sequence: ParkSequence) -> u32 {
+    match sequence {
+        ParkSequence::Next => state.park(),
+        ParkSequence::Keep(n) => n,
+    }
+}
+
+/// Whether, after a settlement was applied, the session is left unblocked
+/// with messages parked, so the same commit must send a
+/// ProcessDeferredRequest (`nimbus_wire::build::process_deferred_request`);
+/// a crash then never strands parked messages. Extra triggers are harmless.
+pub fn needs_replay_trigger(state: &SessionState) -> bool {
+    !state.is_blocked() && state.has_parked()
 }
 
 /// What the handler (or the host on its behalf) reported, after the classifier.
@@ -214,12 +255,17 @@ impl Plan {
         self.block == BlockChange::Unblock
     }
 
-    /// Applies the block change to `state`.
-    pub fn apply(&self, state: &mut SessionState, event_id: &str) {
+    /// Applies the plan to `state`: the block change and, when the settled
+    /// message is a replayed copy (`replayed`), one fewer parked message —
+    /// unless it is abandoned, which leaves it in flight.
+    pub fn apply(&self, state: &mut SessionState, event_id: &str, replayed: bool) {
         match self.block {
             BlockChange::Keep => {}
             BlockChange::BlockByThis => state.block(event_id),
             BlockChange::Unblock => state.unblock(),
+        }
+        if replayed && self.settle != Settle::Abandon {
+            state.unpark();
         }
     }
 }

@@ -151,6 +151,29 @@ pub fn deferral_response(
     }
 }
 
+/// DeferralResponse for an event parked only because earlier events of its
+/// session are still parked (no event blocks the session; decision 0050's
+/// gate): same shape, text naming the wait instead of a blocker.
+pub fn deferral_response_behind_parked(
+    inbound: &NimbusMessage,
+    times: ResponseTimes,
+    parked: u32,
+) -> NimbusMessage {
+    let session = inbound.session_id.as_deref().unwrap_or_default();
+    NimbusMessage {
+        content: with_error(
+            inbound,
+            ErrorContent::new(
+                Some(format!(
+                    "Session {session} is waiting behind {parked} parked message(s)"
+                )),
+                Some(SESSION_BLOCKED_ERROR_TYPE.to_owned()),
+            ),
+        ),
+        ..response(inbound, MessageType::DeferralResponse, times)
+    }
+}
+
 /// SkipResponse for an operator skip: an empty `MessageContent`.
 pub fn skip_response(inbound: &NimbusMessage, times: ResponseTimes) -> NimbusMessage {
     NimbusMessage {
@@ -330,15 +353,40 @@ pub fn parked_copy(inbound: &NimbusMessage, sequence: u32) -> NimbusMessage {
 }
 
 /// The replay of a parked copy onto the endpoint: every property but
-/// `OriginalSessionId`, `DeferralSequence` and `To` kept, `To = endpoint`,
-/// same `MessageId` (F7), `ReplyTo` kept (F21).
+/// `OriginalSessionId` and `To` kept, `To = endpoint`, same `MessageId`
+/// (F7), `ReplyTo` kept (F21).
+///
+/// Unlike upstream, the replay keeps its `DeferralSequence`: it is how the
+/// engine tells a replayed copy (which may run while parked messages remain)
+/// from a new arrival (which must wait behind them), and the place a
+/// replayed copy keeps if it meets a block again (decision 0050).
 pub fn replay_from_parked(parked: &NimbusMessage, endpoint: &str) -> NimbusMessage {
     NimbusMessage {
         to: Some(endpoint.to_owned()),
         original_session_id: None,
-        deferral_sequence: None,
+        deferral_sequence: Some(parked.deferral_sequence.unwrap_or(0)),
         scheduled_enqueue_time: None,
         ..parked.clone()
+    }
+}
+
+/// ProcessDeferredRequest: asks the endpoint's deferred processor to replay
+/// the session's parked messages. Sent in the settlement that leaves the
+/// session unblocked with messages parked. Session, EventId and EventTypeId
+/// of `cause` (the message whose settlement sent it); empty content.
+pub fn process_deferred_request(cause: &NimbusMessage) -> NimbusMessage {
+    NimbusMessage {
+        session_id: cause.session_id.clone(),
+        correlation_id: cause.correlation_id.clone(),
+        to: Some(addr::DEFERRED_PROCESSOR.to_owned()),
+        message_type: MessageType::ProcessDeferredRequest,
+        event_id: cause.event_id.clone(),
+        event_type_id: cause.event_type().map(str::to_owned),
+        originating_message_id: cause.lineage_origin(),
+        parent_message_id: cause.message_id.clone(),
+        originating_from: originating_from(cause),
+        content: Some(MessageContent::default()),
+        ..NimbusMessage::default()
     }
 }
 

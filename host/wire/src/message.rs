@@ -387,6 +387,17 @@ impl NimbusMessage {
             .is_some_and(|t| t.eq_ignore_ascii_case(addr::HEARTBEAT_EVENT_TYPE))
     }
 
+    /// The `DeferralSequence` of a replayed copy of a parked message (one
+    /// that is back on the endpoint, not the parked copy itself), so the
+    /// engine can let it run ahead of new arrivals (decision 0050).
+    pub fn replayed_sequence(&self) -> Option<u32> {
+        let parked_copy = self
+            .to
+            .as_deref()
+            .is_some_and(|to| to.eq_ignore_ascii_case(addr::DEFERRED));
+        self.deferral_sequence.filter(|_| !parked_copy)
+    }
+
     /// Whether `From` is `Manager` (ignoring case, as upstream's authorization).
     pub fn is_from_manager(&self) -> bool {
         self.from

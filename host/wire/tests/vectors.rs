@@ -510,7 +510,18 @@ fn replay_of_a_parked_copy_returns_the_event_to_the_endpoint_with_its_id() {
         PropertyValue::from("7d1c2b54-0c0e-4f55-8a0e-5b8f0a6b2c33")
     );
     assert!(!props.contains_key("OriginalSessionId"));
-    assert!(!props.contains_key("DeferralSequence"));
+    assert_eq!(
+        props["DeferralSequence"],
+        PropertyValue::Int(0),
+        "kept: it marks a replay and its place (decision 0050)"
+    );
+    assert_eq!(replay.replayed_sequence(), Some(0));
+    assert_eq!(
+        parked.replayed_sequence(),
+        None,
+        "the parked copy itself is not a replay"
+    );
+    assert_eq!(decode("02-forwarded").replayed_sequence(), None);
     assert_eq!(replay.message_id.as_deref(), Some("msg-pub-2"), "F7");
     assert_eq!(replay.session_id, parked.session_id);
     assert_eq!(replay.correlation_id.as_deref(), Some("corr-7"));
@@ -635,4 +646,41 @@ fn expected_by_is_written_in_the_round_trip_format() {
         PropertyValue::from("2025-11-30T10:15:00.1234567Z")
     );
     assert!(!props.contains_key("ExternalJobId"), "only when non-empty");
+}
+
+#[test]
+fn deferral_behind_parked_messages_says_why_it_waits() {
+    let built = build::deferral_response_behind_parked(&second_event(), times(), 2);
+    let error = built.content.unwrap().error_content.unwrap();
+    assert_eq!(
+        error.error_text.as_deref(),
+        Some("Session order-o-1001 is waiting behind 2 parked message(s)")
+    );
+    assert_eq!(error.error_type.as_deref(), Some("SessionBlockedException"));
+    assert_eq!(built.message_type, MessageType::DeferralResponse);
+}
+
+#[test]
+fn process_deferred_request_names_the_session_to_replay() {
+    let cause = decode("08-resubmission-request");
+    let trigger = build::process_deferred_request(&cause).to_transport();
+    assert_eq!(trigger.session_id.as_deref(), Some("order-o-1001"));
+    assert_eq!(trigger.correlation_id.as_deref(), Some("corr-7"));
+    assert_eq!(trigger.message_id, None);
+    assert_eq!(
+        trigger.properties["To"],
+        PropertyValue::from("DeferredProcessor")
+    );
+    assert_eq!(
+        trigger.properties["MessageType"],
+        PropertyValue::from("ProcessDeferredRequest")
+    );
+    assert_eq!(
+        trigger.properties["EventId"],
+        PropertyValue::from("2f0e6c1e-6a2b-4c1e-9d57-1c3a7a0b5e11")
+    );
+    assert_eq!(
+        String::from_utf8(trigger.body).unwrap(),
+        r#"{"EventContent":null,"ErrorContent":null}"#
+    );
 }

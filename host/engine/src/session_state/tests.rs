@@ -46,15 +46,19 @@ fn entry_points_follow_the_message_type() {
 
 #[test]
 fn an_event_on_a_free_session_runs() {
-    assert_eq!(guard(Entry::EventRequest, &free(), "e1"), Guard::Proceed);
+    assert_eq!(
+        guard(Entry::EventRequest, &free(), "e1", None),
+        Guard::Proceed
+    );
 }
 
 #[test]
 fn an_event_on_a_session_blocked_by_another_is_parked() {
     assert_eq!(
-        guard(Entry::EventRequest, &blocked_by("e1"), "e2"),
+        guard(Entry::EventRequest, &blocked_by("e1"), "e2", None),
         Guard::Park {
-            blocked_by: "e1".into()
+            blocked_by: Some("e1".into()),
+            sequence: ParkSequence::Next,
         }
     );
 }
@@ -62,7 +66,7 @@ fn an_event_on_a_session_blocked_by_another_is_parked() {
 #[test]
 fn a_redelivered_blocker_completes_silently_and_keeps_the_block() {
     assert_eq!(
-        guard(Entry::EventRequest, &blocked_by("E1"), "e1"),
+        guard(Entry::EventRequest, &blocked_by("E1"), "e1", None),
         Guard::CompleteSilently(Silent::BlockerRedelivery),
         "F3/F4; event ids compared ignoring case"
     );
@@ -72,15 +76,20 @@ fn a_redelivered_blocker_completes_silently_and_keeps_the_block() {
 fn rp22_a_retry_for_an_event_that_no_longer_blocks_completes_silently() {
     // SEMANTICS.md §2.4 (F14) wins over upstream's ResolutionResponse.
     assert_eq!(
-        guard(Entry::RetryRequest, &blocked_by("different-event"), "e1"),
+        guard(
+            Entry::RetryRequest,
+            &blocked_by("different-event"),
+            "e1",
+            None
+        ),
         Guard::CompleteSilently(Silent::StaleRetry)
     );
     assert_eq!(
-        guard(Entry::RetryRequest, &free(), "e1"),
+        guard(Entry::RetryRequest, &free(), "e1", None),
         Guard::CompleteSilently(Silent::StaleRetry)
     );
     assert_eq!(
-        guard(Entry::RetryRequest, &blocked_by("e1"), "e1"),
+        guard(Entry::RetryRequest, &blocked_by("e1"), "e1", None),
         Guard::Proceed
     );
 }
@@ -88,7 +97,7 @@ fn rp22_a_retry_for_an_event_that_no_longer_blocks_completes_silently() {
 #[test]
 fn a_resubmission_has_no_guard() {
     assert_eq!(
-        guard(Entry::ResubmissionRequest, &blocked_by("other"), "e1"),
+        guard(Entry::ResubmissionRequest, &blocked_by("other"), "e1", None),
         Guard::Proceed
     );
 }
@@ -321,19 +330,84 @@ fn plans_apply_to_the_session_state() {
         "e1",
         Outcome::Failed(Disposition::Retry),
     );
-    fail.apply(&mut state, "e1");
+    fail.apply(&mut state, "e1", false);
     assert!(state.is_blocked_by("e1"));
     assert_eq!(
-        guard(Entry::EventRequest, &state, "e2"),
+        guard(Entry::EventRequest, &state, "e2", None),
         Guard::Park {
-            blocked_by: "e1".into()
+            blocked_by: Some("e1".into()),
+            sequence: ParkSequence::Next,
         }
     );
-    assert_eq!(state.park(), 0);
+    assert_eq!(park(&mut state, ParkSequence::Next), 0);
     let ok = after_handler(Entry::RetryRequest, &state, "e1", Outcome::Completed);
-    ok.apply(&mut state, "e1");
+    ok.apply(&mut state, "e1", false);
     assert!(!state.is_blocked());
     assert!(state.has_parked(), "the drain replays what is parked");
-    state.unpark();
+    assert!(needs_replay_trigger(&state));
+    let replayed = after_handler(Entry::EventRequest, &state, "e2", Outcome::Completed);
+    replayed.apply(&mut state, "e2", true);
+    assert!(!needs_replay_trigger(&state));
     assert!(state.to_bytes().is_empty());
+}
+
+#[test]
+fn a_new_arrival_waits_behind_parked_messages_even_without_a_block() {
+    let mut state = free();
+    state.park();
+    assert_eq!(
+        guard(Entry::EventRequest, &state, "e9", None),
+        Guard::Park {
+            blocked_by: None,
+            sequence: ParkSequence::Next,
+        },
+        "decision 0050, rule 1 (the gate)"
+    );
+    assert_eq!(
+        guard(Entry::EventRequest, &state, "e2", Some(0)),
+        Guard::Proceed,
+        "a replayed copy runs"
+    );
+    assert!(
+        needs_replay_trigger(&state),
+        "a gate park must trigger the replay"
+    );
+}
+
+#[test]
+fn a_replayed_copy_that_meets_a_block_keeps_its_place() {
+    let mut state = blocked_by("e1");
+    state.park();
+    state.park();
+    let decision = guard(Entry::EventRequest, &state, "e3", Some(1));
+    assert_eq!(
+        decision,
+        Guard::Park {
+            blocked_by: Some("e1".into()),
+            sequence: ParkSequence::Keep(1),
+        }
+    );
+    let before = state.clone();
+    assert_eq!(park(&mut state, ParkSequence::Keep(1)), 1);
+    assert_eq!(state, before, "still counted once, next sequence untouched");
+    assert_eq!(park(&mut state, ParkSequence::Next), 2);
+    assert!(
+        !needs_replay_trigger(&state),
+        "blocked: nothing to replay yet"
+    );
+}
+
+#[test]
+fn an_abandoned_replayed_copy_stays_counted() {
+    let mut state = free();
+    state.park();
+    let plan = after_handler(Entry::EventRequest, &state, "e2", Outcome::Transient);
+    plan.apply(&mut state, "e2", true);
+    assert_eq!(
+        state.deferred_count, 1,
+        "in flight: the broker redelivers it"
+    );
+    let plan = after_handler(Entry::EventRequest, &state, "e2", Outcome::Permanent);
+    plan.apply(&mut state, "e2", true);
+    assert_eq!(state.deferred_count, 0, "dead-lettered: settled");
 }
