@@ -77,6 +77,8 @@ fn with_error(inbound: &NimbusMessage, error: ErrorContent) -> Option<MessageCon
     })
 }
 
+/// The inbound content as-is; an empty `MessageContent` when it had none,
+/// since every NimBus message carries a JSON object body (F31's interop rule).
 fn verbatim(inbound: &NimbusMessage) -> Option<MessageContent> {
     Some(inbound.content.clone().unwrap_or_default())
 }
@@ -320,7 +322,7 @@ fn event_copy(inbound: &NimbusMessage) -> NimbusMessage {
         retry_count: inbound.retry_count,
         originating_from: originating_from(inbound),
         properties: inbound.properties.clone(),
-        content: inbound.content.clone(),
+        content: verbatim(inbound),
         ..NimbusMessage::default()
     }
 }
@@ -366,6 +368,7 @@ pub fn replay_from_parked(parked: &NimbusMessage, endpoint: &str) -> NimbusMessa
         original_session_id: None,
         deferral_sequence: Some(parked.deferral_sequence.unwrap_or(0)),
         scheduled_enqueue_time: None,
+        content: verbatim(parked),
         ..parked.clone()
     }
 }

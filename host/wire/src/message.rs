@@ -112,6 +112,9 @@ pub enum Defect {
     /// No (or a blank) `EventId` on a type that needs one.
     #[error("Validation failed: EventId is required")]
     MissingEventId,
+    /// An operator control request whose `From` is not `Manager`.
+    #[error("Validation failed: {0} must come from Manager")]
+    NotFromManager(MessageType),
     /// No (or a blank) `SessionId` on a type that runs a handler.
     #[error("Validation failed: SessionId is required")]
     MissingSessionId,
@@ -405,9 +408,10 @@ impl NimbusMessage {
             .is_some_and(|f| f.eq_ignore_ascii_case(addr::MANAGER))
     }
 
-    /// Checks what must hold before anything runs (SEMANTICS.md §2.1), and
-    /// names the first defect: MessageType handled, EventId present where the
-    /// type needs one, a session where a handler runs, EventTypeId present
+    /// Checks what must hold before anything runs (SEMANTICS.md §1, §2.1),
+    /// and names the first defect: MessageType handled, EventId present where
+    /// the type needs one, control requests from the Manager, a session where
+    /// a handler runs, EventTypeId present
     /// and consistent between property and body, and a JSON event payload
     /// where a handler runs. Heartbeat probes need no payload: the host
     /// answers a blank one with a fresh heartbeat.
@@ -418,6 +422,9 @@ impl NimbusMessage {
         }
         if kind.requires_event_id() && non_blank(self.event_id.as_deref()).is_none() {
             return Err(Defect::MissingEventId);
+        }
+        if kind.is_control_request() && !self.is_from_manager() {
+            return Err(Defect::NotFromManager(kind));
         }
         let property_type = non_blank(self.event_type_id.as_deref());
         let body_type = non_blank(

@@ -183,9 +183,42 @@ fn control_requests_need_no_payload_but_do_need_an_event_id() {
         Some("SkipRequest".into()),
     );
     m.body = MessageContent::default().to_json_bytes();
-    assert_eq!(decoded(&m).validate(), Ok(()));
+    let m = with(m, prop::FROM, Some("manager".into()));
+    assert_eq!(
+        decoded(&m).validate(),
+        Ok(()),
+        "From compared ignoring case"
+    );
     let m = with(m, prop::EVENT_ID, None);
     assert_eq!(decoded(&m).validate(), Err(Defect::MissingEventId));
+}
+
+#[test]
+fn control_requests_must_come_from_the_manager() {
+    for kind in [
+        "ResubmissionRequest",
+        "SkipRequest",
+        "HandoffCompletedRequest",
+        "HandoffFailedRequest",
+    ] {
+        let m = with(event_request(), prop::MESSAGE_TYPE, Some(kind.into()));
+        let err = decoded(&m).validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("Validation failed: {kind} must come from Manager")
+        );
+        let m = with(m, prop::FROM, None);
+        assert!(matches!(
+            decoded(&m).validate(),
+            Err(Defect::NotFromManager(_))
+        ));
+    }
+    let external = with(event_request(), prop::FROM, None);
+    assert_eq!(
+        decoded(&external).validate(),
+        Ok(()),
+        "an external publish is accepted"
+    );
 }
 
 #[test]
@@ -435,6 +468,86 @@ proptest! {
                 prop_assert!(err.to_string().starts_with("Validation failed: "));
                 let _ = err.partial.validate();
             }
+        }
+    }
+}
+
+fn all_builds(inbound: &NimbusMessage) -> Vec<(&'static str, NimbusMessage)> {
+    use nimbus_wire::build::{self, Handoff, ResponseTimes};
+    let times = ResponseTimes {
+        queue_time_ms: Some(1),
+        processing_time_ms: Some(2),
+    };
+    let failure = nimbus_wire::Failure::new("E", "m");
+    let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let handoff = Handoff {
+        reason: "r".into(),
+        external_job_id: Some("j".into()),
+        expected_by: Some(at),
+    };
+    vec![
+        ("resolution", build::resolution_response(inbound, times)),
+        ("error", build::error_response(inbound, times, &failure)),
+        (
+            "handoff-failed",
+            build::handoff_failed_response(inbound, times),
+        ),
+        ("deferral", build::deferral_response(inbound, times, "b")),
+        (
+            "behind",
+            build::deferral_response_behind_parked(inbound, times, 2),
+        ),
+        ("skip", build::skip_response(inbound, times)),
+        ("duplicate", build::duplicate_response(inbound, times)),
+        (
+            "discard",
+            build::discard_response(inbound, times, &failure, "x"),
+        ),
+        ("unsupported", build::unsupported_response(inbound, times)),
+        (
+            "handoff",
+            build::pending_handoff_response(inbound, times, &handoff),
+        ),
+        (
+            "dead-letter",
+            build::dead_letter_notification(inbound, times, "r", "d", Some(&failure)),
+        ),
+        (
+            "heartbeat",
+            build::heartbeat_response(inbound, times, at, "v"),
+        ),
+        ("retry", build::retry_request(inbound, at)),
+        ("parked", build::parked_copy(inbound, 4)),
+        ("replay", build::replay_from_parked(inbound, "billing")),
+        ("trigger", build::process_deferred_request(inbound)),
+        (
+            "resubmit",
+            build::resubmission_request(inbound, "billing", None),
+        ),
+        ("skip-request", build::skip_request(inbound, "billing")),
+        (
+            "handoff-completed",
+            build::handoff_completed_request(inbound, "billing", Some("{}"), None),
+        ),
+        (
+            "handoff-failed-request",
+            build::handoff_failed_request(inbound, "billing", &failure, None),
+        ),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_built_message_round_trips_and_keeps_session_and_correlation(
+        inbound in nimbus_message()
+    ) {
+        for (what, built) in all_builds(&inbound) {
+            let back = NimbusMessage::from_transport(&built.to_transport());
+            prop_assert_eq!(back.as_ref(), Ok(&built), "{}", what);
+            prop_assert_eq!(&built.session_id, &inbound.session_id, "{}", what);
+            prop_assert_eq!(&built.correlation_id, &inbound.correlation_id, "{}", what);
+            prop_assert_eq!(&built.event_id, &inbound.event_id, "{}", what);
+            prop_assert!(built.content.is_some(), "{}: every NimBus message has a body", what);
         }
     }
 }
