@@ -684,3 +684,32 @@ fn process_deferred_request_names_the_session_to_replay() {
         r#"{"EventContent":null,"ErrorContent":null}"#
     );
 }
+
+#[test]
+fn the_copied_vectors_match_the_shared_ones_when_present() {
+    // CI lays `shared/` beside the clone; a plain checkout may not have it.
+    let shared = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/wire");
+    let Ok(entries) = std::fs::read_dir(&shared) else {
+        eprintln!("no {shared:?}: nothing to compare against");
+        return;
+    };
+    let mut compared = 0;
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let name = path.file_name().unwrap();
+            let copy = std::fs::read(fixture_dir().join(name))
+                .unwrap_or_else(|e| panic!("{name:?} missing from the copy: {e}"));
+            assert_eq!(
+                copy,
+                std::fs::read(&path).unwrap(),
+                "{name:?} differs from shared/; copy it again"
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(
+        compared, 16,
+        "fifteen message vectors and the session states"
+    );
+}
