@@ -155,3 +155,27 @@ pub enum ActionError {
         found: &'static str,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn position_inside_a_character_moves_to_its_start() {
+        let p = Position::in_text("aé", 2);
+        assert_eq!((p.offset, p.line, p.column), (1, 1, 2));
+    }
+
+    #[test]
+    fn position_past_the_end_is_clamped() {
+        let p = Position::in_text("ab\ncd", 99);
+        assert_eq!((p.offset, p.line, p.column), (5, 2, 3));
+    }
+
+    #[test]
+    fn position_counts_lines() {
+        let p = Position::in_text("a\n\nbc", 4);
+        assert_eq!((p.line, p.column), (3, 2));
+        assert_eq!(p.to_string(), "line 3, column 2 (byte 4)");
+    }
+}

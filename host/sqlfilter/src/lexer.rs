@@ -306,3 +306,70 @@ impl Lexer<'_> {
         Ok(symbol)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(text: &str) -> Vec<TokenKind> {
+        tokenize(text)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.kind)
+            .collect()
+    }
+
+    #[test]
+    fn numbers_in_every_documented_form() {
+        for (text, expected) in [
+            ("1.", 1.0),
+            (".5", 0.5),
+            ("1.5", 1.5),
+            ("1e3", 1000.0),
+            ("1E+3", 1000.0),
+            ("2.5e-3", 0.0025),
+            ("1.e2", 100.0),
+        ] {
+            assert_eq!(
+                kinds(text),
+                vec![TokenKind::Float(expected), TokenKind::Eof],
+                "{text}"
+            );
+        }
+        assert_eq!(
+            kinds("007"),
+            vec![TokenKind::Int("007".to_owned()), TokenKind::Eof]
+        );
+    }
+
+    #[test]
+    fn offsets_are_byte_offsets() {
+        let tokens = tokenize("é = 'x'").unwrap();
+        let offsets: Vec<usize> = tokens.iter().map(|t| t.offset).collect();
+        assert_eq!(offsets, vec![0, 3, 5, 8]);
+    }
+
+    #[test]
+    fn two_character_operators() {
+        assert_eq!(
+            kinds("<> != <= >= < > ="),
+            vec![
+                TokenKind::Symbol(Symbol::NotEq),
+                TokenKind::Symbol(Symbol::NotEq),
+                TokenKind::Symbol(Symbol::Le),
+                TokenKind::Symbol(Symbol::Ge),
+                TokenKind::Symbol(Symbol::Lt),
+                TokenKind::Symbol(Symbol::Gt),
+                TokenKind::Symbol(Symbol::Eq),
+                TokenKind::Eof,
+            ]
+        );
+    }
+
+    #[test]
+    fn long_strings_are_shortened_in_error_descriptions() {
+        let long = TokenKind::Str("a".repeat(50));
+        assert_eq!(long.describe(), format!("string '{}...'", "a".repeat(20)));
+        assert_eq!(TokenKind::Str("é".into()).describe(), "string 'é'");
+    }
+}

@@ -131,3 +131,26 @@ pub trait MessagePropertiesMut: MessageProperties {
     /// [`ActionError`](crate::ActionError) naming the property.
     fn set_system(&mut self, name: &str, value: Value<'_>) -> Result<(), crate::ActionError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_is_sql_literal_syntax() {
+        assert_eq!(Value::from("it's").to_string(), "'it''s'");
+        assert_eq!(Value::Int(-3).to_string(), "-3");
+        assert_eq!(Value::Float(2.0).to_string(), "2.0");
+        assert_eq!(Value::Bool(false).to_string(), "FALSE");
+    }
+
+    #[test]
+    fn into_owned_keeps_the_value() {
+        let text = String::from("x");
+        let borrowed = Value::from(text.as_str());
+        assert_eq!(borrowed.clone().into_owned(), borrowed);
+        assert_eq!(borrowed.type_name(), "string");
+        assert_eq!(borrowed.as_str(), Some("x"));
+        assert_eq!(Value::Int(1).as_str(), None);
+    }
+}
