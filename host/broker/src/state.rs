@@ -93,6 +93,8 @@ impl Partition {
 #[derive(Debug)]
 pub(crate) struct QueueCore {
     pub(crate) sessionful: bool,
+    /// Main queues skip expired messages; a dead-letter queue keeps them.
+    expiring: bool,
     pub(crate) partitions: HashMap<String, Partition>,
     ready: BTreeSet<(EntryId, String)>,
     tokens: HashMap<LockToken, (String, EntryId)>,
@@ -120,9 +122,10 @@ impl Wakeups {
 }
 
 impl QueueCore {
-    pub(crate) fn new(sessionful: bool) -> Self {
+    pub(crate) fn new(sessionful: bool, expiring: bool) -> Self {
         QueueCore {
             sessionful,
+            expiring,
             partitions: HashMap::new(),
             ready: BTreeSet::new(),
             tokens: HashMap::new(),
@@ -241,6 +244,8 @@ impl QueueCore {
     /// not (clean release).
     pub(crate) fn unlock_session(&mut self, key: &str, wake: &mut Wakeups) -> Vec<EntryId> {
         let mut released = Vec::new();
+        // Named-session accepts wait for a release even of an empty session.
+        wake.add(&self.notify);
         if let Some(partition) = self.partitions.get_mut(key) {
             partition.owner = None;
             for entry in partition.entries.values_mut() {
@@ -265,12 +270,13 @@ impl QueueCore {
         now: SystemTime,
         wake: &mut Wakeups,
     ) -> Option<ReceivedMessage> {
+        let expiring = self.expiring;
         let partition = self.partitions.get_mut(key)?;
         let id = partition.available.iter().copied().find(|id| {
             partition
                 .entries
                 .get(id)
-                .is_some_and(|e| e.expires.is_none_or(|x| x > now))
+                .is_some_and(|e| !expiring || e.expires.is_none_or(|x| x > now))
         })?;
         partition.available.remove(&id);
         let token = LockToken::new();
@@ -409,8 +415,8 @@ pub(crate) struct SubCore {
 impl SubCore {
     pub(crate) fn new(settings: SubscriptionSettings, incarnation: u64) -> Self {
         SubCore {
-            main: QueueCore::new(settings.requires_session),
-            dead_letter: QueueCore::new(false),
+            main: QueueCore::new(settings.requires_session, true),
+            dead_letter: QueueCore::new(false, false),
             settings,
             rules: Vec::new(),
             incarnation,

@@ -28,8 +28,8 @@ mod transport;
 pub mod conformance;
 
 pub use error::{
-    AcceptSessionError, AdminError, CancelError, Error, ErrorKind, OpenReceiverError,
-    PublishError, ReceiveError, RenewError, SessionStateError, SettleError, TransientError,
+    AcceptSessionError, AdminError, CancelError, Error, ErrorKind, OpenReceiverError, PublishError,
+    ReceiveError, RenewError, SessionStateError, SettleError, TransientError,
 };
 pub use message::{LockToken, Message, Properties, PropertyValue, ReceivedMessage};
 pub use settlement::{Disposition, SettleReceipt, Settlement, SettlementParts};

@@ -114,7 +114,7 @@ pub trait Transport: Send + Sync + 'static {
 /// the session, and their delivery count is not raised.
 ///
 /// [`close`]: SessionLock::close
-pub trait SessionLock: Send + Sync + 'static {
+pub trait SessionLock: Send + Sync + std::fmt::Debug + 'static {
     /// The session id.
     fn session_id(&self) -> &str;
 
@@ -129,9 +129,7 @@ pub trait SessionLock: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<ReceivedMessage>, ReceiveError>> + Send;
 
     /// The session state (`None` when never set or cleared).
-    fn get_state(
-        &self,
-    ) -> impl Future<Output = Result<Option<Vec<u8>>, SessionStateError>> + Send;
+    fn get_state(&self) -> impl Future<Output = Result<Option<Vec<u8>>, SessionStateError>> + Send;
 
     /// Replaces the session state (`None` clears it). Durable on return.
     fn set_state(
@@ -203,7 +201,7 @@ pub trait SessionLock: Send + Sync + 'static {
 ///
 /// Dropping it (or [`close`](Receiver::close)) releases the messages it holds
 /// locked without counting a delivery.
-pub trait Receiver: Send + Sync + 'static {
+pub trait Receiver: Send + Sync + std::fmt::Debug + 'static {
     /// The next available message, locked for the subscription's lock
     /// duration, waiting up to `max_wait`. `Ok(None)` when none arrived.
     fn receive(
@@ -295,7 +293,8 @@ pub trait Admin: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<TopicDescription>, AdminError>> + Send;
 
     /// Every topic, by name.
-    fn list_topics(&self) -> impl Future<Output = Result<Vec<TopicDescription>, AdminError>> + Send;
+    fn list_topics(&self)
+    -> impl Future<Output = Result<Vec<TopicDescription>, AdminError>> + Send;
 
     /// Deletes a topic with its subscriptions and messages.
     fn delete_topic(&self, name: &str) -> impl Future<Output = Result<(), AdminError>> + Send;
