@@ -146,6 +146,11 @@ pub(crate) fn route(
 
 fn unknown_event_type(event_type: &str, routes: &[&dyn Route]) -> Error {
     let handled: Vec<&str> = routes.iter().map(|r| r.event_type()).collect();
+    unknown_event_type_error(event_type, &handled)
+}
+
+/// `permanent`/`UnknownEventType`, naming the type and what is handled.
+pub(crate) fn unknown_event_type_error(event_type: &str, handled: &[&str]) -> Error {
     Error::permanent(
         "UnknownEventType",
         format!(

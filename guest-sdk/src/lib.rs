@@ -32,6 +32,10 @@
 //! [`Context::config`]. A panic is reported by the host as `failed` with error
 //! type `Panic` and the panic message.
 //!
+//! Handler logic is unit-tested natively with [`testing::TestHost`], which
+//! runs a handler as the component would and records what it logged and
+//! published (see `examples/*/src/tests.rs`).
+//!
 //! This is `examples/orders`, complete:
 //!
 //! ```no_run
@@ -155,6 +159,7 @@ mod handler;
 mod host;
 mod macros;
 mod outcome;
+pub mod testing;
 
 /// Not part of the API: the generated bindings, public only so the
 /// `export!` macro can reach them from a handler's crate.

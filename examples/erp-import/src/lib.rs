@@ -63,3 +63,6 @@ impl Handler<ErpImportRequested> for ErpImport {
 }
 
 nimbus_guest::export!(ErpImport => ErpImportRequested);
+
+#[cfg(test)]
+mod tests;

@@ -75,3 +75,6 @@ impl Handler<OrderShipped> for Notifier {
 }
 
 nimbus_guest::export!(Notifier => OrderShipped);
+
+#[cfg(test)]
+mod tests;

@@ -107,3 +107,6 @@ pub fn decide(order: &OrderPlaced, reject_over_total: Option<f64>) -> Result<(),
 }
 
 nimbus_guest::export!(Orders => OrderPlaced);
+
+#[cfg(test)]
+mod tests;
