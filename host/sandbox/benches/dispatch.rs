@@ -1,0 +1,239 @@
+//! `cargo bench -p nimbus-sandbox --bench dispatch`
+//!
+//! (a) Per-event cost of a fresh store + instance + `handle` call carrying a
+//!     ~300-byte `OrderPlaced` payload through `examples/orders`, side by
+//!     side with a native Rust function doing the same deserialize-and-decide
+//!     work (and with `tests/guests/noop`, the floor). The variants are
+//!     interleaved batch by batch so machine noise hits them alike; the
+//!     report is the median of per-batch means, and the ratio wasm/native.
+//! (b) Hot-swap latency: atomic rename of a component whose compiled form is
+//!     cached → first event served by the new version, through the real
+//!     directory watcher.
+//!
+//! A plain harness (no criterion): it prints medians and ratios from one
+//! run, which is what the project reports. Guests come from
+//! `scripts/build-guests.sh` (or `NIMBUS_GUESTS_DIR`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
+#![allow(missing_docs, reason = "benchmark harness")]
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nimbus_sandbox::{Digest, Event, Limits, Outcome, Registry, Sandbox, SandboxConfig};
+use serde::Deserialize;
+
+/// A ~300-byte `OrderPlaced`, as NimBus writes it.
+const ORDER: &str = r#"{"OrderId":"o-100234","Customer":"acme-industrial-supplies","Total":1234.5,"Currency":"EUR","Lines":[{"Sku":"A-1001","Quantity":2,"UnitPrice":100.0},{"Sku":"B-2002","Quantity":5,"UnitPrice":150.5},{"Sku":"C-3003","Quantity":1,"UnitPrice":281.0}],"Channel":"web","PlacedBy":"buyer@acme.example"}"#;
+
+const BATCHES: usize = 201;
+const PER_BATCH: usize = 200;
+const SWAPS: usize = 21;
+
+// The native mirror of `examples/orders`: same payload type, same decision.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+#[expect(dead_code, reason = "fields are deserialized like the guest does")]
+struct OrderPlaced {
+    order_id: String,
+    customer: String,
+    total: f64,
+    lines: Vec<OrderLine>,
+    #[serde(default)]
+    fail: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+#[expect(dead_code, reason = "fields are deserialized like the guest does")]
+struct OrderLine {
+    sku: String,
+    quantity: u32,
+    unit_price: f64,
+}
+
+#[derive(Debug)]
+enum Decision {
+    Completed,
+    Permanent(String),
+    Failed(String),
+}
+
+fn native_orders(payload: &str, reject_over_total: Option<f64>) -> Decision {
+    let order: OrderPlaced = match serde_json::from_str(payload) {
+        Ok(order) => order,
+        Err(error) => return Decision::Permanent(format!("InvalidPayload: {error}")),
+    };
+    if order.lines.is_empty() {
+        return Decision::Permanent(format!("order {} has no lines", order.order_id));
+    }
+    if order.fail || order.customer == "fail" {
+        return Decision::Failed(format!("order {} rejected", order.order_id));
+    }
+    if let Some(limit) = reject_over_total
+        && order.total > limit
+    {
+        return Decision::Failed(format!("order {} over {limit}", order.order_id));
+    }
+    Decision::Completed
+}
+
+fn guests_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("NIMBUS_GUESTS_DIR") {
+        return PathBuf::from(dir);
+    }
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+        .join("wasm32-wasip2/release")
+}
+
+fn guest(name: &str) -> Vec<u8> {
+    let path = guests_dir().join(format!("{}.wasm", name.replace('-', "_")));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: run scripts/build-guests.sh (same CARGO_TARGET_DIR) first",
+            path.display()
+        )
+    })
+}
+
+fn order_event() -> Event {
+    Event {
+        event_id: "e-1".into(),
+        event_type: "OrderPlaced".into(),
+        message_id: "m-1".into(),
+        session_id: "o-100234".into(),
+        payload: ORDER.into(),
+        ..Event::default()
+    }
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn bench_dispatch() {
+    assert!(ORDER.len() >= 280 && ORDER.len() <= 340, "payload is {} bytes", ORDER.len());
+    let sandbox = Sandbox::new(SandboxConfig::default()).unwrap();
+    let load = |name: &str| {
+        sandbox
+            .load_bytes(name, &guest(name), Limits::default(), BTreeMap::new())
+            .unwrap()
+    };
+    let orders = load("orders");
+    let noop = load("noop");
+    let event = order_event();
+    let noop_event = Event {
+        event_type: "Noop".into(),
+        ..order_event()
+    };
+    // Sanity: both sides reach the same decision.
+    assert_eq!(orders.invoke(event.clone()).result, Ok(Outcome::Completed));
+    assert!(matches!(native_orders(ORDER, None), Decision::Completed));
+    assert_eq!(noop.invoke(noop_event.clone()).result, Ok(Outcome::Completed));
+
+    let mut wasm = Vec::with_capacity(BATCHES);
+    let mut wasm_noop = Vec::with_capacity(BATCHES);
+    let mut native = Vec::with_capacity(BATCHES);
+    let per_event_us = |start: Instant| start.elapsed().as_secs_f64() * 1e6 / PER_BATCH as f64;
+    for _ in 0..BATCHES {
+        let start = Instant::now();
+        for _ in 0..PER_BATCH {
+            black_box(orders.invoke(black_box(event.clone())));
+        }
+        wasm.push(per_event_us(start));
+
+        let start = Instant::now();
+        for _ in 0..PER_BATCH {
+            black_box(noop.invoke(black_box(noop_event.clone())));
+        }
+        wasm_noop.push(per_event_us(start));
+
+        let start = Instant::now();
+        for _ in 0..PER_BATCH {
+            // Clone the payload too, as the wasm side's event is cloned.
+            let payload = black_box(event.payload.clone());
+            black_box(native_orders(&payload, None));
+        }
+        native.push(per_event_us(start));
+    }
+    let (wasm, wasm_noop, native) = (median(wasm), median(wasm_noop), median(native));
+    println!("dispatch: median per event over {BATCHES} interleaved batches of {PER_BATCH}");
+    println!("  payload                              {} bytes", ORDER.len());
+    println!("  wasm orders (fresh store+instance)   {wasm:8.2} µs");
+    println!("  wasm noop   (fresh store+instance)   {wasm_noop:8.2} µs");
+    println!("  native orders (same deserialize+decide) {native:5.2} µs");
+    println!("  ratio wasm orders / native orders    {:8.1}x", wasm / native);
+    println!("  wasm orders minus native             {:8.2} µs", wasm - native);
+}
+
+fn bench_hot_swap() {
+    let root = tempfile::tempdir().unwrap();
+    let handlers = root.path().join("handlers");
+    let endpoint = handlers.join("ep");
+    std::fs::create_dir_all(&endpoint).unwrap();
+    let config = SandboxConfig {
+        cache_dir: Some(root.path().join("cache")),
+        ..SandboxConfig::default()
+    };
+    let debounce = config.watch_debounce;
+    let sandbox = Sandbox::new(config).unwrap();
+    let versions = [guest("swap-v1"), guest("swap-v2")];
+    // Warm the cache with both versions' compiled forms.
+    for bytes in &versions {
+        sandbox
+            .load_bytes("swap", bytes, Limits::default(), BTreeMap::new())
+            .unwrap();
+    }
+    let target = endpoint.join("swap.wasm");
+    std::fs::write(&target, &versions[0]).unwrap();
+    let registry = Registry::open(sandbox.clone(), &handlers).unwrap();
+    let _watching = registry.watch().unwrap();
+    let mut latencies = Vec::with_capacity(SWAPS);
+    let swap_event = Event {
+        event_type: "Swap".into(),
+        payload: "{}".into(),
+        ..order_event()
+    };
+    for i in 1..=SWAPS {
+        let bytes = &versions[i % 2];
+        let digest = Digest::of(bytes);
+        let temp = endpoint.join(".swap.wasm.tmp");
+        std::fs::write(&temp, bytes).unwrap();
+        let start = Instant::now();
+        std::fs::rename(&temp, &target).unwrap();
+        loop {
+            let version = registry.lookup("ep", "Swap").unwrap();
+            if version.digest() == digest {
+                let invocation = version.invoke(swap_event.clone());
+                assert_eq!(invocation.digest, digest);
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "swap never happened");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        latencies.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let compiles_after_warmup = sandbox.cache_stats().compiles;
+    let max = latencies.iter().copied().fold(0.0, f64::max);
+    println!("hot swap: rename of a cached component → first event served by it ({SWAPS} swaps)");
+    println!("  median {:7.1} ms   max {max:7.1} ms   (watcher quiet period {} ms)",
+        median(latencies), debounce.as_millis());
+    println!("  compilations: {compiles_after_warmup} (both versions compiled once during warm-up)");
+    let _ = Arc::clone(&registry);
+}
+
+fn main() {
+    // `cargo test --benches` runs bench binaries with `--bench` absent: keep it quick then.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("run with `cargo bench -p nimbus-sandbox --bench dispatch`");
+        return;
+    }
+    bench_dispatch();
+    bench_hot_swap();
+}

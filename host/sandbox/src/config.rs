@@ -1,0 +1,95 @@
+//! Sandbox-wide settings and per-handler limits. `nimbus.toml` (a later part)
+//! fills a [`SandboxConfig`]; a handler's manifest overrides its [`Limits`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Default linear memory per handler instance: enough for serde-heavy Rust
+/// handlers, small enough that a runaway handler cannot hurt the host.
+pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
+/// Default wall-clock deadline per event.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default core instances per store. A Rust `wasm32-wasip2` component uses a
+/// handful (the module plus the shims `wit-component` adds).
+pub const DEFAULT_INSTANCES: u32 = 16;
+/// Default tables per store.
+pub const DEFAULT_TABLES: u32 = 16;
+
+/// The limits one handler runs under, per event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    /// Bytes of linear memory (across the instance's memories).
+    pub memory_bytes: u64,
+    /// Wall-clock deadline for instantiation plus the call.
+    #[serde(serialize_with = "serialize_duration_ms")]
+    pub timeout: Duration,
+    /// Core instances per store.
+    pub instances: u32,
+    /// Tables per store.
+    pub tables: u32,
+}
+
+fn serialize_duration_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u128(d.as_millis())
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            timeout: DEFAULT_TIMEOUT,
+            instances: DEFAULT_INSTANCES,
+            tables: DEFAULT_TABLES,
+        }
+    }
+}
+
+/// Settings for the whole sandbox.
+#[derive(Clone, Debug)]
+pub struct SandboxConfig {
+    /// Limits for handlers whose manifest does not set them.
+    pub default_limits: Limits,
+    /// The most linear memory any manifest may ask for; also the size of a
+    /// pool slot. A manifest asking for more is a load error.
+    pub max_memory_bytes: u64,
+    /// How many handler instances may run at once (the pool's size).
+    pub max_concurrent_instances: u32,
+    /// The epoch tick: the granularity of deadlines.
+    pub epoch_tick: Duration,
+    /// Linear memory kept resident (not returned to the OS) when a pool slot
+    /// is reused: what the next instance touches first (stack, data) stays
+    /// mapped, which is most of the per-event cost otherwise.
+    pub keep_resident_bytes: usize,
+    /// Where compiled artifacts are cached; `None` compiles every load.
+    pub cache_dir: Option<PathBuf>,
+    /// How long the directory watcher waits for quiet before reloading.
+    pub watch_debounce: Duration,
+}
+
+/// Default upper bound for a manifest's memory limit.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
+/// Default pool size.
+pub const DEFAULT_MAX_CONCURRENT_INSTANCES: u32 = 200;
+/// Default epoch tick (as Spin does).
+pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Default resident memory kept per pool slot.
+pub const DEFAULT_KEEP_RESIDENT_BYTES: usize = 256 << 10;
+/// Default watcher quiet period: long enough to coalesce the events of one
+/// write-then-rename, short enough to keep swap latency low.
+pub const DEFAULT_WATCH_DEBOUNCE: Duration = Duration::from_millis(20);
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            default_limits: Limits::default(),
+            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            max_concurrent_instances: DEFAULT_MAX_CONCURRENT_INSTANCES,
+            epoch_tick: DEFAULT_EPOCH_TICK,
+            keep_resident_bytes: DEFAULT_KEEP_RESIDENT_BYTES,
+            cache_dir: None,
+            watch_debounce: DEFAULT_WATCH_DEBOUNCE,
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! `nimbus:handler/log`: log records become `tracing` events tagged with
+//! handler, version, event and session, and are captured into the
+//! invocation. `panicked` remembers the panic message for the error report.
+
+use crate::bindings::log::{Host, Level};
+use crate::event::{LogLevel, LogRecord, LogSource};
+use crate::state::{InvocationTags, LogCapture, LogView};
+
+/// Longest kept log message, in bytes; longer ones are truncated, never
+/// refused (the WIT promises the handler that).
+pub(crate) const MAX_LOG_MESSAGE_BYTES: usize = 8 << 10;
+/// Longest kept field name or value, in bytes.
+pub(crate) const MAX_LOG_FIELD_BYTES: usize = 1 << 10;
+/// Fields kept per record.
+pub(crate) const MAX_LOG_FIELDS: usize = 32;
+/// Records kept per event; the rest are counted and reported as one note.
+pub(crate) const MAX_LOG_RECORDS_PER_EVENT: usize = 1_000;
+
+impl Host for LogView<'_> {
+    fn write(&mut self, level: Level, message: String, fields: Vec<(String, String)>) {
+        let fields = fields
+            .into_iter()
+            .take(MAX_LOG_FIELDS)
+            .map(|(name, value)| {
+                (
+                    truncate(name, MAX_LOG_FIELD_BYTES),
+                    truncate(value, MAX_LOG_FIELD_BYTES),
+                )
+            })
+            .collect();
+        self.capture.push(LogRecord {
+            level: level.into(),
+            source: LogSource::Handler,
+            message: truncate(message, MAX_LOG_MESSAGE_BYTES),
+            fields,
+        });
+    }
+
+    fn panicked(&mut self, message: String) {
+        let message = truncate(message, MAX_LOG_MESSAGE_BYTES);
+        self.capture.push(LogRecord {
+            level: LogLevel::Error,
+            source: LogSource::Handler,
+            message: format!("handler panicked: {message}"),
+            fields: Vec::new(),
+        });
+        self.panic_message.get_or_insert(message);
+    }
+}
+
+impl From<Level> for LogLevel {
+    fn from(level: Level) -> Self {
+        match level {
+            Level::Trace => Self::Trace,
+            Level::Debug => Self::Debug,
+            Level::Info => Self::Info,
+            Level::Warn => Self::Warn,
+            Level::Error => Self::Error,
+        }
+    }
+}
+
+impl LogCapture {
+    /// Emits `record` to tracing and keeps it, within the per-event bound.
+    pub(crate) fn push(&mut self, record: LogRecord) {
+        emit(&self.tags, &record);
+        if self.records.len() < MAX_LOG_RECORDS_PER_EVENT {
+            self.records.push(record);
+        } else {
+            self.dropped += 1;
+        }
+    }
+}
+
+/// Emits one handler log record as a tracing event.
+pub(crate) fn emit(tags: &InvocationTags, record: &LogRecord) {
+    let handler = &*tags.handler;
+    let version = tags.digest.short();
+    let event_id = tags.event_id.as_str();
+    let session_id = tags.session_id.as_str();
+    let source = match record.source {
+        LogSource::Handler => "log",
+        LogSource::Stdout => "stdout",
+        LogSource::Stderr => "stderr",
+        LogSource::Sandbox => "sandbox",
+    };
+    let fields = (!record.fields.is_empty()).then(|| format!("{:?}", record.fields));
+    let message = record.message.as_str();
+    macro_rules! at {
+        ($level:expr) => {
+            tracing::event!(
+                target: "nimbus::handler",
+                $level,
+                handler,
+                %version,
+                event_id,
+                session_id,
+                source,
+                fields = fields.as_deref(),
+                "{message}"
+            )
+        };
+    }
+    match record.level {
+        LogLevel::Trace => at!(tracing::Level::TRACE),
+        LogLevel::Debug => at!(tracing::Level::DEBUG),
+        LogLevel::Info => at!(tracing::Level::INFO),
+        LogLevel::Warn => at!(tracing::Level::WARN),
+        LogLevel::Error => at!(tracing::Level::ERROR),
+    }
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary, marking the cut.
+pub(crate) fn truncate(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str("…[truncated]");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate;
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        let text = "é".repeat(10); // 20 bytes
+        let cut = truncate(text, 5);
+        assert!(cut.starts_with("éé"));
+        assert!(cut.ends_with("[truncated]"));
+        assert_eq!(truncate("short".to_owned(), 10), "short");
+    }
+}

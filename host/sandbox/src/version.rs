@@ -1,0 +1,295 @@
+//! One loaded handler version: its pre-linked `InstancePre`, its limits and
+//! configuration, and the event types it declared. Every event runs in a
+//! fresh `Store` and instance made from it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::Store;
+use wasmtime::component::Component;
+
+use crate::bindings::{Handler, HandlerPre};
+use crate::cache::ArtifactSource;
+use crate::classify::classify;
+use crate::config::Limits;
+use crate::error::LoadError;
+use crate::event::{Digest, Event, Invocation, LogLevel, LogRecord, LogSource};
+use crate::host::convert::{event_to_wit, result_from_wit};
+use crate::host::publish::MAX_EVENT_TYPE_LEN;
+use crate::runtime::SandboxInner;
+use crate::state::{InvocationState, InvocationTags};
+
+/// Event types one component may declare.
+pub(crate) const MAX_EVENT_TYPES: usize = 256;
+
+/// A handler version ready to run events. Share it as `Arc<HandlerVersion>`:
+/// an invocation that started on a version finishes on it even if the
+/// registry has swapped in another meanwhile.
+pub struct HandlerVersion {
+    sandbox: Arc<SandboxInner>,
+    name: Arc<str>,
+    digest: Digest,
+    limits: Limits,
+    config: Arc<BTreeMap<String, String>>,
+    event_types: Vec<String>,
+    imports: Vec<String>,
+    exports: Vec<String>,
+    source: ArtifactSource,
+    pre: HandlerPre<InvocationState>,
+}
+
+impl fmt::Debug for HandlerVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerVersion")
+            .field("name", &self.name)
+            .field("digest", &self.digest)
+            .field("event_types", &self.event_types)
+            .field("limits", &self.limits)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HandlerVersion {
+    /// Links, instantiates once and asks for the subscriptions.
+    pub(crate) fn prepare(
+        sandbox: Arc<SandboxInner>,
+        name: &str,
+        digest: Digest,
+        component: &Component,
+        source: ArtifactSource,
+        limits: Limits,
+        config: Arc<BTreeMap<String, String>>,
+    ) -> Result<Self, LoadError> {
+        let link_error = |e: wasmtime::Error| LoadError::Link {
+            name: name.to_owned(),
+            message: format!("{e:#}"),
+        };
+        let instance_pre = sandbox
+            .linker
+            .instantiate_pre(component)
+            .map_err(link_error)?;
+        let pre = HandlerPre::new(instance_pre).map_err(link_error)?;
+        let component_type = component.component_type();
+        let imports = component_type
+            .imports(&sandbox.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let exports = component_type
+            .exports(&sandbox.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let mut version = Self {
+            sandbox,
+            name: Arc::from(name),
+            digest,
+            limits,
+            config,
+            event_types: Vec::new(),
+            imports,
+            exports,
+            source,
+            pre,
+        };
+        version.event_types = version.subscriptions()?;
+        Ok(version)
+    }
+
+    fn subscriptions(&self) -> Result<Vec<String>, LoadError> {
+        let validate_error = |message: String| LoadError::Validate {
+            name: self.name.to_string(),
+            message,
+        };
+        let mut store = self.new_store(InvocationTags {
+            handler: Arc::clone(&self.name),
+            digest: self.digest,
+            event_id: String::new(),
+            session_id: String::new(),
+        });
+        let declared = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|handler: Handler| {
+                handler
+                    .nimbus_handler_dispatch()
+                    .call_subscriptions(&mut store)
+            })
+            .map_err(|e| {
+                let error = classify(&e, store.data(), &self.limits);
+                validate_error(format!(
+                    "instantiating it and calling `subscriptions` failed: {}: {}",
+                    error.detail.error_type, error.detail.message
+                ))
+            })?;
+        if declared.is_empty() {
+            return Err(validate_error(
+                "it declares no event types (`subscriptions` returned an empty list)".to_owned(),
+            ));
+        }
+        if declared.len() > MAX_EVENT_TYPES {
+            return Err(validate_error(format!(
+                "it declares {} event types; at most {MAX_EVENT_TYPES} are allowed",
+                declared.len()
+            )));
+        }
+        let mut seen = BTreeSet::new();
+        for event_type in &declared {
+            if event_type.is_empty()
+                || event_type.len() > MAX_EVENT_TYPE_LEN
+                || event_type.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(validate_error(format!(
+                    "it declares an invalid event type {event_type:?}: \
+                     use 1 to {MAX_EVENT_TYPE_LEN} characters without spaces"
+                )));
+            }
+            if !seen.insert(event_type.as_str()) {
+                return Err(validate_error(format!(
+                    "it declares the event type `{event_type}` twice"
+                )));
+            }
+        }
+        Ok(declared)
+    }
+
+    fn new_store(&self, tags: InvocationTags) -> Store<InvocationState> {
+        let state = InvocationState::new(tags, &self.limits, Arc::clone(&self.config));
+        let mut store = Store::new(&self.sandbox.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(self.deadline_ticks());
+        store.epoch_deadline_trap();
+        store
+    }
+
+    /// The deadline in epoch ticks, rounded up, plus one because the next
+    /// tick may come at any moment after the store is created.
+    fn deadline_ticks(&self) -> u64 {
+        let tick = self.sandbox.config.epoch_tick.as_nanos().max(1);
+        let ticks = self.limits.timeout.as_nanos().div_ceil(tick);
+        u64::try_from(ticks).unwrap_or(u64::MAX).saturating_add(1)
+    }
+
+    /// Runs one event in a fresh instance, under this version's limits.
+    ///
+    /// Synchronous and CPU-bound: call it from a blocking thread (e.g.
+    /// `tokio::task::spawn_blocking`), not from an async task. It never
+    /// panics on guest behaviour: traps, overruns and refused resources come
+    /// back as `failed` errors in [`Invocation::result`].
+    pub fn invoke(&self, event: Event) -> Invocation {
+        let started = Instant::now();
+        let mut store = self.new_store(InvocationTags {
+            handler: Arc::clone(&self.name),
+            digest: self.digest,
+            event_id: event.event_id.clone(),
+            session_id: event.session_id.clone(),
+        });
+        let event = event_to_wit(event);
+        let called = self.pre.instantiate(&mut store).and_then(|handler| {
+            handler
+                .nimbus_handler_dispatch()
+                .call_handle(&mut store, &event)
+        });
+        let result = match called {
+            Ok(result) => result_from_wit(result),
+            Err(error) => Err(classify(&error, store.data(), &self.limits)),
+        };
+        let duration = started.elapsed();
+        // Dropping the store returns the instance's pool slot.
+        let mut state = store.into_data();
+        collect_stdio(&mut state);
+        if state.log.dropped > 0 {
+            let dropped = state.log.dropped;
+            state.log.records.push(LogRecord {
+                level: LogLevel::Warn,
+                source: LogSource::Sandbox,
+                message: format!("{dropped} more log records were dropped (per-event bound)"),
+                fields: Vec::new(),
+            });
+        }
+        if let Err(error) = &result {
+            tracing::debug!(
+                handler = &*self.name,
+                version = %self.digest.short(),
+                event_id = %state.log.tags.event_id,
+                %error,
+                "handler returned an error"
+            );
+        }
+        Invocation {
+            result,
+            follow_ups: state.outbox.follow_ups,
+            logs: state.log.records,
+            digest: self.digest,
+            handler: self.name.to_string(),
+            duration,
+        }
+    }
+
+    /// The handler's name (the component's file name without `.wasm`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The SHA-256 digest of the component: the version's identity.
+    pub fn digest(&self) -> Digest {
+        self.digest
+    }
+
+    /// The event types the component declared, in its order.
+    pub fn event_types(&self) -> &[String] {
+        &self.event_types
+    }
+
+    /// The limits each event runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The manifest's `[config]` table.
+    pub fn config(&self) -> &BTreeMap<String, String> {
+        &self.config
+    }
+
+    /// The component's imports (interface names).
+    pub fn imports(&self) -> &[String] {
+        &self.imports
+    }
+
+    /// The component's exports (interface names).
+    pub fn exports(&self) -> &[String] {
+        &self.exports
+    }
+
+    /// Whether the compiled code came from the cache or was compiled.
+    pub fn artifact_source(&self) -> ArtifactSource {
+        self.source
+    }
+}
+
+/// Turns captured stdout/stderr into log records (also emitted to tracing).
+fn collect_stdio(state: &mut InvocationState) {
+    for (output, source, level) in [
+        (state.stdout.clone(), LogSource::Stdout, LogLevel::Info),
+        (state.stderr.clone(), LogSource::Stderr, LogLevel::Warn),
+    ] {
+        let (lines, dropped) = output.take_lines();
+        for line in lines {
+            state.log.push(LogRecord {
+                level,
+                source,
+                message: crate::host::log::truncate(line, crate::host::log::MAX_LOG_MESSAGE_BYTES),
+                fields: Vec::new(),
+            });
+        }
+        if dropped > 0 {
+            state.log.push(LogRecord {
+                level: LogLevel::Warn,
+                source: LogSource::Sandbox,
+                message: format!("{dropped} bytes of {source:?} output were dropped (per-event bound)"),
+                fields: Vec::new(),
+            });
+        }
+    }
+}

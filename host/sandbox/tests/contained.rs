@@ -1,0 +1,141 @@
+//! Hostile handlers are contained: each misbehaviour comes back as an
+//! ordinary `failed` error of the right type, and the sandbox keeps serving.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use nimbus_sandbox::{ErrorKind, HandlerVersion, Limits, Outcome, Sandbox};
+use support::{event, guest, sandbox};
+
+fn load(sandbox: &Sandbox, crate_name: &str, limits: Limits) -> HandlerVersion {
+    let bytes = std::fs::read(guest(crate_name)).expect("read guest");
+    sandbox
+        .load_bytes(crate_name, &bytes, limits, BTreeMap::new())
+        .expect("guest loads")
+}
+
+fn assert_failed(invocation: &nimbus_sandbox::Invocation, error_type: &str) -> String {
+    let error = invocation
+        .result
+        .as_ref()
+        .expect_err("the invocation must fail");
+    assert_eq!(error.kind, ErrorKind::Failed, "{error}");
+    assert_eq!(error.detail.error_type, error_type, "{error}");
+    error.detail.message.clone()
+}
+
+#[test]
+fn a_panic_is_failed_with_error_type_panic_and_the_panic_message() {
+    let sandbox = sandbox();
+    let panicker = load(&sandbox, "panicker", Limits::default());
+    let invocation = panicker.invoke(event("Panic", "{}"));
+    let message = assert_failed(&invocation, "Panic");
+    assert!(
+        message.contains("panicker: deliberate panic for the host's tests"),
+        "{message}"
+    );
+    assert!(
+        invocation
+            .logs
+            .iter()
+            .any(|r| r.message.contains("panicker: about to panic")),
+        "logs written before the panic are kept: {:?}",
+        invocation.logs
+    );
+}
+
+#[test]
+fn a_memory_bomb_is_stopped_at_its_memory_limit() {
+    let sandbox = sandbox();
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
+    let bomb = load(&sandbox, "memory-bomb", limits);
+    let invocation = bomb.invoke(event("MemoryBomb", "{}"));
+    let message = assert_failed(&invocation, "MemoryLimit");
+    assert!(message.contains(&(16u64 << 20).to_string()), "{message}");
+}
+
+#[test]
+fn deep_recursion_is_a_trap_naming_the_stack_overflow() {
+    let sandbox = sandbox();
+    let recursion = load(&sandbox, "deep-recursion", Limits::default());
+    let invocation = recursion.invoke(event("Recurse", "{}"));
+    let message = assert_failed(&invocation, "Trap");
+    // The guest's shadow stack overflows below address 0 (an out-of-bounds
+    // access) before wasmtime's native stack guard is reached.
+    assert!(message.contains("stack overflow"), "{message}");
+    assert!(
+        invocation.logs.iter().any(|r| r.message.contains("deep-recursion: descending")),
+        "{:?}",
+        invocation.logs
+    );
+}
+
+#[test]
+fn an_endless_loop_alone_is_stopped_with_error_type_timeout() {
+    let sandbox = sandbox();
+    let limits = Limits {
+        timeout: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let endless = load(&sandbox, "endless-loop", limits);
+    let invocation = endless.invoke(event("Loop", "{}"));
+    let message = assert_failed(&invocation, "Timeout");
+    assert!(message.contains("200ms"), "{message}");
+}
+
+#[test]
+fn the_sandbox_keeps_serving_after_every_kind_of_misbehaviour() {
+    let sandbox = sandbox();
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        timeout: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let noop = load(&sandbox, "noop", Limits::default());
+    for (crate_name, event_type) in [
+        ("panicker", "Panic"),
+        ("memory-bomb", "MemoryBomb"),
+        ("deep-recursion", "Recurse"),
+        ("endless-loop", "Loop"),
+    ] {
+        let hostile = load(&sandbox, crate_name, limits);
+        for _ in 0..3 {
+            assert!(hostile.invoke(event(event_type, "{}")).result.is_err());
+            let served = noop.invoke(event("Noop", "{}"));
+            assert_eq!(served.result, Ok(Outcome::Completed), "after {crate_name}");
+        }
+    }
+}
+
+#[test]
+fn two_events_in_a_row_share_no_state() {
+    let sandbox = sandbox();
+    let stateful = load(&sandbox, "stateful", Limits::default());
+    for _ in 0..3 {
+        let invocation = stateful.invoke(event("Stateful", "{}"));
+        assert_eq!(invocation.result, Ok(Outcome::Completed));
+        assert_eq!(invocation.follow_ups.len(), 1);
+        let payload: serde_json::Value =
+            serde_json::from_str(&invocation.follow_ups[0].payload).expect("JSON");
+        assert_eq!(
+            payload["Count"], 1,
+            "every event sees a fresh instance, so the counter starts again"
+        );
+    }
+}
+
+#[test]
+fn the_invocation_reports_the_digest_and_name_of_the_version_that_ran_it() {
+    let sandbox = sandbox();
+    let bytes = std::fs::read(guest("noop")).expect("read");
+    let noop = load(&sandbox, "noop", Limits::default());
+    let invocation = noop.invoke(event("Noop", "{}"));
+    assert_eq!(invocation.digest, nimbus_sandbox::Digest::of(&bytes));
+    assert_eq!(invocation.handler, "noop");
+    assert_eq!(noop.event_types(), ["Noop"]);
+}

@@ -1,0 +1,152 @@
+//! Hot swap through the directory watcher, under concurrent load.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nimbus_sandbox::{Digest, Outcome, Registry};
+use support::{HandlersDir, event, guest, sandbox, wait_for};
+
+const WORKERS: usize = 4;
+
+fn digest_of(crate_name: &str) -> Digest {
+    Digest::of(&std::fs::read(guest(crate_name)).expect("read guest"))
+}
+
+/// The `Version` the swap guests put in their follow-up.
+fn served_version(invocation: &nimbus_sandbox::Invocation) -> u64 {
+    let follow_up = invocation.follow_ups.first().expect("a SwapServed follow-up");
+    let payload: serde_json::Value = serde_json::from_str(&follow_up.payload).expect("JSON");
+    payload["Version"].as_u64().expect("Version")
+}
+
+#[test]
+fn hot_swap_under_concurrent_invocations_fails_none_and_each_runs_on_exactly_one_version() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "swap", &guest("swap-v1"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let _watching = registry.watch().expect("watch");
+    let (v1, v2) = (digest_of("swap-v1"), digest_of("swap-v2"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen_v2 = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|worker| {
+            let registry = Arc::clone(&registry);
+            let stop = Arc::clone(&stop);
+            let seen_v2 = Arc::clone(&seen_v2);
+            std::thread::spawn(move || {
+                let mut runs = Vec::new();
+                let mut counted = false;
+                while !stop.load(Ordering::SeqCst) {
+                    let version = registry.lookup("ep", "Swap").expect("always served");
+                    let mut event = event("Swap", "{}");
+                    event.event_id = format!("w{worker}-{}", runs.len());
+                    let invocation = version.invoke(event);
+                    assert_eq!(
+                        invocation.digest,
+                        version.digest(),
+                        "reports the version it ran on"
+                    );
+                    if invocation.digest != v1 && !counted {
+                        counted = true;
+                        seen_v2.fetch_add(1, Ordering::SeqCst);
+                    }
+                    runs.push(invocation);
+                }
+                runs
+            })
+        })
+        .collect();
+
+    // Swap while the workers run.
+    dir.install("ep", "swap", &guest("swap-v2"));
+    wait_for(&registry, "swap-v2 serving", |r| {
+        r.lookup("ep", "Swap").is_some_and(|v| v.digest() == v2)
+    });
+    // Let every worker run on the new version before stopping.
+    while seen_v2.load(Ordering::SeqCst) < WORKERS {
+        std::thread::yield_now();
+    }
+    stop.store(true, Ordering::SeqCst);
+
+    let mut total = 0;
+    for worker in workers {
+        let runs = worker.join().expect("worker");
+        total += runs.len();
+        let mut switched = false;
+        for invocation in &runs {
+            assert_eq!(invocation.result, Ok(Outcome::Completed), "no invocation fails");
+            let version = served_version(invocation);
+            if invocation.digest == v1 {
+                assert_eq!(version, 1, "v1's digest with v2's behaviour");
+                assert!(!switched, "never back to v1 after v2");
+            } else {
+                assert_eq!(invocation.digest, v2);
+                assert_eq!(version, 2, "v2's digest with v1's behaviour");
+                switched = true;
+            }
+        }
+        assert!(switched, "every worker observed the switch");
+        assert_eq!(runs.first().map(|i| i.digest), Some(v1), "started on v1");
+    }
+    assert!(total >= 2 * WORKERS);
+    let status = registry.snapshot();
+    let status = status.handlers().next().expect("status");
+    assert_eq!(status.swaps, 2, "initial load plus one swap");
+    assert!(status.last_swap.is_some());
+}
+
+#[test]
+fn the_watcher_keeps_the_old_version_when_a_broken_file_arrives_and_reports_why() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "swap", &guest("swap-v1"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let _watching = registry.watch().expect("watch");
+    dir.install_bytes("ep", "swap", b"not wasm at all");
+    wait_for(&registry, "the load error to be reported", |r| {
+        r.snapshot().handlers().any(|s| s.last_error.is_some())
+    });
+    let serving = registry.lookup("ep", "Swap").expect("still served");
+    assert_eq!(serving.digest(), digest_of("swap-v1"));
+    assert_eq!(serving.invoke(event("Swap", "{}")).result, Ok(Outcome::Completed));
+}
+
+#[test]
+fn the_watcher_unregisters_a_deleted_component_and_registers_a_new_endpoint() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "swap", &guest("swap-v1"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let mut changes = registry.subscribe();
+    let _watching = registry.watch().expect("watch");
+
+    dir.install("audit", "noop", &guest("noop"));
+    wait_for(&registry, "the new endpoint", |r| r.lookup("audit", "Noop").is_some());
+    assert!(changes.has_changed().expect("sender alive"), "a change notification was sent");
+    assert!(
+        changes
+            .borrow_and_update()
+            .lookup("audit", "Noop")
+            .is_some()
+    );
+
+    dir.remove("ep", "swap");
+    wait_for(&registry, "Swap to be unregistered", |r| {
+        r.lookup("ep", "Swap").is_none()
+    });
+    assert!(registry.lookup("audit", "Noop").is_some());
+}
+
+#[test]
+fn the_watcher_reloads_when_only_the_manifest_changes() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "noop", &guest("noop"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let _watching = registry.watch().expect("watch");
+    dir.manifest("ep", "noop", "[config]\ngreeting = \"hello\"\n");
+    wait_for(&registry, "the manifest's config", |r| {
+        r.lookup("ep", "Noop")
+            .is_some_and(|v| v.config().get("greeting").is_some_and(|g| g == "hello"))
+    });
+}

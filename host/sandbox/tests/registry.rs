@@ -1,0 +1,244 @@
+//! The handlers directory and the registry, driven by explicit reconciles
+//! (the watcher is tested in `hot_swap.rs`).
+
+mod support;
+
+use nimbus_sandbox::{ArtifactSource, Digest, Outcome, Registry};
+use support::{HandlersDir, event, guest, sandbox, sandbox_with};
+
+fn digest_of(crate_name: &str) -> Digest {
+    Digest::of(&std::fs::read(guest(crate_name)).expect("read guest"))
+}
+
+#[test]
+fn events_are_dispatched_by_endpoint_and_event_type() {
+    let dir = HandlersDir::new();
+    dir.install("billing", "orders", &guest("orders"));
+    dir.install("billing", "noop", &guest("noop"));
+    dir.install("warehouse", "swap", &guest("swap-v1"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let snapshot = registry.snapshot();
+    assert_eq!(
+        snapshot.lookup("billing", "OrderPlaced").map(|v| v.name()),
+        Some("orders")
+    );
+    assert_eq!(snapshot.lookup("billing", "Noop").map(|v| v.name()), Some("noop"));
+    assert_eq!(snapshot.lookup("warehouse", "Swap").map(|v| v.name()), Some("swap"));
+    assert!(snapshot.lookup("billing", "Swap").is_none());
+    assert!(snapshot.lookup("warehouse", "Noop").is_none());
+    assert_eq!(snapshot.event_types("billing"), ["Noop", "OrderPlaced"]);
+
+    let noop = registry.lookup("billing", "Noop").expect("noop");
+    assert_eq!(noop.invoke(event("Noop", "{}")).result, Ok(Outcome::Completed));
+}
+
+#[test]
+fn one_event_type_in_two_endpoints_is_fan_out() {
+    let dir = HandlersDir::new();
+    dir.install("billing", "noop", &guest("noop"));
+    dir.install("audit", "noop", &guest("noop"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let snapshot = registry.snapshot();
+    assert_eq!(snapshot.endpoints_for("Noop"), ["audit", "billing"]);
+    assert!(snapshot.handlers().all(|s| s.last_error.is_none()));
+}
+
+#[test]
+fn two_components_of_one_endpoint_claiming_one_event_type_is_an_error_and_the_first_keeps_serving()
+{
+    let dir = HandlersDir::new();
+    dir.install("ep", "a-swap", &guest("swap-v1"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    dir.install("ep", "b-swap", &guest("swap-v2"));
+    registry.reconcile().expect("reconcile");
+
+    let snapshot = registry.snapshot();
+    let serving = snapshot.lookup("ep", "Swap").expect("still served");
+    assert_eq!(serving.name(), "a-swap");
+    assert_eq!(serving.digest(), digest_of("swap-v1"));
+    let rejected = snapshot
+        .handlers()
+        .find(|s| s.key.handler == "b-swap")
+        .expect("status of the newcomer");
+    assert!(rejected.serving.is_none());
+    let error = rejected.last_error.as_deref().expect("an error");
+    assert!(
+        error.contains("`Swap`") && error.contains("a-swap") && error.contains("b-swap"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_invalid_file_dropped_in_leaves_the_old_version_serving() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "swap", &guest("swap-v1"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    dir.install_bytes("ep", "swap", b"\0asm this is not a component");
+    registry.reconcile().expect("reconcile");
+
+    let snapshot = registry.snapshot();
+    let serving = snapshot.lookup("ep", "Swap").expect("still served");
+    assert_eq!(serving.digest(), digest_of("swap-v1"));
+    let status = snapshot.handlers().next().expect("status");
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("not a valid handler component")),
+        "{:?}",
+        status.last_error
+    );
+    let invocation = serving.invoke(event("Swap", "{}"));
+    assert_eq!(invocation.result, Ok(Outcome::Completed));
+}
+
+#[test]
+fn a_half_written_file_is_never_loaded_and_the_finished_one_is() {
+    let dir = HandlersDir::new();
+    let path = dir.install("ep", "swap", &guest("swap-v1"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let v2 = std::fs::read(guest("swap-v2")).expect("read");
+    // An in-place write caught half-way.
+    std::fs::write(&path, &v2[..v2.len() / 2]).expect("partial write");
+    registry.reconcile().expect("reconcile");
+    assert_eq!(
+        registry.lookup("ep", "Swap").expect("served").digest(),
+        digest_of("swap-v1")
+    );
+    std::fs::write(&path, &v2).expect("finish the write");
+    registry.reconcile().expect("reconcile");
+    let snapshot = registry.snapshot();
+    assert_eq!(
+        snapshot.lookup("ep", "Swap").expect("served").digest(),
+        digest_of("swap-v2")
+    );
+    assert!(snapshot.handlers().all(|s| s.last_error.is_none()));
+}
+
+#[test]
+fn deleting_a_component_unregisters_its_event_types() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "swap", &guest("swap-v1"));
+    dir.install("ep", "noop", &guest("noop"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let before = registry.snapshot();
+    dir.remove("ep", "swap");
+    registry.reconcile().expect("reconcile");
+    let after = registry.snapshot();
+    assert!(after.lookup("ep", "Swap").is_none());
+    assert!(after.lookup("ep", "Noop").is_some());
+    assert!(after.handlers().all(|s| s.key.handler != "swap"));
+    assert!(after.generation() > before.generation());
+    // A snapshot taken before keeps working: in-flight work finishes on it.
+    let old = before.lookup("ep", "Swap").expect("old snapshot");
+    assert_eq!(old.invoke(event("Swap", "{}")).result, Ok(Outcome::Completed));
+}
+
+#[test]
+fn a_restart_loads_from_the_cache_without_compiling() {
+    let cache = tempfile::tempdir().expect("cache dir");
+    let dir = HandlersDir::new();
+    dir.install("ep", "orders", &guest("orders"));
+    dir.install("ep", "noop", &guest("noop"));
+
+    let first = sandbox_with(Some(cache.path()), |_| {});
+    let registry = Registry::open(first.clone(), dir.path()).expect("opens");
+    assert_eq!(first.cache_stats().compiles, 2);
+    assert_eq!(first.cache_stats().hits, 0);
+    drop(registry);
+
+    let restarted = sandbox_with(Some(cache.path()), |_| {});
+    let registry = Registry::open(restarted.clone(), dir.path()).expect("reopens");
+    assert_eq!(restarted.cache_stats().compiles, 0, "nothing is compiled again");
+    assert_eq!(restarted.cache_stats().hits, 2);
+    let noop = registry.lookup("ep", "Noop").expect("noop");
+    assert_eq!(noop.artifact_source(), ArtifactSource::CacheHit);
+    assert_eq!(noop.invoke(event("Noop", "{}")).result, Ok(Outcome::Completed));
+}
+
+#[test]
+fn a_corrupt_cache_entry_is_recompiled_not_trusted() {
+    let cache = tempfile::tempdir().expect("cache dir");
+    let noop = std::fs::read(guest("noop")).expect("read");
+    let first = sandbox_with(Some(cache.path()), |_| {});
+    first
+        .load_bytes("noop", &noop, Default::default(), Default::default())
+        .expect("loads");
+    for entry in std::fs::read_dir(cache.path()).expect("list cache") {
+        let path = entry.expect("entry").path();
+        std::fs::write(&path, b"garbage").expect("corrupt");
+    }
+    let restarted = sandbox_with(Some(cache.path()), |_| {});
+    let version = restarted
+        .load_bytes("noop", &noop, Default::default(), Default::default())
+        .expect("recompiles");
+    assert_eq!(version.artifact_source(), ArtifactSource::Compiled);
+    assert_eq!(
+        version.invoke(event("Noop", "{}")).result,
+        Ok(Outcome::Completed)
+    );
+}
+
+#[test]
+fn a_manifest_sets_limits_and_config_and_a_change_to_it_reloads() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "orders", &guest("orders"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let order = r#"{"OrderId":"o-1","Customer":"acme","Total":150.0,"Lines":[{"Sku":"A","Quantity":1,"UnitPrice":150.0}]}"#;
+    let first = registry.lookup("ep", "OrderPlaced").expect("orders");
+    assert_eq!(first.invoke(event("OrderPlaced", order)).result, Ok(Outcome::Completed));
+
+    dir.manifest(
+        "ep",
+        "orders",
+        "[limits]\nmemory = \"32MiB\"\ntimeout = \"2s\"\n[config]\nreject_over_total = \"100\"\n",
+    );
+    registry.reconcile().expect("reconcile");
+    let second = registry.lookup("ep", "OrderPlaced").expect("orders");
+    assert_eq!(second.limits().memory_bytes, 32 << 20);
+    assert_eq!(second.limits().timeout, std::time::Duration::from_secs(2));
+    assert_eq!(
+        second.config().get("reject_over_total").map(String::as_str),
+        Some("100")
+    );
+    let error = second
+        .invoke(event("OrderPlaced", order))
+        .result
+        .expect_err("over the configured total");
+    assert_eq!(error.detail.error_type, "OrderRejected", "{error}");
+}
+
+#[test]
+fn a_bad_manifest_is_a_load_error_naming_the_key_and_the_old_version_keeps_serving() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "noop", &guest("noop"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    dir.manifest("ep", "noop", "[limits]\nmemory = \"a lot\"\n");
+    registry.reconcile().expect("reconcile");
+    let snapshot = registry.snapshot();
+    assert!(snapshot.lookup("ep", "Noop").is_some());
+    let error = snapshot
+        .handlers()
+        .next()
+        .and_then(|s| s.last_error.clone())
+        .expect("error recorded");
+    assert!(error.contains("limits.memory"), "{error}");
+}
+
+#[test]
+fn stray_components_outside_an_endpoint_are_reported_not_loaded() {
+    let dir = HandlersDir::new();
+    std::fs::copy(guest("noop"), dir.path().join("noop.wasm")).expect("copy");
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let snapshot = registry.snapshot();
+    assert_eq!(snapshot.handlers().count(), 0);
+    assert!(snapshot.problems().iter().any(|p| p.contains("noop.wasm")));
+}
+
+#[test]
+fn a_missing_handlers_directory_is_a_clear_error() {
+    let dir = HandlersDir::new();
+    let missing = dir.path().join("nope");
+    let error = Registry::open(sandbox(), &missing).err().expect("fails");
+    assert!(error.to_string().contains("nope"), "{error}");
+}
