@@ -41,7 +41,7 @@ fn parse_stamp(body: &[u8]) -> (String, Stamp) {
 }
 
 fn durability(round: u64) -> Durability {
-    if round % 2 == 0 {
+    if round.is_multiple_of(2) {
         Durability::Fsync
     } else {
         Durability::Os
@@ -140,7 +140,7 @@ async fn crash_child() {
                         );
                     }
                     k += 1;
-                    if (k + c) % 9 == 0 {
+                    if (k + c).is_multiple_of(9) {
                         lock.abandon(m, Default::default()).await.unwrap();
                         continue;
                     }
@@ -155,9 +155,26 @@ async fn crash_child() {
             }
         }));
     }
-    for t in tasks {
-        t.await.unwrap();
-    }
+    // The tasks loop until the parent kills this process; a task that
+    // returns has panicked, which fails the child loudly.
+    let (result, _, _) = futures_select_first(tasks).await;
+    result.unwrap();
+}
+
+async fn futures_select_first(
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> (Result<(), tokio::task::JoinError>, usize, usize) {
+    let count = tasks.len();
+    let mut tasks: Vec<_> = tasks.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(|cx| {
+        for (i, t) in tasks.iter_mut().enumerate() {
+            if let std::task::Poll::Ready(r) = t.as_mut().poll(cx) {
+                return std::task::Poll::Ready((r, i, count));
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 struct Rng(u64);
@@ -240,6 +257,9 @@ async fn acknowledged_operations_survive_sigkill_at_random_points() {
                 Ok(line) => lines.push(line),
                 Err(_) => break,
             }
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("round {round}: the child died on its own ({status}); see its stderr");
         }
         child.kill().unwrap(); // SIGKILL
         let status = child.wait().unwrap();
@@ -355,9 +375,9 @@ async fn verify(
     }
     for (session, stamp) in completed {
         assert!(
-            !present
+            present
                 .get(session)
-                .is_some_and(|v| v.binary_search(stamp).is_ok()),
+                .is_none_or(|v| v.binary_search(stamp).is_err()),
             "round {round}: acknowledged completion {session} {stamp:?} came back"
         );
         let last = states.get(session).copied().flatten();
