@@ -2,6 +2,7 @@
 //! to its copy of the message.
 
 use std::fmt;
+use std::str::FromStr;
 
 use crate::ast::{Scope, Statement};
 use crate::error::{ActionError, ParseError};
@@ -106,6 +107,14 @@ impl fmt::Display for SqlRuleAction {
     /// The original text.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
+    }
+}
+
+impl FromStr for SqlRuleAction {
+    type Err = ParseError;
+
+    fn from_str(text: &str) -> Result<SqlRuleAction, ParseError> {
+        SqlRuleAction::parse(text)
     }
 }
 

@@ -47,6 +47,7 @@ impl fmt::Display for Position {
 /// A filter or action text that is not valid: where, and what is wrong.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message} at {position}")]
+#[non_exhaustive]
 pub struct ParseError {
     /// Where the problem is.
     pub position: Position,

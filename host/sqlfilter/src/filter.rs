@@ -1,8 +1,9 @@
 //! [`SqlFilter`]: a subscription rule's condition.
 
 use std::fmt;
+use std::str::FromStr;
 
-use crate::ast::Predicate;
+use crate::ast::{CompareOp, Expr, Literal, Predicate};
 use crate::error::{EvalError, ParseError};
 use crate::eval::{self, Truth};
 use crate::parser;
@@ -76,7 +77,8 @@ impl SqlFilter {
     /// Whether this is the always-true filter `1=1` (Service Bus's
     /// `TrueFilter`), however it is spaced.
     pub fn is_true_filter(&self) -> bool {
-        self.canonical() == "1 = 1"
+        let one = Expr::Literal(Literal::Int(1));
+        matches!(&self.predicate, Predicate::Compare(CompareOp::Eq, l, r) if *l == one && *r == one)
     }
 }
 
@@ -84,6 +86,14 @@ impl fmt::Display for SqlFilter {
     /// The original text.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
+    }
+}
+
+impl FromStr for SqlFilter {
+    type Err = ParseError;
+
+    fn from_str(text: &str) -> Result<SqlFilter, ParseError> {
+        SqlFilter::parse(text)
     }
 }
 

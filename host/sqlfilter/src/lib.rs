@@ -6,23 +6,43 @@
 //! malformed filter is rejected there, with the position of the error),
 //! [`SqlFilter::evaluate`] for every published message, and
 //! [`SqlRuleAction::apply`] on each copy a matching rule with an action
-//! yields. The crate knows nothing of messages' storage: it reads and writes
-//! properties through [`MessageProperties`] and [`MessagePropertiesMut`],
-//! which the broker implements over its own message type.
-//!
-//! The grammar is the one Microsoft documents for Service Bus ("Subscription
-//! Rule SQL Filter syntax" and "SQL rule action syntax"): comparisons,
-//! `AND`/`OR`/`NOT`, `IS [NOT] NULL`, `[NOT] IN`, `[NOT] LIKE ... ESCAPE`,
-//! `EXISTS`, arithmetic, `sys.`/`user.` scopes, `[delimited]` names, and the
-//! `SET`/`REMOVE` actions with `newid()`.
+//! yields. The crate knows nothing of how messages are stored: it reads and
+//! writes properties through [`MessageProperties`] and
+//! [`MessagePropertiesMut`], which the broker implements over its own
+//! message type. It does no I/O and keeps no state between calls.
 //!
 //! Key decision: evaluation uses SQL three-valued logic, and a type mismatch
 //! in a comparison (a string against a number, say) is *unknown*, like a
 //! missing property, rather than an error: a filter matches only when it is
-//! definitely TRUE, so heterogeneous publishers cannot make a subscription
-//! fail. Only arithmetic that cannot be computed (overflow, division by zero,
-//! adding a string to a number) is an [`EvalError`]. See
+//! definitely TRUE, so one publisher's odd property types cannot make a
+//! subscription fail. Only arithmetic that cannot be computed (overflow,
+//! division by zero, adding a string to a number) is an [`EvalError`]. See
 //! `docs/decisions/0030-sql-filter-semantics.md`.
+//!
+//! # Grammar
+//!
+//! As Microsoft documents it for Service Bus ("Subscription Rule SQL Filter
+//! syntax", "SQL rule action syntax"); keywords are case-insensitive.
+//!
+//! | Construct | Example |
+//! |---|---|
+//! | comparison `= <> != < > <= >=` | `user.Priority >= 5` |
+//! | `AND`, `OR`, `NOT`, parentheses (`NOT` binds tightest, then `AND`) | `NOT (a = 1 OR b = 2) AND c = 3` |
+//! | `IS [NOT] NULL` | `user.From IS NULL` |
+//! | `[NOT] IN (..)` | `user.To NOT IN ('billing', 'shipping')` |
+//! | `[NOT] LIKE` with `%`, `_`, `ESCAPE` | `sys.Label LIKE 'order\_%' ESCAPE '\'` |
+//! | `EXISTS(..)` | `NOT EXISTS(user.Skip)` |
+//! | literals: string (`''` escapes), integer, float, `TRUE`, `FALSE`, `NULL` | `'O''Brien'`, `-12`, `2.5e-3` |
+//! | arithmetic `+ - * / %`, unary `-`/`+` | `user.Quantity * 2 > 10` |
+//! | names: `sys.X` (see [`SYSTEM_PROPERTIES`]), `user.X`, bare `X` (user), `[any name]`, `"any name"` | `[order id] = 7` |
+//! | always-true / always-false | `1=1`, `1=0` |
+//! | action statements, `;`-separated | `SET user.To = 'billing'; SET user.EventId = newid(); REMOVE user.Tmp` |
+//!
+//! # Limits
+//!
+//! [`MAX_EXPRESSION_CHARS`], [`MAX_NESTING_DEPTH`] and
+//! [`MAX_ACTION_STATEMENTS`] bound the work any input can cause; no input
+//! panics (property-tested).
 
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 

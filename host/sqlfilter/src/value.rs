@@ -55,7 +55,8 @@ impl Value<'_> {
 }
 
 impl fmt::Display for Value<'_> {
-    /// SQL literal syntax: strings quoted with `''` escaping.
+    /// SQL literal syntax: strings quoted with `''` escaping. (NaN and the
+    /// infinities have no SQL literal; they print as `NaN`, `inf`, `-inf`.)
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::String(s) => crate::render::write_string_literal(f, s),

@@ -41,6 +41,10 @@ fn true_and_false_filters() {
     assert!(!matches("1=0", &empty));
     assert!(SqlFilter::parse(" 1 =1 ").unwrap().is_true_filter());
     assert!(!SqlFilter::parse("1=0").unwrap().is_true_filter());
+    assert!(!SqlFilter::parse("1=1 AND 1=1").unwrap().is_true_filter());
+    assert!(!SqlFilter::parse("1.0=1").unwrap().is_true_filter());
+    let parsed: SqlFilter = "1=1".parse().unwrap();
+    assert!(parsed.is_true_filter());
 }
 
 #[test]
