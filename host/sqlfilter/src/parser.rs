@@ -31,8 +31,9 @@ pub(crate) fn parse_filter(text: &str) -> Result<Predicate, ParseError> {
     Ok(predicate)
 }
 
-/// Parses a rule action: `;`-separated `SET` and `REMOVE` statements, with an
-/// optional trailing `;`.
+/// Parses a rule action: `SET` and `REMOVE` statements, each optionally
+/// ended by `;` (Service Bus documents the semicolon as optional, so
+/// `SET a = 1 SET b = 2` is two statements).
 pub(crate) fn parse_action(text: &str) -> Result<Vec<Statement>, ParseError> {
     let mut parser = Parser::new(text)?;
     let mut statements = Vec::new();
@@ -43,14 +44,12 @@ pub(crate) fn parse_action(text: &str) -> Result<Vec<Statement>, ParseError> {
             )));
         }
         statements.push(parser.statement()?);
-        if parser.eat_symbol(Symbol::Semicolon) {
-            if parser.at_end() {
-                break;
-            }
-        } else if parser.at_end() {
+        let ended = parser.eat_symbol(Symbol::Semicolon);
+        if parser.at_end() {
             break;
-        } else {
-            return Err(parser.unexpected("`;` or the end of the action"));
+        }
+        if !ended && !parser.is_keyword("SET") && !parser.is_keyword("REMOVE") {
+            return Err(parser.unexpected("`;`, SET, REMOVE or the end of the action"));
         }
     }
     Ok(statements)

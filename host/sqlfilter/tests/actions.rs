@@ -123,6 +123,14 @@ fn semicolon_inside_a_string_does_not_split() {
 }
 
 #[test]
+fn semicolons_between_statements_are_optional() {
+    let mut m = PropertyBag::new();
+    apply("SET a = 1 SET b = a + 1 REMOVE a", &mut m);
+    assert_eq!(m.user_value("a"), None);
+    assert_eq!(m.user_value("b"), Some(&Value::Int(2)));
+}
+
+#[test]
 fn trailing_semicolon_and_whitespace_are_allowed() {
     let mut m = PropertyBag::new();
     apply("  set a = 1 ;\n", &mut m);

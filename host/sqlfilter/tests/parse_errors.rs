@@ -309,9 +309,9 @@ fn action_errors() {
     assert_error(&action_error(";"), 0, "expected SET or REMOVE");
     assert_error(&action_error("SET a = 1;;"), 10, "expected SET or REMOVE");
     assert_error(
-        &action_error("SET a = 1 SET b = 2"),
+        &action_error("SET a = 1 x = 2"),
         10,
-        "expected `;` or the end of the action",
+        "expected `;`, SET, REMOVE or the end of the action",
     );
     assert_error(
         &action_error("SET a 1"),
@@ -320,7 +320,11 @@ fn action_errors() {
     );
     assert_error(&action_error("SET a ="), 7, "expected a value");
     assert_error(&action_error("SET = 1"), 4, "expected a property name");
-    assert_error(&action_error("SET a = b = 1"), 10, "expected `;`");
+    assert_error(
+        &action_error("SET a = b = 1"),
+        10,
+        "expected `;`, SET, REMOVE",
+    );
     assert_error(
         &action_error("SET a = (b = 1)"),
         8,
