@@ -84,8 +84,10 @@ pub(crate) enum Expr {
     Property(Property),
     /// `newid()`: a fresh UUID string.
     NewId,
-    /// Unary minus (unary plus is dropped by the parser).
+    /// Unary minus.
     Negate(Box<Expr>),
+    /// Unary plus: the number unchanged, an error on anything else.
+    Plus(Box<Expr>),
     Arith(ArithOp, Box<Expr>, Box<Expr>),
 }
 

@@ -99,9 +99,11 @@ pub enum EvalError {
         /// The right operand's type.
         right: &'static str,
     },
-    /// Unary minus applied to a non-number.
-    #[error("unary `-` cannot be applied to {operand}")]
-    NegateType {
+    /// A sign (unary `-` or `+`) applied to a non-number.
+    #[error("unary `{op}` cannot be applied to {operand}")]
+    UnaryType {
+        /// The sign.
+        op: &'static str,
         /// The operand's type.
         operand: &'static str,
     },

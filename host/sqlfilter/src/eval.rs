@@ -259,7 +259,17 @@ pub(crate) fn expr<'a>(e: &'a Expr, msg: &'a dyn MessageProperties) -> Result<Va
             })?),
             Val::Float(x) => Val::Float(-x),
             other => {
-                return Err(EvalError::NegateType {
+                return Err(EvalError::UnaryType {
+                    op: "-",
+                    operand: other.type_name(),
+                });
+            }
+        },
+        Expr::Plus(inner) => match expr(inner, msg)? {
+            number @ (Val::Null | Val::Int(_) | Val::Float(_)) => number,
+            other => {
+                return Err(EvalError::UnaryType {
+                    op: "+",
                     operand: other.type_name(),
                 });
             }

@@ -552,42 +552,42 @@ impl<'t> Parser<'t> {
         };
         let offset = self.advance().offset;
         // `-5` is the literal -5 (the only way to write i64::MIN), not a
-        // negation of 5.
-        if negate {
-            match &self.peek().kind {
-                TokenKind::Int(digits) => {
-                    let digits = digits.clone();
-                    self.advance();
-                    let value = format!("-{digits}").parse::<i64>().map_err(|_| {
-                        self.error_at(
-                            offset,
-                            format!("integer -{digits} is out of range for a 64-bit integer"),
-                        )
-                    })?;
-                    return self.node(
-                        NodeKind::Expr(Expr::Literal(Literal::Int(value))),
+        // negation of 5; `+5` is just 5.
+        let sign = if negate { "-" } else { "" };
+        match &self.peek().kind {
+            TokenKind::Int(digits) => {
+                let digits = digits.clone();
+                self.advance();
+                let value = format!("{sign}{digits}").parse::<i64>().map_err(|_| {
+                    self.error_at(
                         offset,
-                        1,
-                    );
-                }
-                TokenKind::Float(x) => {
-                    let x = -*x;
-                    self.advance();
-                    return self.node(NodeKind::Expr(Expr::Literal(Literal::Float(x))), offset, 1);
-                }
-                _ => {}
+                        format!("integer {sign}{digits} is out of range for a 64-bit integer"),
+                    )
+                })?;
+                return self.node(
+                    NodeKind::Expr(Expr::Literal(Literal::Int(value))),
+                    offset,
+                    1,
+                );
             }
+            TokenKind::Float(x) => {
+                let x = if negate { -*x } else { *x };
+                self.advance();
+                return self.node(NodeKind::Expr(Expr::Literal(Literal::Float(x))), offset, 1);
+            }
+            _ => {}
         }
         self.enter(offset)?;
         let operand = self.unary()?;
         self.leave();
         let height = operand.height + 1;
         let expr = self.require_expr(operand)?;
-        if negate {
-            self.node(NodeKind::Expr(Expr::Negate(Box::new(expr))), offset, height)
+        let signed = if negate {
+            Expr::Negate(Box::new(expr))
         } else {
-            self.node(NodeKind::Expr(expr), offset, height)
-        }
+            Expr::Plus(Box::new(expr))
+        };
+        self.node(NodeKind::Expr(signed), offset, height)
     }
 
     fn primary(&mut self) -> Result<Node, ParseError> {

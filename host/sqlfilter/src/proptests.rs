@@ -38,6 +38,7 @@ enum GExpr {
     Lit(GVal),
     Prop(GProp),
     Neg(Box<GExpr>),
+    Pos(Box<GExpr>),
     Bin(&'static str, Box<GExpr>, Box<GExpr>),
 }
 
@@ -113,6 +114,7 @@ fn gexpr() -> impl Strategy<Value = GExpr> {
     let arithmetic = gexpr_leaf().prop_recursive(3, 8, 2, |inner| {
         prop_oneof![
             1 => inner.clone().prop_map(|e| GExpr::Neg(Box::new(e))),
+            1 => inner.clone().prop_map(|e| GExpr::Pos(Box::new(e))),
             3 => (prop::sample::select(vec!["+", "-", "*", "/", "%"]), inner.clone(), inner)
                 .prop_map(|(op, l, r)| GExpr::Bin(op, Box::new(l), Box::new(r))),
         ]
@@ -244,6 +246,7 @@ fn render_expr(style: Style, e: &GExpr, min: u8) -> String {
         GExpr::Lit(v) => (3, render_val(style, v)),
         GExpr::Prop(p) => (3, render_prop(style, *p)),
         GExpr::Neg(inner) => (3, format!("-{}", render_expr(style, inner, 3))),
+        GExpr::Pos(inner) => (3, format!("+{}", render_expr(style, inner, 3))),
         GExpr::Bin(op, l, r) => {
             let level = if matches!(*op, "+" | "-") { 1 } else { 2 };
             let sep = if style.tight { "" } else { " " };
@@ -398,6 +401,10 @@ fn ref_expr(message: &[(GProp, GVal)], e: &GExpr) -> Result<RVal, Failed> {
             Some(GVal::Int(i)) => Some(GVal::Int(i.checked_neg().ok_or(Failed)?)),
             Some(GVal::Float(x)) => Some(GVal::Float(-x)),
             Some(_) => return Err(Failed),
+        },
+        GExpr::Pos(inner) => match ref_expr(message, inner)? {
+            Some(GVal::Str(_) | GVal::Bool(_)) => return Err(Failed),
+            number => number,
         },
         GExpr::Bin(op, l, r) => {
             let l = ref_expr(message, l)?;

@@ -194,6 +194,11 @@ fn write_expr(f: &mut fmt::Formatter<'_>, e: &Expr, min_level: u8) -> fmt::Resul
             write_expr(f, inner, 0)?;
             f.write_str(")")?;
         }
+        Expr::Plus(inner) => {
+            f.write_str("+(")?;
+            write_expr(f, inner, 0)?;
+            f.write_str(")")?;
+        }
         Expr::Arith(op, l, r) => {
             // Left-associative: the right operand needs parentheses at the
             // same level (`a - (b - c)`).

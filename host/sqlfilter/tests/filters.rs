@@ -354,6 +354,7 @@ fn arithmetic_follows_usual_precedence() {
     assert!(matches("-n = -7", &m));
     assert!(matches("- (n) = -7", &m));
     assert!(matches("+n = 7", &m));
+    assert!(matches("+(n) = +7", &m));
     assert!(matches("2 - -3 = 5", &m));
     assert!(
         matches("1.0 / 0 > 1e308", &m),
@@ -409,8 +410,15 @@ fn arithmetic_errors_are_evaluation_errors() {
     ));
     assert!(matches!(
         eval_error("-s = 0", &m),
-        EvalError::NegateType { operand: "string" }
+        EvalError::UnaryType {
+            op: "-",
+            operand: "string"
+        }
     ));
+    assert_eq!(
+        eval_error("+s = 'x'", &m).to_string(),
+        "unary `+` cannot be applied to string"
+    );
     assert!(matches!(
         eval_error("TRUE + 1 = 0", &m),
         EvalError::ArithmeticType { .. }
