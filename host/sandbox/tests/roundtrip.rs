@@ -1,0 +1,278 @@
+//! Every outcome and error kind, and every event, follow-up and log field,
+//! crosses the host/guest boundary intact (through `tests/guests/echo`,
+//! whose payload is a script of what to do). Also: the probe sees no file,
+//! no variable and no socket.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use nimbus_sandbox::{
+    ErrorDetail, ErrorKind, Event, HandlerError, HandlerVersion, Invocation, Limits, LogLevel,
+    LogSource, Outcome, PendingHandoff, Property, PropertyValue, Sandbox,
+};
+use support::{event, guest, sandbox};
+
+fn load(sandbox: &Sandbox, crate_name: &str, config: &[(&str, &str)]) -> HandlerVersion {
+    let bytes = std::fs::read(guest(crate_name)).expect("read guest");
+    let config: BTreeMap<String, String> = config
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    sandbox
+        .load_bytes(crate_name, &bytes, Limits::default(), config)
+        .expect("guest loads")
+}
+
+/// One compiled `echo` shared by the tests of this file (compiling it per
+/// test would dominate their run time); every invocation is still a fresh
+/// instance.
+fn echo(script: &str) -> Invocation {
+    static ECHO: OnceLock<HandlerVersion> = OnceLock::new();
+    ECHO.get_or_init(|| load(&sandbox(), "echo", &[]))
+        .invoke(event("Echo", script))
+}
+
+fn error(kind: ErrorKind, error_type: &str, message: &str, retry_after_ms: Option<u64>) -> HandlerError {
+    HandlerError {
+        kind,
+        detail: ErrorDetail {
+            error_type: error_type.to_owned(),
+            message: message.to_owned(),
+            retry_after_ms,
+        },
+    }
+}
+
+#[test]
+fn completed_round_trips() {
+    assert_eq!(echo("{}").result, Ok(Outcome::Completed));
+    assert_eq!(echo(r#"{"Outcome":"Completed"}"#).result, Ok(Outcome::Completed));
+}
+
+#[test]
+fn pending_handoff_round_trips_with_every_field() {
+    let full = echo(
+        r#"{"Outcome":"PendingHandoff","Reason":"DMF import","JobId":"job-7","ExpectedWithinMs":90000}"#,
+    );
+    assert_eq!(
+        full.result,
+        Ok(Outcome::PendingHandoff(PendingHandoff {
+            reason: "DMF import".to_owned(),
+            external_job_id: Some("job-7".to_owned()),
+            expected_by_ms: Some(90_000),
+        }))
+    );
+    let bare = echo(r#"{"Outcome":"PendingHandoff","Reason":"waiting"}"#);
+    assert_eq!(
+        bare.result,
+        Ok(Outcome::PendingHandoff(PendingHandoff {
+            reason: "waiting".to_owned(),
+            external_job_id: None,
+            expected_by_ms: None,
+        }))
+    );
+}
+
+#[test]
+fn every_error_kind_round_trips_with_every_field() {
+    for (outcome, kind) in [
+        ("Failed", ErrorKind::Failed),
+        ("Transient", ErrorKind::Transient),
+        ("Permanent", ErrorKind::Permanent),
+    ] {
+        let with_retry = echo(&format!(
+            r#"{{"Outcome":"{outcome}","ErrorType":"PartnerUnavailable","Message":"503 from partner","RetryAfterMs":1500}}"#
+        ));
+        assert_eq!(
+            with_retry.result,
+            Err(error(kind, "PartnerUnavailable", "503 from partner", Some(1500)))
+        );
+        let without = echo(&format!(
+            r#"{{"Outcome":"{outcome}","ErrorType":"Nope","Message":"no"}}"#
+        ));
+        assert_eq!(without.result, Err(error(kind, "Nope", "no", None)));
+    }
+}
+
+#[test]
+fn follow_ups_are_held_even_when_the_outcome_is_an_error() {
+    // The engine drops them on an error; the sandbox reports what was asked.
+    let invocation =
+        echo(r#"{"Outcome":"Transient","ErrorType":"PartnerUnavailable","Message":"503","RetryAfterMs":1500,"Publish":2}"#);
+    assert!(invocation.result.is_err());
+    assert_eq!(invocation.follow_ups.len(), 2);
+}
+
+#[test]
+fn every_event_field_reaches_the_handler() {
+    let sandbox = sandbox();
+    let echo = load(&sandbox, "echo", &[("region", "eu"), ("tier", "gold")]);
+    let payload = r#"{"Describe":true}"#;
+    let invocation = echo.invoke(Event {
+        event_id: "evt-1".to_owned(),
+        event_type: "Echo".to_owned(),
+        message_id: "msg-1".to_owned(),
+        session_id: "sess-1".to_owned(),
+        correlation_id: Some("corr-1".to_owned()),
+        parent_message_id: Some("parent-1".to_owned()),
+        originating_message_id: Some("origin-1".to_owned()),
+        retry_count: 3,
+        enqueued_time_ms: 1_700_000_000_123,
+        payload: payload.to_owned(),
+        properties: vec![
+            Property { name: "S".to_owned(), value: PropertyValue::Str("text".to_owned()) },
+            Property { name: "I".to_owned(), value: PropertyValue::Int(-42) },
+            Property { name: "F".to_owned(), value: PropertyValue::Float(1.5) },
+            Property { name: "B".to_owned(), value: PropertyValue::Boolean(true) },
+        ],
+    });
+    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    let described = invocation
+        .follow_ups
+        .iter()
+        .find(|f| f.event_type == "EchoDescribed")
+        .expect("EchoDescribed follow-up");
+    assert_eq!(described.message_id, "evt-1:described");
+    let seen: serde_json::Value = serde_json::from_str(&described.payload).expect("JSON");
+    let expected = serde_json::json!({
+        "EventId": "evt-1", "EventType": "Echo", "MessageId": "msg-1", "SessionId": "sess-1",
+        "CorrelationId": "corr-1", "ParentMessageId": "parent-1",
+        "OriginatingMessageId": "origin-1", "RetryCount": 3, "EnqueuedTimeMs": 1_700_000_000_123u64,
+        "Properties": {"S": "text", "I": -42, "F": 1.5, "B": true},
+        "Config": {"region": "eu", "tier": "gold"},
+        "Payload": payload,
+    });
+    assert_eq!(seen, expected);
+}
+
+#[test]
+fn absent_event_ids_reach_the_handler_as_none() {
+    let invocation = echo(r#"{"Describe":true}"#);
+    let described = &invocation.follow_ups[0];
+    let seen: serde_json::Value = serde_json::from_str(&described.payload).expect("JSON");
+    assert!(seen["CorrelationId"].is_null());
+    assert!(seen["ParentMessageId"].is_null());
+    assert!(seen["OriginatingMessageId"].is_null());
+}
+
+#[test]
+fn follow_up_fields_round_trip() {
+    let invocation = echo(
+        r#"{"FollowUps":[{"EventType":"OrderShipped","MessageId":"e:ship","Payload":{"A":[1,2]},"SessionId":"other","Properties":{"P":"str","N":7,"X":2.5,"T":false}}],"Publish":1,"PublishSession":"s-2"}"#,
+    );
+    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    let shipped = invocation
+        .follow_ups
+        .iter()
+        .find(|f| f.event_type == "OrderShipped")
+        .expect("follow-up");
+    assert_eq!(shipped.message_id, "e:ship");
+    assert_eq!(shipped.session_id.as_deref(), Some("other"));
+    let payload: serde_json::Value = serde_json::from_str(&shipped.payload).expect("JSON");
+    assert_eq!(payload, serde_json::json!({"A": [1, 2]}));
+    let mut properties: Vec<(String, PropertyValue)> = shipped
+        .properties
+        .iter()
+        .map(|p| (p.name.clone(), p.value.clone()))
+        .collect();
+    properties.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        properties,
+        [
+            ("N".to_owned(), PropertyValue::Int(7)),
+            ("P".to_owned(), PropertyValue::Str("str".to_owned())),
+            ("T".to_owned(), PropertyValue::Boolean(false)),
+            ("X".to_owned(), PropertyValue::Float(2.5)),
+        ]
+    );
+    let numbered = invocation
+        .follow_ups
+        .iter()
+        .find(|f| f.event_type == "EchoFollowUp")
+        .expect("numbered follow-up");
+    assert_eq!(numbered.message_id, "evt-Echo:echo:0");
+    assert_eq!(numbered.session_id.as_deref(), Some("s-2"));
+    assert_eq!(
+        numbered.properties,
+        [Property { name: "Index".to_owned(), value: PropertyValue::Int(0) }]
+    );
+}
+
+#[test]
+fn an_empty_follow_up_message_id_is_refused_by_the_host() {
+    let invocation =
+        echo(r#"{"FollowUps":[{"EventType":"X","MessageId":"","Payload":{}}]}"#);
+    let error = invocation.result.expect_err("refused");
+    assert_eq!(error.kind, ErrorKind::Failed);
+    assert_eq!(error.detail.error_type, "PublishRejected");
+    assert!(error.detail.message.contains("message-id"), "{error}");
+    assert!(invocation.follow_ups.is_empty());
+}
+
+#[test]
+fn too_many_follow_ups_hit_the_host_bound() {
+    let count = nimbus_sandbox::MAX_FOLLOW_UPS_PER_EVENT + 1;
+    let invocation = echo(&format!(r#"{{"Publish":{count}}}"#));
+    let error = invocation.result.expect_err("refused");
+    assert_eq!(error.detail.error_type, "PublishRejected");
+    assert!(error.detail.message.contains("at most"), "{error}");
+    assert_eq!(invocation.follow_ups.len(), nimbus_sandbox::MAX_FOLLOW_UPS_PER_EVENT);
+}
+
+#[test]
+fn logs_stdout_and_stderr_are_captured_with_level_source_and_fields() {
+    let invocation = echo(
+        r#"{"Stdout":"to stdout\n","Stderr":"to stderr\n","Logs":[{"Level":"Warn","Message":"careful","Fields":{"k":"v"}},{"Level":"Debug","Message":"detail"}]}"#,
+    );
+    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    let find = |message: &str| {
+        invocation
+            .logs
+            .iter()
+            .find(|r| r.message == message)
+            .unwrap_or_else(|| panic!("{message:?} in {:?}", invocation.logs))
+    };
+    let careful = find("careful");
+    assert_eq!(careful.level, LogLevel::Warn);
+    assert_eq!(careful.source, LogSource::Handler);
+    assert_eq!(careful.fields, [("k".to_owned(), "v".to_owned())]);
+    assert_eq!(find("detail").level, LogLevel::Debug);
+    assert_eq!(find("to stdout").source, LogSource::Stdout);
+    assert_eq!(find("to stderr").source, LogSource::Stderr);
+}
+
+#[test]
+fn config_is_read_from_the_manifest_table() {
+    let sandbox = sandbox();
+    let echo = load(&sandbox, "echo", &[("reject_over_total", "100")]);
+    let invocation = echo.invoke(event("Echo", r#"{"ReadConfig":["reject_over_total","missing"]}"#));
+    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    let messages: Vec<&str> = invocation.logs.iter().map(|r| r.message.as_str()).collect();
+    assert!(messages.contains(&r#"config reject_over_total = Some("100")"#), "{messages:?}");
+    assert!(messages.contains(&"config missing = None"), "{messages:?}");
+}
+
+#[test]
+fn the_probe_sees_no_file_no_variable_and_no_socket() {
+    let sandbox = sandbox();
+    let probe = load(&sandbox, "probe", &[]);
+    let invocation = probe.invoke(event("Probe", "{}"));
+    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    let result = invocation
+        .follow_ups
+        .iter()
+        .find(|f| f.event_type == "ProbeResult")
+        .expect("ProbeResult");
+    let seen: serde_json::Value = serde_json::from_str(&result.payload).expect("JSON");
+    for denied in ["file", "dir", "socket"] {
+        assert!(
+            seen[denied].as_str().is_some_and(|s| s.starts_with("denied: ")),
+            "{denied}: {seen}"
+        );
+    }
+    assert!(seen["env"].is_null(), "{seen}");
+    assert!(seen["path"].is_null(), "{seen}");
+    assert_eq!(seen["env_count"], 0, "{seen}");
+}
