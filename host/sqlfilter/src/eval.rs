@@ -131,23 +131,21 @@ pub(crate) fn predicate(p: &Predicate, msg: &dyn MessageProperties) -> Result<Tr
             list,
             negated,
         } => {
+            // Like a chain of `OR`s: items run left to right and stop at
+            // the first match. A NULL value matches nothing, so every item
+            // is still evaluated (and can fail) and the result is unknown.
             let value = expr(e, msg)?;
-            let found = if value == Val::Null {
-                Truth::Unknown
-            } else {
-                let mut found = Truth::False;
-                for item in list {
-                    match compare(CompareOp::Eq, &value, &expr(item, msg)?) {
-                        Truth::True => {
-                            found = Truth::True;
-                            break;
-                        }
-                        Truth::Unknown => found = Truth::Unknown,
-                        Truth::False => {}
+            let mut found = Truth::False;
+            for item in list {
+                match compare(CompareOp::Eq, &value, &expr(item, msg)?) {
+                    Truth::True => {
+                        found = Truth::True;
+                        break;
                     }
+                    Truth::Unknown => found = Truth::Unknown,
+                    Truth::False => {}
                 }
-                found
-            };
+            }
             if *negated { found.not() } else { found }
         }
         Predicate::Like {
@@ -162,35 +160,41 @@ pub(crate) fn predicate(p: &Predicate, msg: &dyn MessageProperties) -> Result<Tr
     })
 }
 
+/// `value LIKE pattern [ESCAPE escape]`. A computed pattern and escape are
+/// evaluated even when `value` is not a string, so whether an expression
+/// fails never depends on another operand's type.
 fn like_match(
     value: &Val<'_>,
     pattern: &LikePattern,
     msg: &dyn MessageProperties,
 ) -> Result<Truth, EvalError> {
-    let Val::Str(text) = value else {
-        return Ok(Truth::Unknown);
-    };
     match pattern {
-        LikePattern::Compiled { compiled, .. } => Ok(Truth::from_bool(compiled.matches(text))),
+        LikePattern::Compiled { compiled, .. } => Ok(match value {
+            Val::Str(text) => Truth::from_bool(compiled.matches(text)),
+            _ => Truth::Unknown,
+        }),
         LikePattern::Dynamic { pattern, escape } => {
-            let Val::Str(pattern_text) = expr(pattern, msg)? else {
+            let pattern = expr(pattern, msg)?;
+            let escape = match escape {
+                None => None,
+                Some(escape) => Some(expr(escape, msg)?),
+            };
+            let escape_char = match &escape {
+                None => None,
+                Some(Val::Null) => return Ok(Truth::Unknown),
+                Some(Val::Str(s)) if s.chars().count() == 1 => s.chars().next(),
+                Some(other) => {
+                    return Err(EvalError::InvalidEscape {
+                        found: describe(other),
+                    });
+                }
+            };
+            let (Val::Str(text), Val::Str(pattern)) = (value, &pattern) else {
                 return Ok(Truth::Unknown);
             };
-            let escape_char = match escape {
-                None => None,
-                Some(escape) => match expr(escape, msg)? {
-                    Val::Null => return Ok(Truth::Unknown),
-                    Val::Str(s) if s.chars().count() == 1 => s.chars().next(),
-                    other => {
-                        return Err(EvalError::InvalidEscape {
-                            found: describe(&other),
-                        });
-                    }
-                },
-            };
-            let compiled = like::Pattern::compile(&pattern_text, escape_char).map_err(|_| {
+            let compiled = like::Pattern::compile(pattern, escape_char).map_err(|_| {
                 EvalError::DanglingEscape {
-                    pattern: pattern_text.clone().into_owned(),
+                    pattern: pattern.clone().into_owned(),
                 }
             })?;
             Ok(Truth::from_bool(compiled.matches(text)))

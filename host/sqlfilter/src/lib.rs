@@ -38,6 +38,9 @@
 //! | always-true / always-false | `1=1`, `1=0` |
 //! | action statements, `;`-separated | `SET user.To = 'billing'; SET user.EventId = newid(); REMOVE user.Tmp` |
 //!
+//! Beware: as in T-SQL, double quotes delimit a *name*, not a string:
+//! `To = "billing"` compares `To` with the property called `billing`.
+//!
 //! # Limits
 //!
 //! [`MAX_EXPRESSION_CHARS`], [`MAX_NESTING_DEPTH`] and

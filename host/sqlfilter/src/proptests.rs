@@ -59,6 +59,8 @@ enum GPred {
     IsNull(GExpr, bool),
     In(GExpr, Vec<GExpr>, bool),
     Like(GExpr, Vec<GLike>, bool),
+    /// LIKE with a computed pattern (no escape).
+    LikeComputed(GExpr, GExpr, bool),
     Exists(GProp),
 }
 
@@ -122,6 +124,18 @@ fn gexpr() -> impl Strategy<Value = GExpr> {
     prop_oneof![6 => gexpr_leaf(), 1 => arithmetic]
 }
 
+/// A LIKE pattern that is not a literal pattern: a property, NULL, or a
+/// string built from one. (A literal that is not a string is a parse error.)
+fn computed_pattern() -> impl Strategy<Value = GExpr> {
+    prop_oneof![
+        3 => gprop().prop_map(GExpr::Prop),
+        1 => Just(GExpr::Null),
+        2 => (gprop(), short_string()).prop_map(|(p, s)| {
+            GExpr::Bin("+", Box::new(GExpr::Prop(p)), Box::new(GExpr::Lit(GVal::Str(s))))
+        }),
+    ]
+}
+
 fn glike() -> impl Strategy<Value = Vec<GLike>> {
     proptest::collection::vec(
         prop_oneof![
@@ -146,6 +160,8 @@ fn gpred() -> impl Strategy<Value = GPred> {
         )
             .prop_map(|(e, list, n)| GPred::In(e, list, n)),
         (gexpr(), glike(), any::<bool>()).prop_map(|(e, p, n)| GPred::Like(e, p, n)),
+        (gexpr(), computed_pattern(), any::<bool>())
+            .prop_map(|(e, p, n)| GPred::LikeComputed(e, p, n)),
         gprop().prop_map(GPred::Exists),
     ];
     leaf.prop_recursive(4, 16, 2, |inner| {
@@ -359,6 +375,18 @@ fn render_pred(style: Style, p: &GPred, min: u8) -> String {
                 ),
             )
         }
+        GPred::LikeComputed(e, pattern, negated) => {
+            let op = if *negated { "NOT LIKE" } else { "LIKE" };
+            (
+                4,
+                format!(
+                    "{} {} {}",
+                    render_expr(style, e, 1),
+                    kw(style, op),
+                    render_expr(style, pattern, 1)
+                ),
+            )
+        }
         GPred::Exists(prop) => (
             4,
             format!("{}({})", kw(style, "EXISTS"), render_prop(style, *prop)),
@@ -515,19 +543,18 @@ fn ref_pred(message: &[(GProp, GVal)], p: &GPred) -> Result<Option<bool>, Failed
         }
         GPred::IsNull(e, negated) => Some(ref_expr(message, e)?.is_none() != *negated),
         GPred::In(e, list, negated) => {
+            // `e IN (x, y)` is `e = x OR e = y`.
             let v = ref_expr(message, e)?;
-            let mut result = if v.is_none() { None } else { Some(false) };
-            if v.is_some() {
-                for item in list {
-                    let item = ref_expr(message, item)?;
-                    match ref_compare("=", &v, &item) {
-                        Some(true) => {
-                            result = Some(true);
-                            break;
-                        }
-                        None => result = None,
-                        Some(false) => {}
+            let mut result = Some(false);
+            for item in list {
+                let item = ref_expr(message, item)?;
+                match ref_compare("=", &v, &item) {
+                    Some(true) => {
+                        result = Some(true);
+                        break;
                     }
+                    None => result = None,
+                    Some(false) => {}
                 }
             }
             if *negated { result.map(|b| !b) } else { result }
@@ -539,6 +566,25 @@ fn ref_pred(message: &[(GProp, GVal)], p: &GPred) -> Result<Option<bool>, Failed
             }
             _ => None,
         },
+        GPred::LikeComputed(e, pattern, negated) => {
+            let value = ref_expr(message, e)?;
+            let pattern = ref_expr(message, pattern)?;
+            match (value, pattern) {
+                (Some(GVal::Str(s)), Some(GVal::Str(p))) => {
+                    let tokens: Vec<GLike> = p
+                        .chars()
+                        .map(|c| match c {
+                            '%' => GLike::Any,
+                            '_' => GLike::One,
+                            c => GLike::Char(c),
+                        })
+                        .collect();
+                    let chars: Vec<char> = s.chars().collect();
+                    Some(ref_like(&tokens, &chars) != *negated)
+                }
+                _ => None,
+            }
+        }
         GPred::Exists(prop) => Some(lookup(message, *prop).is_some()),
     })
 }
@@ -575,9 +621,15 @@ fn sql_char() -> impl Strategy<Value = char> {
     )
 }
 
+/// 384 cases keep the suite at about a second; set `PROPTEST_CASES` for a
+/// deeper run (`PROPTEST_CASES=50000 cargo test -p nimbus-sqlfilter --release proptests`).
 fn config() -> Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(384);
     Config {
-        cases: 384,
+        cases,
         failure_persistence: None,
         ..Config::default()
     }

@@ -237,6 +237,23 @@ fn like_with_wildcards() {
 }
 
 #[test]
+fn operands_fail_the_same_whatever_the_other_operands_types() {
+    // Found by the property tests: a computed pattern used to be skipped
+    // when the value was not a string, hiding its error.
+    let m = msg(&[("flag", Value::Bool(false)), ("z", Value::Int(0))]);
+    assert!(matches!(
+        eval_error("flag LIKE flag + ''", &m),
+        EvalError::ArithmeticType { .. }
+    ));
+    assert!(matches!(
+        eval_error("missing IN (1 / z)", &m),
+        EvalError::DivisionByZero { .. }
+    ));
+    // But IN stops at the first match, like OR.
+    assert!(matches("z IN (0, 1 / z)", &m));
+}
+
+#[test]
 fn like_on_a_number_is_unknown() {
     let m = msg(&[("n", Value::Int(10))]);
     assert!(!matches("n LIKE '1%'", &m));
@@ -322,6 +339,16 @@ fn label_and_subject_are_one_system_property() {
     m.insert_system("Subject", "hello").unwrap();
     assert!(matches("sys.Label = 'hello'", &m));
     assert!(matches("sys.Subject = 'hello'", &m));
+}
+
+#[test]
+fn double_quotes_delimit_a_name_not_a_string() {
+    let m = msg(&[("To", s("billing")), ("billing", s("billing"))]);
+    // As in T-SQL: `"billing"` is the property called billing.
+    assert!(matches("To = \"billing\"", &m));
+    let only_to = msg(&[("To", s("billing"))]);
+    assert!(!matches("To = \"billing\"", &only_to));
+    assert!(matches("To = 'billing'", &only_to));
 }
 
 #[test]
