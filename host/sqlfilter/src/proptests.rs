@@ -621,6 +621,62 @@ fn sql_char() -> impl Strategy<Value = char> {
     )
 }
 
+/// One generated action statement: `SET user.<name> = <expr>` or, with no
+/// expression, `REMOVE user.<name>`.
+type GStatement = (&'static str, Option<GExpr>);
+
+fn gstatements() -> impl Strategy<Value = Vec<GStatement>> {
+    proptest::collection::vec(
+        (
+            prop::sample::select(USER_NAMES),
+            proptest::option::weighted(0.8, gexpr()),
+        ),
+        1..6,
+    )
+}
+
+fn render_statements(style: Style, statements: &[GStatement], separator: &str) -> String {
+    statements
+        .iter()
+        .map(|(name, value)| {
+            let target = render_prop(style, GProp::User(name));
+            match value {
+                Some(e) => format!(
+                    "{} {target} = {}",
+                    kw(style, "SET"),
+                    render_expr(style, e, 0)
+                ),
+                None => format!("{} {target}", kw(style, "REMOVE")),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(separator)
+}
+
+/// Applies the statements to a model of the message, in order; stops at the
+/// first failure, keeping what was applied before it.
+fn ref_apply(message: &mut Vec<(GProp, GVal)>, statements: &[GStatement]) -> Result<(), Failed> {
+    for (name, value) in statements {
+        let new = match value {
+            Some(e) => ref_expr(message, e)?,
+            None => None,
+        };
+        message.retain(|(p, _)| *p != GProp::User(name));
+        if let Some(v) = new {
+            message.push((GProp::User(name), v));
+        }
+    }
+    Ok(())
+}
+
+fn same_value(a: &Value<'_>, b: &Value<'_>) -> bool {
+    match (a, b) {
+        // NaN is not equal to itself.
+        (Value::Float(x), Value::Float(y)) => x.to_bits() == y.to_bits() || x == y,
+        _ => a == b,
+    }
+}
+
 /// 384 cases keep the suite at about a second; set `PROPTEST_CASES` for a
 /// deeper run (`PROPTEST_CASES=50000 cargo test -p nimbus-sqlfilter --release proptests`).
 fn config() -> Config {
@@ -729,6 +785,40 @@ proptest! {
                 let canonical = action.canonical();
                 prop_assert_eq!(SqlRuleAction::parse(&canonical).map(|a| a.canonical()).ok(), Some(canonical));
             }
+        }
+    }
+
+    #[test]
+    fn action_statements_apply_in_order_like_the_reference(
+        statements in gstatements(),
+        style in style(),
+        semicolons in any::<bool>(),
+        message in message(),
+    ) {
+        let separator = if semicolons { "; " } else { " " };
+        let text = render_statements(style, &statements, separator);
+        let action = SqlRuleAction::parse(&text)
+            .map_err(|err| TestCaseError::fail(format!("`{text}` does not parse: {err}")))?;
+        let mut target = bag(&message);
+        let result = action.apply(&mut target);
+        let mut model = message.clone();
+        let expected = ref_apply(&mut model, &statements);
+        prop_assert_eq!(result.is_ok(), expected.is_ok(), "`{}`: {:?}", text, result);
+        // Applied or not, both sides hold the same user properties after.
+        for name in USER_NAMES {
+            let actual = target.user_value(name);
+            let wanted = lookup(&model, GProp::User(name)).map(|v| match v {
+                GVal::Bool(b) => Value::Bool(b),
+                GVal::Int(i) => Value::Int(i),
+                GVal::Float(x) => Value::Float(x),
+                GVal::Str(s) => Value::from(s),
+            });
+            let same = match (actual, &wanted) {
+                (Some(a), Some(w)) => same_value(a, w),
+                (None, None) => true,
+                _ => false,
+            };
+            prop_assert!(same, "`{}`: {} is {:?}, expected {:?}", text, name, actual, wanted);
         }
     }
 }
