@@ -62,6 +62,28 @@ impl ParseError {
             message: message.into(),
         }
     }
+
+    /// The line of `text` (the text that failed to parse) holding the error,
+    /// with a caret under the error's column, for a terminal:
+    ///
+    /// ```text
+    /// user.To = 'billing' AN From IS NULL
+    ///                     ^ expected an operator, AND, OR or the end of the filter, found `AN`
+    /// ```
+    pub fn excerpt(&self, text: &str) -> String {
+        let line = text
+            .split('\n')
+            .nth(self.position.line - 1)
+            .unwrap_or_default()
+            .trim_end_matches('\r');
+        // Tabs keep their width so the caret lines up under them.
+        let pad: String = line
+            .chars()
+            .take(self.position.column - 1)
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        format!("{line}\n{pad}^ {}", self.message)
+    }
 }
 
 /// Evaluating a well-formed expression against one message failed.
@@ -173,6 +195,18 @@ mod tests {
     fn position_past_the_end_is_clamped() {
         let p = Position::in_text("ab\ncd", 99);
         assert_eq!((p.offset, p.line, p.column), (5, 2, 3));
+    }
+
+    #[test]
+    fn excerpt_points_at_the_error() {
+        let text = "a = 1\n\tAND é = @";
+        let error = ParseError::at(text, 17, "unexpected character `@`");
+        assert_eq!(
+            error.excerpt(text),
+            "\tAND é = @\n\t         ^ unexpected character `@`"
+        );
+        let error = ParseError::at("a =", 3, "expected a value");
+        assert_eq!(error.excerpt("a ="), "a =\n   ^ expected a value");
     }
 
     #[test]

@@ -360,3 +360,13 @@ fn too_many_action_statements() {
         MAX_ACTION_STATEMENTS * "SET a = 1; ".len()
     );
 }
+
+#[test]
+fn excerpt_shows_the_line_with_a_caret() {
+    let text = "user.To = 'billing' AN From IS NULL";
+    let error = filter_error(text);
+    assert_eq!(
+        error.excerpt(text),
+        "user.To = 'billing' AN From IS NULL\n                    ^ expected an operator, AND, OR or the end of the filter, found `AN`"
+    );
+}
