@@ -71,8 +71,9 @@ pub use value::{MessageProperties, MessagePropertiesMut, Value};
 
 /// The longest filter or action text accepted, in characters.
 ///
-/// Service Bus's own limit ("Max allowed length of sql expression is 1024
-/// chars"): a rule that works locally must also be accepted by Azure.
+/// Service Bus's own quota ("Size of SQL filters or actions": 1,024 for a
+/// filter condition and for a rule action): a rule that works locally must
+/// also be accepted by Azure.
 pub const MAX_EXPRESSION_CHARS: usize = 1024;
 
 /// The deepest nesting accepted: parentheses, `NOT` and signs inside each
@@ -84,7 +85,7 @@ pub const MAX_EXPRESSION_CHARS: usize = 1024;
 pub const MAX_NESTING_DEPTH: usize = 32;
 
 /// The most `SET`/`REMOVE` statements one rule action may hold (Service
-/// Bus's quota of 32 expressions per rule action).
+/// Bus's quota: "Maximum number of expressions per rule action: 32").
 pub const MAX_ACTION_STATEMENTS: usize = 32;
 
 /// The system properties a filter may name after `sys.`, in the spelling
