@@ -38,9 +38,10 @@ pub struct SqlRuleAction {
 impl SqlRuleAction {
     /// Parses an action such as `SET user.To = 'billing'; SET user.From = 'Retry'`.
     ///
-    /// Statements are separated by `;` (a trailing `;` is allowed, a `;`
-    /// inside a string literal is part of the string). `REMOVE sys.X` is
-    /// rejected: system properties can only be replaced.
+    /// Each statement may end with `;` (optional, as Service Bus documents;
+    /// a trailing `;` is fine, and a `;` inside a string literal is part of
+    /// the string). `REMOVE sys.X` is rejected: system properties can only
+    /// be replaced.
     ///
     /// # Errors
     ///
