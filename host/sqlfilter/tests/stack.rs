@@ -5,7 +5,10 @@
 
 use nimbus_sqlfilter::{MAX_NESTING_DEPTH, PropertyBag, SqlFilter};
 
-/// Half the 2 MiB of a tokio worker or test thread.
+/// Half the 2 MiB of a tokio worker or test thread. Measured need at the
+/// limit: about 0.75 MiB in a debug build (each nesting level passes through
+/// every precedence level, about 24 KiB of unoptimised frames), 0.25 MiB in
+/// a release build.
 const STACK_BYTES: usize = 1024 * 1024;
 
 fn on_small_stack(f: impl FnOnce() + Send + 'static) {
