@@ -383,7 +383,6 @@ CREATE TABLE IF NOT EXISTS entries (
     dl_description TEXT,
     message BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS entries_by_subscription ON entries (topic, subscription);
 CREATE TABLE IF NOT EXISTS scheduled (
     seq INTEGER PRIMARY KEY,
     topic TEXT NOT NULL,
@@ -449,13 +448,25 @@ fn writer_loop(
 fn commit_batch(conn: &mut Connection, batch: &[Request]) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     let mut high_water = None;
-    for request in batch {
-        for op in &request.ops {
-            if let StoreOp::SequenceHighWater(n) = op {
-                high_water = Some(high_water.map_or(*n, |h: i64| h.max(*n)));
-                continue;
+    {
+        // The two hot statements, looked up once per batch rather than per op.
+        let mut insert = tx.prepare_cached(INSERT_ENTRY)?;
+        let mut delete = tx.prepare_cached(DELETE_ENTRY)?;
+        for request in batch {
+            for op in &request.ops {
+                match op {
+                    StoreOp::SequenceHighWater(n) => {
+                        high_water = Some(high_water.map_or(*n, |h: i64| h.max(*n)));
+                    }
+                    StoreOp::InsertEntry(row) => {
+                        insert_entry(&mut insert, row)?;
+                    }
+                    StoreOp::DeleteEntry { id } => {
+                        delete.execute(params![id])?;
+                    }
+                    other => apply(&tx, other)?,
+                }
             }
-            apply(&tx, op)?;
         }
     }
     if let Some(n) = high_water {
@@ -485,6 +496,28 @@ pub(crate) fn from_millis(ms: i64) -> SystemTime {
 
 fn duration_ms(d: Option<Duration>) -> Option<i64> {
     d.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+const INSERT_ENTRY: &str = "INSERT INTO entries (id, topic, subscription, dead_letter, seq,
+    enqueued_ms, expires_ms, failures, dl_reason, dl_description, message)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+const DELETE_ENTRY: &str = "DELETE FROM entries WHERE id = ?1";
+
+fn insert_entry(stmt: &mut rusqlite::CachedStatement<'_>, row: &EntryRow) -> rusqlite::Result<()> {
+    stmt.execute(params![
+        row.id,
+        row.topic,
+        row.subscription,
+        row.dead_letter,
+        row.seq,
+        millis(row.enqueued),
+        row.expires.map(millis),
+        row.failures,
+        row.dead_letter_reason,
+        row.dead_letter_description,
+        row.message
+    ])?;
+    Ok(())
 }
 
 fn apply(tx: &rusqlite::Transaction<'_>, op: &StoreOp) -> rusqlite::Result<()> {
@@ -569,28 +602,10 @@ fn apply(tx: &rusqlite::Transaction<'_>, op: &StoreOp) -> rusqlite::Result<()> {
             .execute(params![topic, subscription, name])?;
         }
         StoreOp::InsertEntry(row) => {
-            tx.prepare_cached(
-                "INSERT INTO entries (id, topic, subscription, dead_letter, seq, enqueued_ms,
-                 expires_ms, failures, dl_reason, dl_description, message)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            )?
-            .execute(params![
-                row.id,
-                row.topic,
-                row.subscription,
-                row.dead_letter,
-                row.seq,
-                millis(row.enqueued),
-                row.expires.map(millis),
-                row.failures,
-                row.dead_letter_reason,
-                row.dead_letter_description,
-                row.message
-            ])?;
+            insert_entry(&mut tx.prepare_cached(INSERT_ENTRY)?, row)?;
         }
         StoreOp::DeleteEntry { id } => {
-            tx.prepare_cached("DELETE FROM entries WHERE id = ?1")?
-                .execute(params![id])?;
+            tx.prepare_cached(DELETE_ENTRY)?.execute(params![id])?;
         }
         StoreOp::UpdateEntry {
             id,

@@ -88,6 +88,18 @@ impl SubscriptionSettings {
         }
     }
 
+    /// Sets whether messages are received through session locks.
+    pub fn with_requires_session(mut self, on: bool) -> Self {
+        self.requires_session = on;
+        self
+    }
+
+    /// Forwards every matching copy to `topic` (or stops forwarding).
+    pub fn with_forward_to(mut self, topic: Option<String>) -> Self {
+        self.forward_to = topic;
+        self
+    }
+
     /// Sets the lock duration.
     pub fn with_lock_duration(mut self, duration: Duration) -> Self {
         self.lock_duration = duration;
