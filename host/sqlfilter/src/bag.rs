@@ -108,3 +108,43 @@ impl MessagePropertiesMut for PropertyBag {
         self.insert_system(name, value)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_system_property_is_refused() {
+        let mut bag = PropertyBag::new();
+        let error = bag.insert_system("Colour", "red").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "SET sys.Colour: not a Service Bus system property"
+        );
+        assert_eq!(bag, PropertyBag::new(), "nothing was stored");
+    }
+
+    #[test]
+    fn system_names_are_case_insensitive_and_subject_is_label() {
+        let mut bag = PropertyBag::new();
+        bag.insert_system("messageid", "m-1").unwrap();
+        bag.insert_system("Subject", "s").unwrap();
+        assert_eq!(bag.system("MessageId"), Some(Value::from("m-1")));
+        assert_eq!(bag.system_value("LABEL"), Some(&Value::from("s")));
+        assert_eq!(bag.system("To"), None);
+        assert_eq!(bag.system("Nonsense"), None);
+    }
+
+    #[test]
+    fn user_names_are_exact_and_reads_borrow() {
+        let mut bag = PropertyBag::new();
+        bag.insert_user("To", "billing");
+        assert_eq!(bag.user("to"), None);
+        assert!(matches!(
+            bag.user("To"),
+            Some(Value::String(std::borrow::Cow::Borrowed("billing")))
+        ));
+        bag.remove_user("To");
+        assert_eq!(bag.user_properties().count(), 0);
+    }
+}
