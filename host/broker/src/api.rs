@@ -309,15 +309,16 @@ impl Admin for Broker {
     async fn delete_topic(&self, name: &str) -> Result<(), AdminError> {
         self.inner.healthy()?;
         let mut wake = Wakeups::default();
+        // Release the map's write lock before taking the topic's mutex:
+        // publishers hold topic mutexes while reading the map.
+        let state = self
+            .inner
+            .topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name)
+            .ok_or_else(|| not_found(&format!("topic '{name}'")))?;
         let ack = {
-            let mut topics = self
-                .inner
-                .topics
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let state = topics
-                .remove(name)
-                .ok_or_else(|| not_found(&format!("topic '{name}'")))?;
             let mut core = state.lock();
             core.deleted = true;
             for sub in core.subs.values() {

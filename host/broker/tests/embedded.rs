@@ -1,0 +1,201 @@
+//! Behaviours specific to the embedded broker (beyond the shared
+//! conformance suite): restart of timers, durability levels, refusing data
+//! it cannot read, entity deletion under live handles.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nimbus_broker::{Broker, BrokerOptions, Clock, Durability, ManualClock, OpenError};
+use nimbus_transport::{
+    Admin, ErrorKind, Message, Receiver, SessionLock, SessionSelector, SubQueue, SubscriptionPath,
+    SubscriptionSettings, TopicSettings, Transport,
+};
+
+const fn assert_send_sync<T: Send + Sync>() {}
+const _: () = {
+    assert_send_sync::<Broker>();
+    assert_send_sync::<nimbus_broker::BrokerSession>();
+    assert_send_sync::<nimbus_broker::BrokerReceiver>();
+};
+
+const ARRIVES: Duration = Duration::from_secs(10);
+const ABSENT: Duration = Duration::from_millis(100);
+
+async fn open(dir: &std::path::Path, clock: &ManualClock, durability: Durability) -> Broker {
+    Broker::open(
+        BrokerOptions::new(dir)
+            .durability(durability)
+            .clock(Arc::new(clock.clone())),
+    )
+    .await
+    .expect("open")
+}
+
+async fn with_sub(broker: &Broker, settings: SubscriptionSettings) -> SubscriptionPath {
+    broker
+        .create_topic("t", TopicSettings::default())
+        .await
+        .expect("topic");
+    let path = SubscriptionPath::new("t", "s");
+    broker
+        .create_subscription(&path, settings)
+        .await
+        .expect("sub");
+    path
+}
+
+fn body(m: &nimbus_transport::ReceivedMessage) -> &[u8] {
+    &m.message.body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_message_still_arrives_after_a_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let path = with_sub(&broker, SubscriptionSettings::default()).await;
+    let mut m = Message::new(b"later".to_vec());
+    m.scheduled_enqueue_time = Some(clock.now() + Duration::from_secs(60));
+    broker.publish("t", vec![m]).await.expect("schedule");
+    drop(broker);
+
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let topic = broker.get_topic("t").await.expect("get").expect("topic");
+    assert_eq!(topic.scheduled_message_count, 1);
+    clock.advance(Duration::from_secs(61));
+    let r = broker
+        .receiver(&path, SubQueue::Main)
+        .await
+        .expect("receiver");
+    let got = r.receive(ARRIVES).await.expect("receive").expect("arrived");
+    assert_eq!(body(&got), b"later");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequence_numbers_keep_increasing_across_restarts_even_when_queues_empty() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Os).await;
+    let path = with_sub(&broker, SubscriptionSettings::default()).await;
+    let first = broker
+        .publish("t", vec![Message::new(b"a".to_vec())])
+        .await
+        .expect("publish")[0];
+    {
+        let r = broker
+            .receiver(&path, SubQueue::Main)
+            .await
+            .expect("receiver");
+        let m = r.receive(ARRIVES).await.expect("receive").expect("a");
+        r.complete(m).await.expect("complete");
+    }
+    drop(broker);
+    let broker = open(dir.path(), &clock, Durability::Os).await;
+    let second = broker
+        .publish("t", vec![Message::new(b"b".to_vec())])
+        .await
+        .expect("publish")[0];
+    assert!(second > first, "{second} after {first}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_counts_survive_a_restart_but_locks_do_not() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let path = with_sub(&broker, SubscriptionSettings::sessions()).await;
+    let mut m = Message::new(b"x".to_vec());
+    m.session_id = Some("k".into());
+    broker.publish("t", vec![m]).await.expect("publish");
+    let lock = broker
+        .accept_session(&path, SessionSelector::NextAvailable, ARRIVES)
+        .await
+        .expect("accept");
+    let m = lock.receive(ARRIVES).await.expect("receive").expect("x");
+    lock.abandon(m, Default::default()).await.expect("abandon");
+    let m = lock.receive(ARRIVES).await.expect("receive").expect("x");
+    assert_eq!(m.delivery_count, 2);
+    // Held (locked) at the restart: the lock is gone, the count is kept.
+    let _unsettled = m;
+    drop(lock);
+    drop(broker);
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let lock = broker
+        .accept_session(&path, SessionSelector::NextAvailable, ARRIVES)
+        .await
+        .expect("accept after restart");
+    let m = lock.receive(ARRIVES).await.expect("receive").expect("x");
+    assert_eq!(
+        m.delivery_count, 2,
+        "one abandon counted, the restart did not count"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_from_another_schema_version_is_refused_by_name() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    drop(open(dir.path(), &clock, Durability::Fsync).await);
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("broker.sqlite3")).expect("sqlite");
+        conn.pragma_update(None, "user_version", 99)
+            .expect("pragma");
+    }
+    let error = Broker::open(BrokerOptions::new(dir.path()))
+        .await
+        .expect_err("refused");
+    assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
+    assert!(error.to_string().contains("schema version 99"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_subscription_loses_the_locks_on_it() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let path = with_sub(&broker, SubscriptionSettings::sessions()).await;
+    let mut m = Message::new(b"x".to_vec());
+    m.session_id = Some("k".into());
+    broker.publish("t", vec![m]).await.expect("publish");
+    let lock = broker
+        .accept_session(&path, SessionSelector::NextAvailable, ARRIVES)
+        .await
+        .expect("accept");
+    let m = lock.receive(ARRIVES).await.expect("receive").expect("x");
+    broker.delete_subscription(&path).await.expect("delete");
+    broker
+        .create_subscription(&path, SubscriptionSettings::sessions())
+        .await
+        .expect("re-create");
+    let error = lock.complete(m).await.expect_err("old incarnation");
+    assert_eq!(error.kind(), ErrorKind::SessionLockLost);
+    assert_eq!(
+        lock.receive(ABSENT).await.expect_err("lost").kind(),
+        ErrorKind::SessionLockLost
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_name_or_setting_is_refused_with_what_is_wrong() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let error = broker
+        .create_topic("a/b", TopicSettings::default())
+        .await
+        .expect_err("slash");
+    assert!(error.to_string().contains("a/b"), "{error}");
+    broker
+        .create_topic("t", TopicSettings::default())
+        .await
+        .expect("topic");
+    let error = broker
+        .create_subscription(
+            &SubscriptionPath::new("t", "s"),
+            SubscriptionSettings::default().with_max_delivery_count(0),
+        )
+        .await
+        .expect_err("zero");
+    assert_eq!(error.kind(), ErrorKind::Invalid);
+    assert!(error.to_string().contains("max_delivery_count"), "{error}");
+}
