@@ -432,7 +432,18 @@ impl<'t> Parser<'t> {
         pattern_offset: usize,
         escape: Option<(usize, Expr)>,
     ) -> Result<LikePattern, ParseError> {
-        let escape_char = match &escape {
+        if let Expr::Literal(literal) = &pattern
+            && !matches!(literal, Literal::String(_) | Literal::Null)
+        {
+            return Err(self.error_at(
+                pattern_offset,
+                format!(
+                    "expected a string pattern after LIKE, found {}",
+                    literal_kind(literal)
+                ),
+            ));
+        }
+        let escape_char = match escape {
             None => None,
             Some((offset, Expr::Literal(Literal::String(s)))) => {
                 let mut chars = s.chars();
@@ -440,7 +451,7 @@ impl<'t> Parser<'t> {
                     (Some(c), None) => Some(c),
                     _ => {
                         return Err(self.error_at(
-                            *offset,
+                            offset,
                             format!(
                                 "expected a one-character string after ESCAPE, found '{s}' ({} characters)",
                                 s.chars().count()
@@ -451,17 +462,17 @@ impl<'t> Parser<'t> {
             }
             Some((offset, Expr::Literal(other))) => {
                 return Err(self.error_at(
-                    *offset,
+                    offset,
                     format!(
                         "expected a one-character string after ESCAPE, found {}",
-                        literal_kind(other)
+                        literal_kind(&other)
                     ),
                 ));
             }
             Some((_, computed)) => {
                 return Ok(LikePattern::Dynamic {
                     pattern: Box::new(pattern),
-                    escape: Some(Box::new(computed.clone())),
+                    escape: Some(Box::new(computed)),
                 });
             }
         };
@@ -470,7 +481,9 @@ impl<'t> Parser<'t> {
                 let compiled = like::Pattern::compile(&text, escape_char).map_err(|_| {
                     self.error_at(
                         pattern_offset,
-                        format!("LIKE pattern '{text}' ends with its escape character, which escapes nothing"),
+                        format!(
+                            "LIKE pattern '{text}' ends with its escape character, which escapes nothing"
+                        ),
                     )
                 })?;
                 Ok(LikePattern::Compiled {
@@ -479,16 +492,10 @@ impl<'t> Parser<'t> {
                     compiled,
                 })
             }
-            Expr::Literal(other) if other != Literal::Null => Err(self.error_at(
-                pattern_offset,
-                format!(
-                    "expected a string pattern after LIKE, found {}",
-                    literal_kind(&other)
-                ),
-            )),
             computed => Ok(LikePattern::Dynamic {
                 pattern: Box::new(computed),
-                escape: escape.map(|(_, e)| Box::new(e)),
+                escape: escape_char
+                    .map(|c| Box::new(Expr::Literal(Literal::String(c.to_string())))),
             }),
         }
     }

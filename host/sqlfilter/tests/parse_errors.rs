@@ -188,6 +188,11 @@ fn malformed_in_lists() {
 fn malformed_like() {
     assert_error(&filter_error("a LIKE"), 6, "expected a value");
     assert_error(&filter_error("a LIKE 5"), 7, "expected a string pattern");
+    assert_error(
+        &filter_error("a LIKE TRUE ESCAPE b"),
+        7,
+        "expected a string pattern after LIKE, found a boolean",
+    );
     assert_error(&filter_error("a LIKE 'x' ESCAPE"), 17, "expected a value");
     assert_error(
         &filter_error("a LIKE 'x' ESCAPE 'ab'"),
