@@ -1247,10 +1247,24 @@ impl Inner {
                 let Some(sub) = core.subs.get_mut(&subscription) else {
                     return;
                 };
-                let due = sub.main.get_mut(&key, id).is_some_and(|e| {
-                    e.status == EntryStatus::Available && e.expires.is_some_and(|x| x <= now)
-                });
-                if !due {
+                let Some(entry) = sub.main.get_mut(&key, id) else {
+                    return;
+                };
+                if entry.expires.is_none_or(|x| x > now) {
+                    return;
+                }
+                if let EntryStatus::Locked { until, .. } = entry.status {
+                    // A locked message expires once its lock ends (settled,
+                    // released or lapsed); look again then.
+                    self.timers.push(
+                        until.max(now),
+                        TimerEvent::Expiry {
+                            topic,
+                            subscription,
+                            key,
+                            id,
+                        },
+                    );
                     return;
                 }
                 let mut ops = Vec::new();

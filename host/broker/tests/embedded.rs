@@ -199,3 +199,46 @@ async fn a_bad_name_or_setting_is_refused_with_what_is_wrong() {
     assert_eq!(error.kind(), ErrorKind::Invalid);
     assert!(error.to_string().contains("max_delivery_count"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_expires_while_locked_is_dead_lettered_once_released() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let path = with_sub(
+        &broker,
+        SubscriptionSettings::sessions().with_dead_letter_on_expiry(true),
+    )
+    .await;
+    let mut m = Message::new(b"x".to_vec());
+    m.session_id = Some("k".into());
+    m.time_to_live = Some(Duration::from_secs(10));
+    broker.publish("t", vec![m]).await.expect("publish");
+    let lock = broker
+        .accept_session(&path, SessionSelector::NextAvailable, ARRIVES)
+        .await
+        .expect("accept");
+    let held = lock.receive(ARRIVES).await.expect("receive").expect("x");
+    clock.advance(Duration::from_secs(11));
+    let dlq = broker
+        .receiver(&path, SubQueue::DeadLetter)
+        .await
+        .expect("dlq");
+    assert!(
+        dlq.receive(ABSENT).await.expect("receive").is_none(),
+        "still locked, so not expired yet"
+    );
+    drop(held);
+    lock.close().await;
+    clock.advance(Duration::from_secs(20));
+    let dead = dlq
+        .receive(ARRIVES)
+        .await
+        .expect("receive")
+        .expect("expired");
+    assert_eq!(body(&dead), b"x");
+    assert_eq!(
+        dead.dead_letter_reason.as_deref(),
+        Some(nimbus_broker::REASON_EXPIRED)
+    );
+}
