@@ -1,2 +1,46 @@
-//! The `nimbus` command (placeholder).
-fn main() {}
+//! The `nimbus` command: the operator's and handler author's entry point.
+//!
+//! `main` only parses, runs and maps the result to an exit code; each
+//! subcommand lives in its own module under `commands/`, so later commands
+//! (`run`, `publish`, `events`, ...) slot in beside `handlers` and `invoke`.
+//! Errors are `anyhow` here, at the edge, with context naming the file,
+//! directory or event type involved.
+
+mod cli;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Exit code when the command itself failed (bad input, unreadable file,
+/// invalid component).
+const EXIT_ERROR: u8 = 1;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    init_tracing(cli.verbose);
+    match commands::run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// Logs go to stderr so stdout stays clean JSON; `RUST_LOG` overrides.
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -36,7 +36,6 @@ const SWAPS: usize = 21;
 // The native mirror of `examples/orders`: same payload type, same decision.
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
-#[expect(dead_code, reason = "fields are deserialized like the guest does")]
 struct OrderPlaced {
     order_id: String,
     customer: String,
@@ -56,6 +55,7 @@ struct OrderLine {
 }
 
 #[derive(Debug)]
+#[expect(dead_code, reason = "messages are built as the guest builds them, then dropped")]
 enum Decision {
     Completed,
     Permanent(String),
@@ -118,7 +118,11 @@ fn median(mut samples: Vec<f64>) -> f64 {
 }
 
 fn bench_dispatch() {
-    assert!(ORDER.len() >= 280 && ORDER.len() <= 340, "payload is {} bytes", ORDER.len());
+    assert!(
+        ORDER.len() >= 280 && ORDER.len() <= 340,
+        "payload is {} bytes",
+        ORDER.len()
+    );
     let sandbox = Sandbox::new(SandboxConfig::default()).unwrap();
     let load = |name: &str| {
         sandbox
@@ -135,7 +139,10 @@ fn bench_dispatch() {
     // Sanity: both sides reach the same decision.
     assert_eq!(orders.invoke(event.clone()).result, Ok(Outcome::Completed));
     assert!(matches!(native_orders(ORDER, None), Decision::Completed));
-    assert_eq!(noop.invoke(noop_event.clone()).result, Ok(Outcome::Completed));
+    assert_eq!(
+        noop.invoke(noop_event.clone()).result,
+        Ok(Outcome::Completed)
+    );
 
     let mut wasm = Vec::with_capacity(BATCHES);
     let mut wasm_noop = Vec::with_capacity(BATCHES);
@@ -164,12 +171,21 @@ fn bench_dispatch() {
     }
     let (wasm, wasm_noop, native) = (median(wasm), median(wasm_noop), median(native));
     println!("dispatch: median per event over {BATCHES} interleaved batches of {PER_BATCH}");
-    println!("  payload                              {} bytes", ORDER.len());
+    println!(
+        "  payload                              {} bytes",
+        ORDER.len()
+    );
     println!("  wasm orders (fresh store+instance)   {wasm:8.2} µs");
     println!("  wasm noop   (fresh store+instance)   {wasm_noop:8.2} µs");
     println!("  native orders (same deserialize+decide) {native:5.2} µs");
-    println!("  ratio wasm orders / native orders    {:8.1}x", wasm / native);
-    println!("  wasm orders minus native             {:8.2} µs", wasm - native);
+    println!(
+        "  ratio wasm orders / native orders    {:8.1}x",
+        wasm / native
+    );
+    println!(
+        "  wasm orders minus native             {:8.2} µs",
+        wasm - native
+    );
 }
 
 fn bench_hot_swap() {
@@ -214,7 +230,10 @@ fn bench_hot_swap() {
                 assert_eq!(invocation.digest, digest);
                 break;
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "swap never happened");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "swap never happened"
+            );
             std::thread::sleep(Duration::from_micros(200));
         }
         latencies.push(start.elapsed().as_secs_f64() * 1e3);
@@ -222,9 +241,14 @@ fn bench_hot_swap() {
     let compiles_after_warmup = sandbox.cache_stats().compiles;
     let max = latencies.iter().copied().fold(0.0, f64::max);
     println!("hot swap: rename of a cached component → first event served by it ({SWAPS} swaps)");
-    println!("  median {:7.1} ms   max {max:7.1} ms   (watcher quiet period {} ms)",
-        median(latencies), debounce.as_millis());
-    println!("  compilations: {compiles_after_warmup} (both versions compiled once during warm-up)");
+    println!(
+        "  median {:7.1} ms   max {max:7.1} ms   (watcher quiet period {} ms)",
+        median(latencies),
+        debounce.as_millis()
+    );
+    println!(
+        "  compilations: {compiles_after_warmup} (both versions compiled once during warm-up)"
+    );
     let _ = Arc::clone(&registry);
 }
 

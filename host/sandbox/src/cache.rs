@@ -116,7 +116,10 @@ impl ArtifactCache {
             // rename, and never modified in place. The key includes the
             // engine's compatibility hash, and wasmtime rejects artifacts of
             // other versions with an error, not UB.
-            #[allow(unsafe_code, reason = "deserializing our own cache entries, see SAFETY")]
+            #[allow(
+                unsafe_code,
+                reason = "deserializing our own cache entries, see SAFETY"
+            )]
             let loaded = unsafe { Component::deserialize_file(engine, &entry) };
             match loaded {
                 Ok(component) => return Ok((component, ArtifactSource::CacheHit)),
@@ -147,7 +150,10 @@ impl ArtifactCache {
         static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
         let temp = self.dir.join(format!(
             ".{}.{}.{}.tmp",
-            entry.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
+            entry
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("entry"),
             std::process::id(),
             NEXT_TEMP.fetch_add(1, Ordering::Relaxed)
         ));

@@ -262,8 +262,17 @@ pub struct LogRecord {
     pub source: LogSource,
     /// The message, truncated to the sandbox's bound.
     pub message: String,
-    /// Structured fields, name and value.
+    /// Structured fields, name and value, in the order written (serialized
+    /// as a JSON object).
+    #[serde(serialize_with = "serialize_fields")]
     pub fields: Vec<(String, String)>,
+}
+
+fn serialize_fields<S: serde::Serializer>(
+    fields: &[(String, String)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(fields.iter().map(|(k, v)| (k, v)))
 }
 
 /// Everything one event's run through a handler produced.

@@ -96,7 +96,9 @@ impl Manifest {
             .as_deref()
             .map(|text| {
                 humantime::parse_duration(text)
-                    .map_err(|e| format!("`{text}` is not a duration like \"5s\" or \"200ms\": {e}"))
+                    .map_err(|e| {
+                        format!("`{text}` is not a duration like \"5s\" or \"200ms\": {e}")
+                    })
                     .and_then(|d| {
                         if d.is_zero() {
                             Err("must be more than zero".to_owned())

@@ -153,10 +153,7 @@ impl Registry {
         if !metadata.is_dir() {
             return Err(RegistryError::Dir {
                 path: dir.to_owned(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotADirectory,
-                    "not a directory",
-                ),
+                source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
             });
         }
         let empty = Arc::new(Snapshot::default());
@@ -202,7 +199,11 @@ impl Registry {
     /// quiet period ([`crate::SandboxConfig::watch_debounce`]). Watching stops
     /// when the guard is dropped.
     pub fn watch(self: &Arc<Self>) -> Result<WatchGuard, RegistryError> {
-        watcher::start(Arc::downgrade(self), &self.dir, self.sandbox.config().watch_debounce)
+        watcher::start(
+            Arc::downgrade(self),
+            &self.dir,
+            self.sandbox.config().watch_debounce,
+        )
     }
 
     /// Brings the registry in line with the directory: loads new and changed
@@ -210,7 +211,10 @@ impl Registry {
     /// deleted ones. Unchanged files are not reloaded. Called by the watcher;
     /// callable directly (e.g. after writing files without a watcher).
     pub fn reconcile(&self) -> Result<(), RegistryError> {
-        let _reloading = self.reloading.lock().unwrap_or_else(PoisonError::into_inner);
+        let _reloading = self
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let scan = layout::scan(&self.dir).map_err(|source| RegistryError::Dir {
             path: self.dir.clone(),
             source,
@@ -280,7 +284,7 @@ impl Registry {
         let version = match self.load_stable(&key, &path, inputs) {
             Ok(version) => version,
             Err((fingerprint, error)) => {
-                return record_failure(status, Some(fingerprint), &error.to_string());
+                return record_failure(status, Some(fingerprint), &error);
             }
         };
         let conflict = version.event_types().iter().find_map(|event_type| {
@@ -329,18 +333,21 @@ impl Registry {
         key: &HandlerKey,
         path: &Path,
         mut inputs: Inputs,
-    ) -> Result<FingerprintedVersion, ((Digest, Digest), LoadError)> {
+    ) -> Result<FingerprintedVersion, ((Digest, Digest), String)> {
         for _ in 0..MAX_UNSTABLE_READS {
             let fingerprint = inputs.fingerprint;
             let loaded = self.load(key, path, &inputs);
             let reread = match Inputs::read(path) {
                 Ok(reread) => reread,
-                Err(error) => return Err((fingerprint, error)),
+                Err(error) => return Err((fingerprint, error.to_string())),
             };
             if reread.fingerprint == fingerprint {
                 return loaded
-                    .map(|version| FingerprintedVersion { version, fingerprint })
-                    .map_err(|error| (fingerprint, error));
+                    .map(|version| FingerprintedVersion {
+                        version,
+                        fingerprint,
+                    })
+                    .map_err(|error| (fingerprint, error.to_string()));
             }
             inputs = reread;
         }
@@ -348,11 +355,17 @@ impl Registry {
             inputs.fingerprint,
             LoadError::Unstable {
                 path: path.to_owned(),
-            },
+            }
+            .to_string(),
         ))
     }
 
-    fn load(&self, key: &HandlerKey, path: &Path, inputs: &Inputs) -> Result<HandlerVersion, LoadError> {
+    fn load(
+        &self,
+        key: &HandlerKey,
+        path: &Path,
+        inputs: &Inputs,
+    ) -> Result<HandlerVersion, LoadError> {
         let manifest_path = path.with_extension("toml");
         let manifest = match &inputs.manifest {
             Some(text) => Manifest::parse(&manifest_path, text)?,

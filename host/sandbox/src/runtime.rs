@@ -48,7 +48,9 @@ impl Sandbox {
     /// compile cache if one is configured.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         if config.epoch_tick.is_zero() {
-            return Err(SandboxError::Config("epoch_tick must be more than zero".to_owned()));
+            return Err(SandboxError::Config(
+                "epoch_tick must be more than zero".to_owned(),
+            ));
         }
         if config.default_limits.memory_bytes > config.max_memory_bytes {
             return Err(SandboxError::Config(format!(
@@ -174,8 +176,9 @@ fn engine_config(config: &SandboxConfig) -> Result<Config, SandboxError> {
             "max_concurrent_instances must be at least 1".to_owned(),
         ));
     }
-    let max_memory = usize::try_from(config.max_memory_bytes)
-        .map_err(|_| SandboxError::Config("max_memory_bytes does not fit this machine".to_owned()))?;
+    let max_memory = usize::try_from(config.max_memory_bytes).map_err(|_| {
+        SandboxError::Config("max_memory_bytes does not fit this machine".to_owned())
+    })?;
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(slots)
         .total_core_instances(slots.saturating_mul(CORE_INSTANCES_PER_COMPONENT))

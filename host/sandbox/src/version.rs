@@ -138,7 +138,9 @@ impl HandlerVersion {
         for event_type in &declared {
             if event_type.is_empty()
                 || event_type.len() > MAX_EVENT_TYPE_LEN
-                || event_type.chars().any(|c| c.is_whitespace() || c.is_control())
+                || event_type
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control())
             {
                 return Err(validate_error(format!(
                     "it declares an invalid event type {event_type:?}: \
@@ -287,7 +289,9 @@ fn collect_stdio(state: &mut InvocationState) {
             state.log.push(LogRecord {
                 level: LogLevel::Warn,
                 source: LogSource::Sandbox,
-                message: format!("{dropped} bytes of {source:?} output were dropped (per-event bound)"),
+                message: format!(
+                    "{dropped} bytes of {source:?} output were dropped (per-event bound)"
+                ),
                 fields: Vec::new(),
             });
         }

@@ -65,7 +65,8 @@ pub(crate) fn start(
         message,
     };
     let (events, received) = mpsc::channel::<notify::Result<notify::Event>>();
-    let mut watcher = notify::recommended_watcher(events).map_err(|e| watch_error(e.to_string()))?;
+    let mut watcher =
+        notify::recommended_watcher(events).map_err(|e| watch_error(e.to_string()))?;
     watcher
         .watch(dir, RecursiveMode::Recursive)
         .map_err(|e| watch_error(e.to_string()))?;

@@ -69,7 +69,10 @@ fn deep_recursion_is_a_trap_naming_the_stack_overflow() {
     // access) before wasmtime's native stack guard is reached.
     assert!(message.contains("stack overflow"), "{message}");
     assert!(
-        invocation.logs.iter().any(|r| r.message.contains("deep-recursion: descending")),
+        invocation
+            .logs
+            .iter()
+            .any(|r| r.message.contains("deep-recursion: descending")),
         "{:?}",
         invocation.logs
     );

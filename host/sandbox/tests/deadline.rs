@@ -101,7 +101,10 @@ fn an_endless_loop_is_stopped_by_its_deadline_while_other_handlers_keep_serving(
     let order = r#"{"OrderId":"o-1","Customer":"acme","Total":10.0,"Lines":[{"Sku":"A","Quantity":1,"UnitPrice":10.0}]}"#;
     let mut served_while_looping = 0;
     for _ in 0..10 {
-        assert_eq!(noop.invoke(event("Noop", "{}")).result, Ok(Outcome::Completed));
+        assert_eq!(
+            noop.invoke(event("Noop", "{}")).result,
+            Ok(Outcome::Completed)
+        );
         assert_eq!(
             orders.invoke(event("OrderPlaced", order)).result,
             Ok(Outcome::Completed)

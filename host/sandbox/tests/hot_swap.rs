@@ -16,7 +16,10 @@ fn digest_of(crate_name: &str) -> Digest {
 
 /// The `Version` the swap guests put in their follow-up.
 fn served_version(invocation: &nimbus_sandbox::Invocation) -> u64 {
-    let follow_up = invocation.follow_ups.first().expect("a SwapServed follow-up");
+    let follow_up = invocation
+        .follow_ups
+        .first()
+        .expect("a SwapServed follow-up");
     let payload: serde_json::Value = serde_json::from_str(&follow_up.payload).expect("JSON");
     payload["Version"].as_u64().expect("Version")
 }
@@ -77,7 +80,11 @@ fn hot_swap_under_concurrent_invocations_fails_none_and_each_runs_on_exactly_one
         total += runs.len();
         let mut switched = false;
         for invocation in &runs {
-            assert_eq!(invocation.result, Ok(Outcome::Completed), "no invocation fails");
+            assert_eq!(
+                invocation.result,
+                Ok(Outcome::Completed),
+                "no invocation fails"
+            );
             let version = served_version(invocation);
             if invocation.digest == v1 {
                 assert_eq!(version, 1, "v1's digest with v2's behaviour");
@@ -110,7 +117,10 @@ fn the_watcher_keeps_the_old_version_when_a_broken_file_arrives_and_reports_why(
     });
     let serving = registry.lookup("ep", "Swap").expect("still served");
     assert_eq!(serving.digest(), digest_of("swap-v1"));
-    assert_eq!(serving.invoke(event("Swap", "{}")).result, Ok(Outcome::Completed));
+    assert_eq!(
+        serving.invoke(event("Swap", "{}")).result,
+        Ok(Outcome::Completed)
+    );
 }
 
 #[test]
@@ -122,8 +132,13 @@ fn the_watcher_unregisters_a_deleted_component_and_registers_a_new_endpoint() {
     let _watching = registry.watch().expect("watch");
 
     dir.install("audit", "noop", &guest("noop"));
-    wait_for(&registry, "the new endpoint", |r| r.lookup("audit", "Noop").is_some());
-    assert!(changes.has_changed().expect("sender alive"), "a change notification was sent");
+    wait_for(&registry, "the new endpoint", |r| {
+        r.lookup("audit", "Noop").is_some()
+    });
+    assert!(
+        changes.has_changed().expect("sender alive"),
+        "a change notification was sent"
+    );
     assert!(
         changes
             .borrow_and_update()

@@ -22,14 +22,23 @@ fn events_are_dispatched_by_endpoint_and_event_type() {
         snapshot.lookup("billing", "OrderPlaced").map(|v| v.name()),
         Some("orders")
     );
-    assert_eq!(snapshot.lookup("billing", "Noop").map(|v| v.name()), Some("noop"));
-    assert_eq!(snapshot.lookup("warehouse", "Swap").map(|v| v.name()), Some("swap"));
+    assert_eq!(
+        snapshot.lookup("billing", "Noop").map(|v| v.name()),
+        Some("noop")
+    );
+    assert_eq!(
+        snapshot.lookup("warehouse", "Swap").map(|v| v.name()),
+        Some("swap")
+    );
     assert!(snapshot.lookup("billing", "Swap").is_none());
     assert!(snapshot.lookup("warehouse", "Noop").is_none());
     assert_eq!(snapshot.event_types("billing"), ["Noop", "OrderPlaced"]);
 
     let noop = registry.lookup("billing", "Noop").expect("noop");
-    assert_eq!(noop.invoke(event("Noop", "{}")).result, Ok(Outcome::Completed));
+    assert_eq!(
+        noop.invoke(event("Noop", "{}")).result,
+        Ok(Outcome::Completed)
+    );
 }
 
 #[test]
@@ -131,7 +140,10 @@ fn deleting_a_component_unregisters_its_event_types() {
     assert!(after.generation() > before.generation());
     // A snapshot taken before keeps working: in-flight work finishes on it.
     let old = before.lookup("ep", "Swap").expect("old snapshot");
-    assert_eq!(old.invoke(event("Swap", "{}")).result, Ok(Outcome::Completed));
+    assert_eq!(
+        old.invoke(event("Swap", "{}")).result,
+        Ok(Outcome::Completed)
+    );
 }
 
 #[test]
@@ -149,11 +161,18 @@ fn a_restart_loads_from_the_cache_without_compiling() {
 
     let restarted = sandbox_with(Some(cache.path()), |_| {});
     let registry = Registry::open(restarted.clone(), dir.path()).expect("reopens");
-    assert_eq!(restarted.cache_stats().compiles, 0, "nothing is compiled again");
+    assert_eq!(
+        restarted.cache_stats().compiles,
+        0,
+        "nothing is compiled again"
+    );
     assert_eq!(restarted.cache_stats().hits, 2);
     let noop = registry.lookup("ep", "Noop").expect("noop");
     assert_eq!(noop.artifact_source(), ArtifactSource::CacheHit);
-    assert_eq!(noop.invoke(event("Noop", "{}")).result, Ok(Outcome::Completed));
+    assert_eq!(
+        noop.invoke(event("Noop", "{}")).result,
+        Ok(Outcome::Completed)
+    );
 }
 
 #[test]
@@ -186,7 +205,10 @@ fn a_manifest_sets_limits_and_config_and_a_change_to_it_reloads() {
     let registry = Registry::open(sandbox(), dir.path()).expect("opens");
     let order = r#"{"OrderId":"o-1","Customer":"acme","Total":150.0,"Lines":[{"Sku":"A","Quantity":1,"UnitPrice":150.0}]}"#;
     let first = registry.lookup("ep", "OrderPlaced").expect("orders");
-    assert_eq!(first.invoke(event("OrderPlaced", order)).result, Ok(Outcome::Completed));
+    assert_eq!(
+        first.invoke(event("OrderPlaced", order)).result,
+        Ok(Outcome::Completed)
+    );
 
     dir.manifest(
         "ep",

@@ -34,7 +34,12 @@ fn echo(script: &str) -> Invocation {
         .invoke(event("Echo", script))
 }
 
-fn error(kind: ErrorKind, error_type: &str, message: &str, retry_after_ms: Option<u64>) -> HandlerError {
+fn error(
+    kind: ErrorKind,
+    error_type: &str,
+    message: &str,
+    retry_after_ms: Option<u64>,
+) -> HandlerError {
     HandlerError {
         kind,
         detail: ErrorDetail {
@@ -48,7 +53,10 @@ fn error(kind: ErrorKind, error_type: &str, message: &str, retry_after_ms: Optio
 #[test]
 fn completed_round_trips() {
     assert_eq!(echo("{}").result, Ok(Outcome::Completed));
-    assert_eq!(echo(r#"{"Outcome":"Completed"}"#).result, Ok(Outcome::Completed));
+    assert_eq!(
+        echo(r#"{"Outcome":"Completed"}"#).result,
+        Ok(Outcome::Completed)
+    );
 }
 
 #[test]
@@ -87,7 +95,12 @@ fn every_error_kind_round_trips_with_every_field() {
         ));
         assert_eq!(
             with_retry.result,
-            Err(error(kind, "PartnerUnavailable", "503 from partner", Some(1500)))
+            Err(error(
+                kind,
+                "PartnerUnavailable",
+                "503 from partner",
+                Some(1500)
+            ))
         );
         let without = echo(&format!(
             r#"{{"Outcome":"{outcome}","ErrorType":"Nope","Message":"no"}}"#
@@ -99,8 +112,9 @@ fn every_error_kind_round_trips_with_every_field() {
 #[test]
 fn follow_ups_are_held_even_when_the_outcome_is_an_error() {
     // The engine drops them on an error; the sandbox reports what was asked.
-    let invocation =
-        echo(r#"{"Outcome":"Transient","ErrorType":"PartnerUnavailable","Message":"503","RetryAfterMs":1500,"Publish":2}"#);
+    let invocation = echo(
+        r#"{"Outcome":"Transient","ErrorType":"PartnerUnavailable","Message":"503","RetryAfterMs":1500,"Publish":2}"#,
+    );
     assert!(invocation.result.is_err());
     assert_eq!(invocation.follow_ups.len(), 2);
 }
@@ -122,10 +136,22 @@ fn every_event_field_reaches_the_handler() {
         enqueued_time_ms: 1_700_000_000_123,
         payload: payload.to_owned(),
         properties: vec![
-            Property { name: "S".to_owned(), value: PropertyValue::Str("text".to_owned()) },
-            Property { name: "I".to_owned(), value: PropertyValue::Int(-42) },
-            Property { name: "F".to_owned(), value: PropertyValue::Float(1.5) },
-            Property { name: "B".to_owned(), value: PropertyValue::Boolean(true) },
+            Property {
+                name: "S".to_owned(),
+                value: PropertyValue::Str("text".to_owned()),
+            },
+            Property {
+                name: "I".to_owned(),
+                value: PropertyValue::Int(-42),
+            },
+            Property {
+                name: "F".to_owned(),
+                value: PropertyValue::Float(1.5),
+            },
+            Property {
+                name: "B".to_owned(),
+                value: PropertyValue::Boolean(true),
+            },
         ],
     });
     assert_eq!(invocation.result, Ok(Outcome::Completed));
@@ -196,14 +222,16 @@ fn follow_up_fields_round_trip() {
     assert_eq!(numbered.session_id.as_deref(), Some("s-2"));
     assert_eq!(
         numbered.properties,
-        [Property { name: "Index".to_owned(), value: PropertyValue::Int(0) }]
+        [Property {
+            name: "Index".to_owned(),
+            value: PropertyValue::Int(0)
+        }]
     );
 }
 
 #[test]
 fn an_empty_follow_up_message_id_is_refused_by_the_host() {
-    let invocation =
-        echo(r#"{"FollowUps":[{"EventType":"X","MessageId":"","Payload":{}}]}"#);
+    let invocation = echo(r#"{"FollowUps":[{"EventType":"X","MessageId":"","Payload":{}}]}"#);
     let error = invocation.result.expect_err("refused");
     assert_eq!(error.kind, ErrorKind::Failed);
     assert_eq!(error.detail.error_type, "PublishRejected");
@@ -218,7 +246,10 @@ fn too_many_follow_ups_hit_the_host_bound() {
     let error = invocation.result.expect_err("refused");
     assert_eq!(error.detail.error_type, "PublishRejected");
     assert!(error.detail.message.contains("at most"), "{error}");
-    assert_eq!(invocation.follow_ups.len(), nimbus_sandbox::MAX_FOLLOW_UPS_PER_EVENT);
+    assert_eq!(
+        invocation.follow_ups.len(),
+        nimbus_sandbox::MAX_FOLLOW_UPS_PER_EVENT
+    );
 }
 
 #[test]
@@ -247,10 +278,16 @@ fn logs_stdout_and_stderr_are_captured_with_level_source_and_fields() {
 fn config_is_read_from_the_manifest_table() {
     let sandbox = sandbox();
     let echo = load(&sandbox, "echo", &[("reject_over_total", "100")]);
-    let invocation = echo.invoke(event("Echo", r#"{"ReadConfig":["reject_over_total","missing"]}"#));
+    let invocation = echo.invoke(event(
+        "Echo",
+        r#"{"ReadConfig":["reject_over_total","missing"]}"#,
+    ));
     assert_eq!(invocation.result, Ok(Outcome::Completed));
     let messages: Vec<&str> = invocation.logs.iter().map(|r| r.message.as_str()).collect();
-    assert!(messages.contains(&r#"config reject_over_total = Some("100")"#), "{messages:?}");
+    assert!(
+        messages.contains(&r#"config reject_over_total = Some("100")"#),
+        "{messages:?}"
+    );
     assert!(messages.contains(&"config missing = None"), "{messages:?}");
 }
 
@@ -268,7 +305,9 @@ fn the_probe_sees_no_file_no_variable_and_no_socket() {
     let seen: serde_json::Value = serde_json::from_str(&result.payload).expect("JSON");
     for denied in ["file", "dir", "socket"] {
         assert!(
-            seen[denied].as_str().is_some_and(|s| s.starts_with("denied: ")),
+            seen[denied]
+                .as_str()
+                .is_some_and(|s| s.starts_with("denied: ")),
             "{denied}: {seen}"
         );
     }

@@ -42,7 +42,11 @@ impl Host for PublishView<'_> {
             message_id: event.message_id,
             payload: event.payload,
             session_id: event.session_id,
-            properties: event.properties.into_iter().map(property_from_wit).collect(),
+            properties: event
+                .properties
+                .into_iter()
+                .map(property_from_wit)
+                .collect(),
         });
         Ok(())
     }
@@ -72,7 +76,9 @@ fn validate(event: &WitFollowUp) -> Result<usize, HostError> {
     }
     if let Some(session) = &event.session_id {
         if session.trim().is_empty() {
-            return invalid("session-id is empty: pass none to keep the inbound session".to_owned());
+            return invalid(
+                "session-id is empty: pass none to keep the inbound session".to_owned(),
+            );
         }
         if session.len() > MAX_MESSAGE_ID_LEN {
             return Err(HostError::LimitExceeded(format!(

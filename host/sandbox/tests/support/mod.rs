@@ -37,7 +37,10 @@ pub(crate) fn guest(crate_name: &str) -> PathBuf {
 }
 
 /// A sandbox with test-friendly settings and, if given, a cache directory.
-pub(crate) fn sandbox_with(cache_dir: Option<&Path>, tweak: impl FnOnce(&mut SandboxConfig)) -> Sandbox {
+pub(crate) fn sandbox_with(
+    cache_dir: Option<&Path>,
+    tweak: impl FnOnce(&mut SandboxConfig),
+) -> Sandbox {
     let mut config = SandboxConfig {
         cache_dir: cache_dir.map(Path::to_owned),
         max_concurrent_instances: 32,
@@ -82,7 +85,10 @@ impl HandlersDir {
 
     /// `<dir>/<endpoint>/<handler>.wasm`.
     pub(crate) fn component_path(&self, endpoint: &str, handler: &str) -> PathBuf {
-        self.dir.path().join(endpoint).join(format!("{handler}.wasm"))
+        self.dir
+            .path()
+            .join(endpoint)
+            .join(format!("{handler}.wasm"))
     }
 
     /// Installs `guest` as `<endpoint>/<handler>.wasm` by write-then-rename.
@@ -117,7 +123,11 @@ impl HandlersDir {
 /// Waits until `condition` holds, waking on each new registry snapshot. The
 /// 120 s bound only turns a hang into a failure; nothing asserts how long
 /// it took.
-pub(crate) fn wait_for(registry: &Arc<Registry>, what: &str, condition: impl Fn(&Registry) -> bool) {
+pub(crate) fn wait_for(
+    registry: &Arc<Registry>,
+    what: &str,
+    condition: impl Fn(&Registry) -> bool,
+) {
     let mut changes = registry.subscribe();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()

@@ -1,0 +1,107 @@
+//! The command line, declared with clap's derive API.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// nimbus: event handlers as sandboxed WebAssembly components, with NimBus
+/// delivery semantics.
+#[derive(Debug, Parser)]
+#[command(name = "nimbus", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// More log output on stderr (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Inspect handler components and handlers directories.
+    #[command(subcommand)]
+    Handlers(HandlersCommand),
+    /// Run one event through its handler in the sandbox and print the result
+    /// as JSON. Exit code 0 when the handler completed or handed off, 3 when
+    /// it returned an error (including Trap, Timeout, MemoryLimit, Panic),
+    /// 1 when the event could not be run at all.
+    Invoke(InvokeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum HandlersCommand {
+    /// Validate one component: compile it, instantiate it, ask for its event
+    /// types; print them with its imports, exports, digest and limits.
+    Check(CheckArgs),
+    /// List the handlers of a handlers directory (one subdirectory per
+    /// endpoint) with their status.
+    List(ListArgs),
+}
+
+/// Where compiled components are cached.
+#[derive(Debug, Args)]
+pub(crate) struct CacheArgs {
+    /// Compile cache directory [default: $XDG_CACHE_HOME/nimbus/compiled or
+    /// ~/.cache/nimbus/compiled].
+    #[arg(long, value_name = "DIR", conflicts_with = "no_cache")]
+    pub(crate) cache_dir: Option<PathBuf>,
+    /// Compile every component, neither reading nor writing the cache.
+    #[arg(long)]
+    pub(crate) no_cache: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// The component (`.wasm`); its manifest `<name>.toml` beside it is read too.
+    #[arg(value_name = "FILE")]
+    pub(crate) file: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) cache: CacheArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// The handlers directory.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) handlers: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) cache: CacheArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct InvokeArgs {
+    /// The handlers directory.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) handlers: PathBuf,
+    /// The event type; selects the handler.
+    #[arg(long, value_name = "TYPE")]
+    pub(crate) event_type: String,
+    /// The JSON payload, or `@path` to read it from a file (`@-` for stdin).
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub(crate) data: String,
+    /// The session id [default: the event id].
+    #[arg(long, value_name = "ID")]
+    pub(crate) session: Option<String>,
+    /// The endpoint whose handler runs the event; needed only when several
+    /// endpoints handle the event type.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: Option<String>,
+    /// The event id [default: a fresh one].
+    #[arg(long, value_name = "ID")]
+    pub(crate) event_id: Option<String>,
+    /// The correlation id.
+    #[arg(long, value_name = "ID")]
+    pub(crate) correlation_id: Option<String>,
+    /// Which retry this is (0 = first attempt).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) retry_count: u32,
+    #[command(flatten)]
+    pub(crate) cache: CacheArgs,
+}

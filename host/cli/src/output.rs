@@ -1,0 +1,229 @@
+//! What the commands print: serializable views (for `--json`) with a text
+//! rendering for people.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nimbus_sandbox::{
+    ArtifactSource, FollowUp, HandlerError, HandlerVersion, Invocation, Limits, LogRecord, Outcome,
+    Snapshot,
+};
+use serde::Serialize;
+
+pub(crate) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// One handler version, as `handlers check` and `handlers list` show it.
+#[derive(Serialize)]
+pub(crate) struct VersionView<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<String>,
+    name: &'a str,
+    digest: String,
+    event_types: &'a [String],
+    imports: &'a [String],
+    exports: &'a [String],
+    limits: LimitsView,
+    config: &'a BTreeMap<String, String>,
+    artifact: ArtifactSource,
+}
+
+#[derive(Serialize)]
+struct LimitsView {
+    memory_bytes: u64,
+    timeout_ms: u128,
+    instances: u32,
+    tables: u32,
+}
+
+impl From<&Limits> for LimitsView {
+    fn from(limits: &Limits) -> Self {
+        Self {
+            memory_bytes: limits.memory_bytes,
+            timeout_ms: limits.timeout.as_millis(),
+            instances: limits.instances,
+            tables: limits.tables,
+        }
+    }
+}
+
+impl<'a> VersionView<'a> {
+    pub(crate) fn new(version: &'a HandlerVersion, file: Option<&Path>) -> Self {
+        Self {
+            file: file.map(|f| f.display().to_string()),
+            name: version.name(),
+            digest: version.digest().to_string(),
+            event_types: version.event_types(),
+            imports: version.imports(),
+            exports: version.exports(),
+            limits: version.limits().into(),
+            config: version.config(),
+            artifact: version.artifact_source(),
+        }
+    }
+
+    pub(crate) fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "handler:     {}", self.name);
+        if let Some(file) = &self.file {
+            let _ = writeln!(out, "file:        {file}");
+        }
+        let _ = writeln!(out, "digest:      {}", self.digest);
+        let _ = writeln!(out, "event types: {}", self.event_types.join(", "));
+        let _ = writeln!(
+            out,
+            "limits:      memory {} bytes, timeout {} ms, {} instances, {} tables",
+            self.limits.memory_bytes,
+            self.limits.timeout_ms,
+            self.limits.instances,
+            self.limits.tables
+        );
+        let keys: Vec<&str> = self.config.keys().map(String::as_str).collect();
+        let _ = writeln!(out, "config keys: {}", keys.join(", "));
+        let _ = writeln!(out, "imports:");
+        for import in self.imports {
+            let _ = writeln!(out, "  {import}");
+        }
+        let _ = writeln!(out, "exports:");
+        for export in self.exports {
+            let _ = writeln!(out, "  {export}");
+        }
+        out
+    }
+}
+
+/// A handlers directory, as `handlers list` shows it.
+#[derive(Serialize)]
+pub(crate) struct ListView<'a> {
+    handlers: Vec<StatusView<'a>>,
+    problems: &'a [String],
+}
+
+#[derive(Serialize)]
+struct StatusView<'a> {
+    endpoint: &'a str,
+    handler: &'a str,
+    path: String,
+    status: &'static str,
+    serving: Option<VersionView<'a>>,
+    last_swap_ms: Option<u128>,
+    last_error: Option<&'a str>,
+}
+
+impl<'a> ListView<'a> {
+    pub(crate) fn new(snapshot: &'a Snapshot) -> Self {
+        let handlers = snapshot
+            .handlers()
+            .map(|status| StatusView {
+                endpoint: &status.key.endpoint,
+                handler: &status.key.handler,
+                path: status.path.display().to_string(),
+                status: match (&status.serving, &status.last_error) {
+                    (Some(_), None) => "serving",
+                    (Some(_), Some(_)) => "serving-previous",
+                    (None, _) => "failed",
+                },
+                serving: status.serving.as_deref().map(|v| VersionView::new(v, None)),
+                last_swap_ms: status
+                    .last_swap
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map(|d| d.as_millis()),
+                last_error: status.last_error.as_deref(),
+            })
+            .collect();
+        Self {
+            handlers,
+            problems: snapshot.problems(),
+        }
+    }
+
+    pub(crate) fn text(&self) -> String {
+        let mut out = String::new();
+        if self.handlers.is_empty() {
+            out.push_str("no handlers\n");
+        }
+        for status in &self.handlers {
+            let _ = writeln!(
+                out,
+                "{}/{}  {}",
+                status.endpoint, status.handler, status.status
+            );
+            if let Some(version) = &status.serving {
+                let _ = writeln!(out, "  version:     {}", version.digest);
+                let _ = writeln!(out, "  event types: {}", version.event_types.join(", "));
+            }
+            if let Some(ms) = status.last_swap_ms {
+                let when =
+                    UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+                let _ = writeln!(
+                    out,
+                    "  swapped in:  {}",
+                    humantime::format_rfc3339_seconds(when)
+                );
+            }
+            if let Some(error) = status.last_error {
+                let _ = writeln!(out, "  last error:  {error}");
+            }
+        }
+        for problem in self.problems {
+            let _ = writeln!(out, "problem: {problem}");
+        }
+        out
+    }
+}
+
+/// One invocation, as `invoke` prints it.
+#[derive(Serialize)]
+pub(crate) struct InvocationView<'a> {
+    endpoint: &'a str,
+    handler: &'a str,
+    version: String,
+    result: ResultView<'a>,
+    follow_ups: &'a [FollowUp],
+    logs: &'a [LogRecord],
+    duration_us: u128,
+    invoked_at_ms: u128,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+enum ResultView<'a> {
+    Completed,
+    PendingHandoff {
+        reason: &'a str,
+        external_job_id: Option<&'a str>,
+        expected_by_ms: Option<u64>,
+    },
+    Error(&'a HandlerError),
+}
+
+impl<'a> InvocationView<'a> {
+    pub(crate) fn new(endpoint: &'a str, invocation: &'a Invocation) -> Self {
+        let result = match &invocation.result {
+            Ok(Outcome::Completed) => ResultView::Completed,
+            Ok(Outcome::PendingHandoff(handoff)) => ResultView::PendingHandoff {
+                reason: &handoff.reason,
+                external_job_id: handoff.external_job_id.as_deref(),
+                expected_by_ms: handoff.expected_by_ms,
+            },
+            Err(error) => ResultView::Error(error),
+        };
+        Self {
+            endpoint,
+            handler: &invocation.handler,
+            version: invocation.digest.to_string(),
+            result,
+            follow_ups: &invocation.follow_ups,
+            logs: &invocation.logs,
+            duration_us: invocation.duration.as_micros(),
+            invoked_at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0),
+        }
+    }
+}

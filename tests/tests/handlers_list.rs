@@ -1,0 +1,82 @@
+//! `nimbus handlers list --handlers DIR`.
+
+use nimbus_blackbox_tests::Scratch;
+
+#[test]
+fn list_shows_each_endpoint_handler_version_and_status_as_json() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    scratch.install("warehouse", "orders", "orders");
+    scratch.write("handlers/billing/broken.wasm", b"not a component");
+    let handlers = scratch.handlers();
+    let run = scratch.run(&[
+        "handlers",
+        "list",
+        "--handlers",
+        handlers.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    run.expect_code(0);
+    let json = run.json();
+    let handlers = json["handlers"].as_array().expect("handlers");
+    assert_eq!(handlers.len(), 3, "{json:#}");
+    let find = |endpoint: &str, handler: &str| {
+        handlers
+            .iter()
+            .find(|h| h["endpoint"] == endpoint && h["handler"] == handler)
+            .unwrap_or_else(|| panic!("{endpoint}/{handler} listed: {json:#}"))
+    };
+    let orders = find("billing", "orders");
+    assert_eq!(orders["status"], "serving");
+    assert_eq!(
+        orders["serving"]["event_types"],
+        serde_json::json!(["OrderPlaced"])
+    );
+    assert!(orders["last_swap_ms"].as_u64().is_some());
+    assert_eq!(find("warehouse", "orders")["status"], "serving");
+    let broken = find("billing", "broken");
+    assert_eq!(broken["status"], "failed");
+    assert!(broken["serving"].is_null());
+    assert!(
+        broken["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not a valid handler component")),
+        "{broken:#}"
+    );
+}
+
+#[test]
+fn list_prints_text_and_reports_layout_problems() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "noop", "noop");
+    scratch.write("handlers/stray.wasm", b"x");
+    let handlers = scratch.handlers();
+    let run = scratch.run(&[
+        "handlers",
+        "list",
+        "--handlers",
+        handlers.to_str().expect("utf-8"),
+    ]);
+    run.expect_code(0);
+    let text = run.stdout();
+    assert!(text.contains("billing/noop  serving"), "{text}");
+    assert!(text.contains("event types: Noop"), "{text}");
+    assert!(
+        text.contains("problem:") && text.contains("stray.wasm"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_missing_handlers_directory_is_a_clear_error() {
+    let scratch = Scratch::new();
+    let missing = scratch.path("no-such-dir");
+    let run = scratch.run(&[
+        "handlers",
+        "list",
+        "--handlers",
+        missing.to_str().expect("utf-8"),
+    ]);
+    run.expect_code(1);
+    assert!(run.stderr().contains("no-such-dir"), "{}", run.stderr());
+}
