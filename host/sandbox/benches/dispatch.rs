@@ -55,7 +55,10 @@ struct OrderLine {
 }
 
 #[derive(Debug)]
-#[expect(dead_code, reason = "messages are built as the guest builds them, then dropped")]
+#[expect(
+    dead_code,
+    reason = "messages are built as the guest builds them, then dropped"
+)]
 enum Decision {
     Completed,
     Permanent(String),
