@@ -33,6 +33,13 @@ pub struct Observation {
     pub event_type: Option<String>,
     /// The message's `From`.
     pub from: Option<String>,
+    /// `ParentMessageId` (`None` for `self`): on a response, the MessageId of
+    /// the request it answers.
+    pub parent_message_id: Option<String>,
+    /// `OriginatingMessageId` (`None` for `self`).
+    pub originating_message_id: Option<String>,
+    /// `OriginatingFrom` (`None` for `self`).
+    pub originating_from: Option<String>,
     /// The automatic retry count.
     pub retry_count: u32,
     /// `ErrorContent.ErrorType`, when the message carries an error.
@@ -70,6 +77,9 @@ impl Observation {
             correlation_id: None,
             event_type: None,
             from: None,
+            parent_message_id: None,
+            originating_message_id: None,
+            originating_from: None,
             retry_count: 0,
             error_type: None,
             error_text: None,

@@ -10,7 +10,8 @@ use crate::guard::{self, Row, Verdict};
 use crate::observation::Observation;
 use crate::status::Status;
 use crate::store::{
-    EventDetail, EventFilter, EventRecord, HistoryEntry, Recorded, ResolverStore, StoreError,
+    EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded, ResolverStore,
+    StoreError,
 };
 
 const SCHEMA: &str = "
@@ -24,6 +25,10 @@ CREATE TABLE IF NOT EXISTS events (
     event_type TEXT,
     correlation_id TEXT,
     last_message_id TEXT,
+    request_message_id TEXT,
+    request_from TEXT,
+    originating_message_id TEXT,
+    originating_from TEXT,
     retry_count INTEGER NOT NULL,
     error_type TEXT,
     error_text TEXT,
@@ -58,6 +63,11 @@ CREATE TABLE IF NOT EXISTS history (
     refused TEXT
 );
 CREATE INDEX IF NOT EXISTS history_by_event ON history (event_id, endpoint, seq);
+CREATE TABLE IF NOT EXISTS heartbeats (
+    endpoint TEXT PRIMARY KEY,
+    message_type TEXT NOT NULL,
+    at_ms INTEGER NOT NULL
+);
 CREATE UNIQUE INDEX IF NOT EXISTS history_once ON history (endpoint, event_id, message_id, message_type)
     WHERE message_id IS NOT NULL;
 ";
@@ -94,6 +104,7 @@ impl SqliteResolverStore {
             .map_err(db("setting synchronous"))?;
         conn.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;
+        add_missing_columns(&conn)?;
         Ok(SqliteResolverStore {
             conn: Mutex::new(conn),
             refused: AtomicU64::new(0),
@@ -107,6 +118,33 @@ impl SqliteResolverStore {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Columns added after the first schema: a database written by an older
+/// build gains them (empty) on open instead of failing every query.
+const ADDED_EVENT_COLUMNS: [&str; 4] = [
+    "request_message_id",
+    "request_from",
+    "originating_message_id",
+    "originating_from",
+];
+
+fn add_missing_columns(conn: &Connection) -> Result<(), StoreError> {
+    let mut stmt = conn
+        .prepare("SELECT name FROM pragma_table_info('events')")
+        .map_err(db("reading the schema"))?;
+    let present = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .map_err(db("reading the schema"))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(db("reading the schema"))?;
+    for column in ADDED_EVENT_COLUMNS {
+        if !present.iter().any(|p| p == column) {
+            conn.execute_batch(&format!("ALTER TABLE events ADD COLUMN {column} TEXT"))
+                .map_err(db("upgrading the schema"))?;
+        }
+    }
+    Ok(())
 }
 
 fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
@@ -198,6 +236,9 @@ impl ResolverStore for SqliteResolverStore {
                 Recorded::Applied { status }
             }
         };
+        // Coordinates are facts about the request, not a status: a late
+        // request copy whose status write is refused still supplies them.
+        write_coordinates(&tx, obs)?;
         tx.commit().map_err(db("committing"))?;
         Ok(outcome)
     }
@@ -263,6 +304,36 @@ impl ResolverStore for SqliteResolverStore {
 
     fn refused_writes(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
+        // A redelivered older answer must not replace a newer one.
+        self.lock()
+            .execute(
+                "INSERT INTO heartbeats (endpoint, message_type, at_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (endpoint) DO UPDATE SET message_type = excluded.message_type, at_ms = excluded.at_ms
+                 WHERE excluded.at_ms >= heartbeats.at_ms",
+                params![heartbeat.endpoint, heartbeat.message_type, heartbeat.at_ms],
+            )
+            .map_err(db("recording a heartbeat"))?;
+        Ok(())
+    }
+
+    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare("SELECT endpoint, message_type, at_ms FROM heartbeats ORDER BY endpoint")
+            .map_err(db("listing heartbeats"))?;
+        stmt.query_map([], |r| {
+            Ok(Heartbeat {
+                endpoint: r.get(0)?,
+                message_type: r.get(1)?,
+                at_ms: r.get(2)?,
+            })
+        })
+        .map_err(db("listing heartbeats"))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(db("listing heartbeats"))
     }
 }
 
@@ -341,7 +412,46 @@ fn write_status(
     Ok(())
 }
 
+/// Records where the event came from, so the Manager can address a control
+/// message from the store alone. The EventRequest copy is the authority and
+/// always writes the lineage; any other message fills it only while it is
+/// unknown (a response's `ParentMessageId` is the request's `MessageId`).
+/// The lineage is written as one group, since `NULL` means `self`.
+fn write_coordinates(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<(), StoreError> {
+    use crate::status::MessageKind;
+    let (request_message_id, request_from) = match obs.kind {
+        MessageKind::EventRequest => (obs.message_id.as_ref(), obs.from.as_ref()),
+        kind if kind.is_request() => return Ok(()),
+        // A response's OriginatingFrom is the request's From (or, for an
+        // external publish, the lineage's own OriginatingFrom).
+        _ => (
+            obs.parent_message_id.as_ref(),
+            obs.originating_from.as_ref(),
+        ),
+    };
+    let Some(request_message_id) = request_message_id else {
+        return Ok(());
+    };
+    let authoritative = obs.kind == MessageKind::EventRequest;
+    tx.execute(
+        "UPDATE events SET request_message_id = ?3, request_from = ?4, originating_message_id = ?5, originating_from = ?6
+         WHERE endpoint = ?1 AND event_id = ?2 AND (?7 OR request_message_id IS NULL)",
+        params![
+            obs.endpoint,
+            obs.event_id,
+            request_message_id,
+            request_from,
+            obs.originating_message_id,
+            obs.originating_from,
+            authoritative,
+        ],
+    )
+    .map_err(db("writing the request coordinates"))?;
+    Ok(())
+}
+
 const EVENT_COLUMNS: &str = "endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
+    request_message_id, request_from, originating_message_id, originating_from,
     retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id, expected_by,
     handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms";
 
@@ -362,20 +472,24 @@ fn event_record(r: &SqlRow<'_>) -> rusqlite::Result<Result<EventRecord, StoreErr
         event_type: r.get(6)?,
         correlation_id: r.get(7)?,
         last_message_id: r.get(8)?,
-        retry_count: r.get(9)?,
-        error_type: r.get(10)?,
-        error_text: r.get(11)?,
-        dead_letter_reason: r.get(12)?,
-        dead_letter_description: r.get(13)?,
-        handoff_reason: r.get(14)?,
-        external_job_id: r.get(15)?,
-        expected_by: r.get(16)?,
-        handler_version: r.get(17)?,
-        queue_time_ms: r.get(18)?,
-        processing_time_ms: r.get(19)?,
-        payload: r.get(20)?,
-        first_seen_ms: r.get(21)?,
-        updated_ms: r.get(22)?,
+        request_message_id: r.get(9)?,
+        request_from: r.get(10)?,
+        originating_message_id: r.get(11)?,
+        originating_from: r.get(12)?,
+        retry_count: r.get(13)?,
+        error_type: r.get(14)?,
+        error_text: r.get(15)?,
+        dead_letter_reason: r.get(16)?,
+        dead_letter_description: r.get(17)?,
+        handoff_reason: r.get(18)?,
+        external_job_id: r.get(19)?,
+        expected_by: r.get(20)?,
+        handler_version: r.get(21)?,
+        queue_time_ms: r.get(22)?,
+        processing_time_ms: r.get(23)?,
+        payload: r.get(24)?,
+        first_seen_ms: r.get(25)?,
+        updated_ms: r.get(26)?,
     };
     Ok(parse_status(status).map(|status| EventRecord { status, ..record }))
 }

@@ -27,6 +27,16 @@ pub struct EventRecord {
     pub correlation_id: Option<String>,
     /// The message id of the last message recorded for the event.
     pub last_message_id: Option<String>,
+    /// The `MessageId` of the request the endpoint received (the
+    /// EventRequest's; learnt from a response's `ParentMessageId` when no
+    /// request copy was seen): the `ParentMessageId` of control messages.
+    pub request_message_id: Option<String>,
+    /// The `From` of that request (the producer that published the event).
+    pub request_from: Option<String>,
+    /// The request's `OriginatingMessageId` (`None` for `self`).
+    pub originating_message_id: Option<String>,
+    /// The request's `OriginatingFrom` (`None` for `self`).
+    pub originating_from: Option<String>,
     /// The automatic retry count last seen.
     pub retry_count: u32,
     /// The last error's type.
@@ -105,6 +115,18 @@ pub struct EventFilter {
     pub limit: Option<usize>,
 }
 
+/// The last heartbeat answer the Resolver saw from an endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Heartbeat {
+    /// The endpoint that answered.
+    pub endpoint: String,
+    /// The answer's message type: `ResolutionResponse` means the endpoint is
+    /// up; an error, deferral or unsupported answer says why it is not.
+    pub message_type: String,
+    /// When the answer was enqueued (ms since epoch).
+    pub at_ms: i64,
+}
+
 /// What recording a message did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
@@ -141,6 +163,9 @@ pub enum StoreError {
     /// The database holds a value this version cannot read.
     #[error("resolver store: corrupt row: {0}")]
     Corrupt(String),
+    /// A store call panicked (its transaction rolled back).
+    #[error("resolver store: a store call panicked: {0}")]
+    Panicked(String),
 }
 
 /// Where the Resolver keeps status and history. SQLite by default; a shared
@@ -155,4 +180,9 @@ pub trait ResolverStore: Send + Sync {
     fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError>;
     /// How many status writes the guard has refused since the store opened.
     fn refused_writes(&self) -> u64;
+    /// Notes a heartbeat answer from `endpoint`, keeping only the newest per
+    /// endpoint (heartbeats are not events and have no history).
+    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError>;
+    /// The last heartbeat answer of every endpoint, by endpoint.
+    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError>;
 }

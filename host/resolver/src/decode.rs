@@ -1,0 +1,330 @@
+//! From a message on the Resolver topic to what the store records.
+//!
+//! Pure: no I/O, so every rule is unit-tested without a broker. The
+//! consumer settles by what this returns: record, note a heartbeat, complete
+//! without recording, or dead-letter with the named defect.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nimbus_transport::{PropertyValue, ReceivedMessage};
+use nimbus_wire::{MessageType, NimbusMessage};
+
+use crate::observation::{HandoffDetails, Observation};
+use crate::status::MessageKind;
+use crate::store::Heartbeat;
+
+/// The application property the engine stamps on responses: the digest of
+/// the handler version that produced them.
+pub const HANDLER_VERSION_PROPERTY: &str = "HandlerVersion";
+
+/// The dead-letter reason of a Resolver message the consumer cannot record.
+pub const UNRECORDABLE_REASON: &str = "ResolverCannotRecord";
+
+/// What to do with one message.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Decoded {
+    /// Record it.
+    Event(Box<Observation>),
+    /// A heartbeat answer: note it per endpoint, no event history.
+    Heartbeat(Heartbeat),
+    /// Complete it without recording (a heartbeat probe's copy).
+    Skip(&'static str),
+}
+
+/// Why a message cannot be recorded: the dead-letter description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unrecordable(pub(crate) String);
+
+pub(crate) fn decode(received: &ReceivedMessage) -> Result<Decoded, Unrecordable> {
+    let message = NimbusMessage::from_received(received)
+        .map_err(|e| Unrecordable(format!("the message cannot be decoded: {e}")))?;
+    let at_ms = millis_since_epoch(received.enqueued_time);
+    let type_name = message.message_type.as_str();
+
+    if message.is_heartbeat() {
+        if !message.message_type.is_response() {
+            return Ok(Decoded::Skip("a heartbeat probe's copy"));
+        }
+        let endpoint = non_blank(message.from.as_deref()).ok_or_else(|| {
+            Unrecordable(format!(
+                "a heartbeat {type_name} without From names no endpoint"
+            ))
+        })?;
+        return Ok(Decoded::Heartbeat(Heartbeat {
+            endpoint: endpoint.to_owned(),
+            message_type: type_name.to_owned(),
+            at_ms,
+        }));
+    }
+
+    let kind: MessageKind = type_name
+        .parse()
+        .map_err(|e| Unrecordable(format!("{e}")))?;
+    let event_id = non_blank(message.event_id.as_deref()).ok_or_else(|| {
+        Unrecordable(format!(
+            "a {type_name} without EventId cannot be tracked (Validation failed: EventId is required)"
+        ))
+    })?;
+    let (endpoint, field) = if kind.is_request() {
+        (message.to.as_deref(), "To")
+    } else {
+        (message.from.as_deref(), "From")
+    };
+    let endpoint = non_blank(endpoint).ok_or_else(|| {
+        Unrecordable(format!(
+            "a {type_name} without {field} names no endpoint for event {event_id}"
+        ))
+    })?;
+
+    let mut obs = Observation::new(endpoint, event_id, kind, at_ms);
+    obs.message_id = received.message.message_id.clone();
+    obs.session_id = message.session_id.clone();
+    obs.correlation_id = message.correlation_id.clone();
+    obs.event_type = message.event_type().map(str::to_owned);
+    obs.from = message.from.clone();
+    obs.parent_message_id = message.parent_message_id.clone();
+    obs.originating_message_id = message.originating_message_id.clone();
+    obs.originating_from = message.originating_from.clone();
+    obs.retry_count = message.retry_count;
+    if let Some(error) = message
+        .content
+        .as_ref()
+        .and_then(|c| c.error_content.as_ref())
+    {
+        obs.error_type = error.error_type.clone();
+        obs.error_text = error.error_text.clone();
+    }
+    obs.dead_letter_reason = message.dead_letter_reason.clone();
+    obs.dead_letter_description = message.dead_letter_error_description.clone();
+    if kind == MessageKind::PendingHandoffResponse {
+        obs.handoff = Some(HandoffDetails {
+            reason: message.handoff_reason.clone(),
+            external_job_id: message.external_job_id.clone(),
+            expected_by: message.expected_by.map(nimbus_wire::format_round_trip),
+        });
+    }
+    obs.handler_version = message
+        .properties
+        .get(HANDLER_VERSION_PROPERTY)
+        .and_then(PropertyValue::as_str)
+        .map(str::to_owned);
+    obs.queue_time_ms = message.queue_time_ms.map(saturating_i64);
+    obs.processing_time_ms = message.processing_time_ms.map(saturating_i64);
+    // A handoff request's EventContent holds the external job's details,
+    // not the event: keeping it as the payload would make a later resubmit
+    // send the details to the handler.
+    let carries_event = !matches!(
+        message.message_type,
+        MessageType::HandoffCompletedRequest | MessageType::HandoffFailedRequest
+    );
+    if carries_event {
+        obs.payload = message.event_json().map(str::to_owned);
+    }
+    Ok(Decoded::Event(Box::new(obs)))
+}
+
+fn non_blank(value: Option<&str>) -> Option<&str> {
+    value.filter(|v| !v.trim().is_empty())
+}
+
+fn saturating_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn millis_since_epoch(at: SystemTime) -> i64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use nimbus_transport::{LockToken, Message};
+    use nimbus_wire::build::{self, ResponseTimes};
+    use nimbus_wire::{EventContent, Failure, MessageContent};
+
+    use super::*;
+    use crate::status::Status;
+
+    fn received(message: Message) -> ReceivedMessage {
+        ReceivedMessage {
+            message,
+            sequence_number: 7,
+            enqueued_time: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            delivery_count: 1,
+            dead_letter_reason: None,
+            dead_letter_description: None,
+            lock_token: LockToken::new(),
+            locked_until: UNIX_EPOCH,
+        }
+    }
+
+    fn forwarded() -> NimbusMessage {
+        NimbusMessage {
+            message_id: Some("msg-pub-1".into()),
+            session_id: Some("order-1".into()),
+            correlation_id: Some("corr-7".into()),
+            to: Some("billing".into()),
+            from: Some("storefront".into()),
+            message_type: MessageType::EventRequest,
+            event_id: Some("e1".into()),
+            event_type_id: Some("OrderPlaced".into()),
+            originating_from: Some("storefront".into()),
+            content: Some(MessageContent::event(EventContent::new(
+                "OrderPlaced",
+                r#"{"OrderId":"o-1"}"#,
+            ))),
+            ..NimbusMessage::default()
+        }
+    }
+
+    fn event(decoded: Result<Decoded, Unrecordable>) -> Observation {
+        match decoded {
+            Ok(Decoded::Event(obs)) => *obs,
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn request_copy_is_recorded_at_its_to_with_payload_and_coordinates() {
+        let obs = event(decode(&received(forwarded().to_transport())));
+        assert_eq!(obs.endpoint, "billing");
+        assert_eq!(obs.kind, MessageKind::EventRequest);
+        assert_eq!(obs.message_id.as_deref(), Some("msg-pub-1"));
+        assert_eq!(obs.from.as_deref(), Some("storefront"));
+        assert_eq!(obs.payload.as_deref(), Some(r#"{"OrderId":"o-1"}"#));
+        assert_eq!(obs.originating_message_id, None, "self reads as None");
+        assert_eq!(obs.at_ms, 1_700_000_000_123);
+        assert_eq!(obs.status(), (Status::Pending, None));
+    }
+
+    #[test]
+    fn error_response_is_recorded_at_its_from_with_error_version_and_timings() {
+        let failure = Failure::new("PartnerUnavailable", "credit check said 503");
+        let times = ResponseTimes {
+            queue_time_ms: Some(12),
+            processing_time_ms: Some(3),
+        };
+        let mut response = build::error_response(&forwarded(), times, &failure);
+        response.from = Some("billing".into());
+        let mut wire = response.to_transport();
+        wire.properties.insert(
+            HANDLER_VERSION_PROPERTY.into(),
+            PropertyValue::String("sha256:abc".into()),
+        );
+        let obs = event(decode(&received(wire)));
+        assert_eq!(obs.endpoint, "billing");
+        assert_eq!(obs.kind, MessageKind::ErrorResponse);
+        assert_eq!(obs.error_type.as_deref(), Some("PartnerUnavailable"));
+        assert_eq!(obs.error_text.as_deref(), Some("credit check said 503"));
+        assert_eq!(obs.handler_version.as_deref(), Some("sha256:abc"));
+        assert_eq!(
+            (obs.queue_time_ms, obs.processing_time_ms),
+            (Some(12), Some(3))
+        );
+        assert_eq!(obs.parent_message_id.as_deref(), Some("msg-pub-1"));
+    }
+
+    #[test]
+    fn pending_handoff_response_carries_its_details() {
+        let handoff = build::Handoff {
+            reason: "DMF import".into(),
+            external_job_id: Some("job-9".into()),
+            expected_by: Some(UNIX_EPOCH + Duration::from_secs(1_800_000_000)),
+        };
+        let mut response =
+            build::pending_handoff_response(&forwarded(), ResponseTimes::default(), &handoff);
+        response.from = Some("billing".into());
+        let obs = event(decode(&received(response.to_transport())));
+        let details = obs.handoff.clone().expect("handoff details");
+        assert_eq!(details.reason.as_deref(), Some("DMF import"));
+        assert_eq!(details.external_job_id.as_deref(), Some("job-9"));
+        assert!(
+            details
+                .expected_by
+                .as_deref()
+                .is_some_and(|e| e.starts_with("2027-01-15T08:00:00")),
+            "{details:?}"
+        );
+        assert_eq!(obs.status(), (Status::Pending, Some("Handoff")));
+    }
+
+    #[test]
+    fn handoff_details_are_not_taken_for_the_event_payload() {
+        let request = build::handoff_completed_request(
+            &forwarded(),
+            "billing",
+            Some(r#"{"done":true}"#),
+            None,
+        );
+        let obs = event(decode(&received(request.to_transport())));
+        assert_eq!(obs.kind, MessageKind::HandoffCompletedRequest);
+        assert_eq!(obs.payload, None);
+    }
+
+    #[test]
+    fn dead_letter_notification_reads_as_dead_lettered() {
+        let mut notice = build::dead_letter_notification(
+            &forwarded(),
+            ResponseTimes::default(),
+            "MaxDeliveryCountExceeded",
+            "delivered 10 times",
+            None,
+        );
+        notice.from = Some("billing".into());
+        let obs = event(decode(&received(notice.to_transport())));
+        assert_eq!(
+            obs.dead_letter_reason.as_deref(),
+            Some("MaxDeliveryCountExceeded")
+        );
+        assert_eq!(obs.status(), (Status::DeadLettered, None));
+    }
+
+    #[test]
+    fn heartbeat_answer_is_noted_and_probe_copy_skipped() {
+        let probe = NimbusMessage {
+            event_type_id: Some(nimbus_wire::addr::HEARTBEAT_EVENT_TYPE.into()),
+            from: Some("Manager".into()),
+            ..forwarded()
+        };
+        assert!(matches!(
+            decode(&received(probe.to_transport())),
+            Ok(Decoded::Skip(_))
+        ));
+        let mut answer =
+            build::heartbeat_response(&probe, ResponseTimes::default(), UNIX_EPOCH, "nimbus-test");
+        answer.from = Some("billing".into());
+        assert_eq!(
+            decode(&received(answer.to_transport())),
+            Ok(Decoded::Heartbeat(Heartbeat {
+                endpoint: "billing".into(),
+                message_type: "ResolutionResponse".into(),
+                at_ms: 1_700_000_000_123,
+            }))
+        );
+    }
+
+    #[test]
+    fn defects_are_named() {
+        let mut no_event_id = forwarded();
+        no_event_id.event_id = None;
+        let err = decode(&received(no_event_id.to_transport())).expect_err("no EventId");
+        assert!(err.0.contains("EventId is required"), "{}", err.0);
+
+        let mut no_from = build::resolution_response(&forwarded(), ResponseTimes::default());
+        no_from.from = None;
+        let err = decode(&received(no_from.to_transport())).expect_err("no From");
+        assert!(err.0.contains("without From"), "{}", err.0);
+
+        let mut garbage = forwarded().to_transport();
+        garbage.body = b"not json".to_vec();
+        let err = decode(&received(garbage)).expect_err("bad body");
+        assert!(err.0.contains("cannot be decoded"), "{}", err.0);
+
+        let deferred = build::process_deferred_request(&forwarded());
+        let err = decode(&received(deferred.to_transport())).expect_err("unrecorded type");
+        assert!(err.0.contains("ProcessDeferredRequest"), "{}", err.0);
+    }
+}
