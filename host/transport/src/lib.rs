@@ -20,6 +20,7 @@
 
 mod error;
 mod message;
+pub mod provision;
 mod settlement;
 mod topology;
 mod transport;
