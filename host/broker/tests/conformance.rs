@@ -1,5 +1,5 @@
 //! The transport conformance suite, run against the embedded broker on a
-//! temporary directory with a manual clock.
+//! temporary directory with a manual clock, at both durability levels.
 
 use std::time::{Duration, SystemTime};
 
@@ -10,21 +10,27 @@ struct Embedded {
     broker: Broker,
     clock: ManualClock,
     dir: tempfile::TempDir,
+    durability: Durability,
 }
 
-fn options(dir: &std::path::Path, clock: &ManualClock) -> BrokerOptions {
+fn options(dir: &std::path::Path, clock: &ManualClock, durability: Durability) -> BrokerOptions {
     BrokerOptions::new(dir)
-        .durability(Durability::Fsync)
+        .durability(durability)
         .clock(std::sync::Arc::new(clock.clone()))
 }
 
-async fn harness() -> Embedded {
+async fn harness(durability: Durability) -> Embedded {
     let dir = tempfile::tempdir().expect("temp dir");
     let clock = ManualClock::at_fixed_start();
-    let broker = Broker::open(options(dir.path(), &clock))
+    let broker = Broker::open(options(dir.path(), &clock, durability))
         .await
         .expect("open broker");
-    Embedded { broker, clock, dir }
+    Embedded {
+        broker,
+        clock,
+        dir,
+        durability,
+    }
 }
 
 impl Harness for Embedded {
@@ -44,13 +50,35 @@ impl Harness for Embedded {
     }
 
     async fn restart(self) -> Option<Self> {
-        let Embedded { broker, clock, dir } = self;
+        let Embedded {
+            broker,
+            clock,
+            dir,
+            durability,
+        } = self;
         drop(broker);
-        let broker = Broker::open(options(dir.path(), &clock))
+        let broker = Broker::open(options(dir.path(), &clock, durability))
             .await
             .expect("reopen broker");
-        Some(Embedded { broker, clock, dir })
+        Some(Embedded {
+            broker,
+            clock,
+            dir,
+            durability,
+        })
     }
 }
 
-nimbus_transport::transport_conformance!(harness);
+mod fsync {
+    async fn harness() -> super::Embedded {
+        super::harness(super::Durability::Fsync).await
+    }
+    nimbus_transport::transport_conformance!(harness);
+}
+
+mod os {
+    async fn harness() -> super::Embedded {
+        super::harness(super::Durability::Os).await
+    }
+    nimbus_transport::transport_conformance!(harness);
+}
