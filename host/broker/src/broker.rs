@@ -297,7 +297,9 @@ impl Inner {
             })?;
         let sender_id = message.message_id.is_some();
         if !sender_id {
-            message.message_id = Some(uuid::Uuid::new_v4().simple().to_string());
+            let mut buffer = uuid::Uuid::encode_buffer();
+            let id = uuid::Uuid::new_v4().simple().encode_lower(&mut buffer);
+            message.message_id = Some(id.to_owned());
         }
         let message_id = message.message_id.clone().unwrap_or_default();
         if sender_id && let Some(window) = core.settings.duplicate_detection_window {

@@ -255,6 +255,8 @@ impl Store {
 
     /// The failure that poisoned the store, if any.
     pub(crate) fn failure(&self) -> Option<StoreError> {
+        // Checked on every operation: a plain lock of an uncontended mutex
+        // that is almost always `None`.
         self.failure
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
