@@ -242,3 +242,45 @@ async fn a_message_that_expires_while_locked_is_dead_lettered_once_released() {
         Some(nimbus_broker::REASON_EXPIRED)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_is_a_transient_error_and_poisons_the_broker_until_reopened() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let path = with_sub(&broker, SubscriptionSettings::default()).await;
+    broker
+        .publish("t", vec![Message::new(b"kept".to_vec())])
+        .await
+        .expect("publish");
+
+    // Another process holds the database's write lock past the busy timeout.
+    let blocker = rusqlite::Connection::open(dir.path().join("broker.sqlite3")).expect("sqlite");
+    blocker.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+    let error = broker
+        .publish("t", vec![Message::new(b"refused".to_vec())])
+        .await
+        .expect_err("the commit cannot happen");
+    assert_eq!(error.kind(), ErrorKind::Transient);
+    assert!(error.to_string().contains("storage failed"), "{error}");
+    let again = broker
+        .publish("t", vec![Message::new(b"after".to_vec())])
+        .await
+        .expect_err("poisoned");
+    assert!(again.to_string().contains("reopen"), "{again}");
+    blocker.execute_batch("ROLLBACK").expect("unlock");
+    drop(blocker);
+    drop(broker);
+
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let r = broker
+        .receiver(&path, SubQueue::Main)
+        .await
+        .expect("receiver");
+    let mut bodies = Vec::new();
+    while let Some(m) = r.receive(ABSENT).await.expect("receive") {
+        bodies.push(m.message.body.clone());
+        r.complete(m).await.expect("complete");
+    }
+    assert_eq!(bodies, vec![b"kept".to_vec()], "only what was acknowledged");
+}
