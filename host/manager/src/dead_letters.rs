@@ -1,0 +1,275 @@
+//! The endpoint's dead-letter queues: list without losing, replay one.
+//!
+//! The transport has no browse (peek) operation, so listing receives every
+//! dead-lettered message under a peek-lock and then closes the receiver,
+//! which releases them all. A clean release does not count a delivery, so a
+//! listing changes nothing (decision 0070). Replay uses the transport's
+//! atomic `replay_dead_letter`: the message leaves the dead-letter queue and
+//! returns to the end of its subscription in one step.
+
+use std::time::{Duration, SystemTime};
+
+use nimbus_transport::{
+    ErrorKind, ReceivedMessage, Receiver, SubQueue, SubscriptionPath, Transport,
+};
+use nimbus_wire::prop;
+use serde::Serialize;
+
+use crate::error::ManagerError;
+use crate::operations::Manager;
+
+/// How many dead-lettered messages one listing returns at most by default.
+pub const DEFAULT_DEAD_LETTER_LIMIT: usize = 1000;
+
+/// How long a listing waits for the next message before deciding the queue
+/// is read to the end. Messages already dead-lettered are returned at once;
+/// this only bounds the wait at the end of the queue.
+const END_OF_QUEUE_WAIT: Duration = Duration::from_millis(50);
+
+/// One dead-lettered message, as an operator needs to see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetter {
+    /// The endpoint.
+    pub endpoint: String,
+    /// The subscription whose dead-letter queue holds it (`E` for the
+    /// endpoint's own, `Resolver` for the copy bound to the Resolver).
+    pub subscription: String,
+    /// The broker sequence number.
+    pub sequence_number: i64,
+    /// The broker message id.
+    pub message_id: Option<String>,
+    /// The session.
+    pub session_id: Option<String>,
+    /// The NimBus message type.
+    pub message_type: Option<String>,
+    /// The event id.
+    pub event_id: Option<String>,
+    /// The event type.
+    pub event_type: Option<String>,
+    /// Why it was dead-lettered.
+    pub reason: Option<String>,
+    /// The dead-letter description.
+    pub description: Option<String>,
+    /// How many deliveries it had had.
+    pub delivery_count: u32,
+    /// When it was enqueued.
+    pub enqueued_time: SystemTime,
+}
+
+/// Which dead-lettered message to replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetterId {
+    /// By broker message id.
+    MessageId(String),
+    /// By broker sequence number.
+    SequenceNumber(i64),
+}
+
+impl std::fmt::Display for DeadLetterId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeadLetterId::MessageId(id) => write!(f, "with MessageId '{id}'"),
+            DeadLetterId::SequenceNumber(n) => write!(f, "with sequence number {n}"),
+        }
+    }
+}
+
+impl DeadLetterId {
+    fn matches(&self, message: &ReceivedMessage) -> bool {
+        match self {
+            DeadLetterId::MessageId(id) => message.message.message_id.as_deref() == Some(id),
+            DeadLetterId::SequenceNumber(n) => message.sequence_number == *n,
+        }
+    }
+}
+
+/// A dead-lettered message moved back to its subscription.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Replayed {
+    /// The message as it was in the dead-letter queue.
+    pub message: DeadLetter,
+}
+
+/// The subscriptions of endpoint `E` whose dead-letter queues the Manager
+/// reads: its own session subscription, then the forwarding one to the
+/// Resolver.
+fn subscriptions(endpoint: &str) -> [SubscriptionPath; 2] {
+    [
+        SubscriptionPath::new(endpoint, endpoint),
+        SubscriptionPath::new(endpoint, nimbus_wire::addr::RESOLVER),
+    ]
+}
+
+impl<T: Transport> Manager<T> {
+    /// The dead-lettered messages of `endpoint` (its own subscription's
+    /// queue, then the Resolver forwarding subscription's), oldest first in
+    /// each, at most `limit` (default [`DEFAULT_DEAD_LETTER_LIMIT`]). Nothing
+    /// is removed and no delivery is counted.
+    pub async fn dead_letters(
+        &self,
+        endpoint: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<DeadLetter>, ManagerError> {
+        let limit = limit.unwrap_or(DEFAULT_DEAD_LETTER_LIMIT);
+        let mut listed = Vec::new();
+        for path in subscriptions(endpoint) {
+            let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
+                continue;
+            };
+            let held = read_all(&receiver, &path, limit.saturating_sub(listed.len())).await;
+            // Closing releases every held message without counting a delivery.
+            receiver.close().await;
+            listed.extend(held?.iter().map(|m| describe(endpoint, &path, m)));
+            if listed.len() >= limit {
+                break;
+            }
+        }
+        Ok(listed)
+    }
+
+    /// Moves one dead-lettered message of `endpoint` back to the end of its
+    /// subscription, with a fresh delivery count. `subscription` narrows the
+    /// search to one queue; without it, a message found in both queues is an
+    /// error rather than a guess.
+    pub async fn replay_dead_letter(
+        &self,
+        endpoint: &str,
+        subscription: Option<&str>,
+        which: &DeadLetterId,
+    ) -> Result<Replayed, ManagerError> {
+        let mut found: Vec<(SubscriptionPath, T::Receiver, ReceivedMessage)> = Vec::new();
+        let mut searched = Vec::new();
+        for path in subscriptions(endpoint) {
+            if subscription.is_some_and(|s| s != path.subscription) {
+                continue;
+            }
+            let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
+                continue;
+            };
+            searched.push(path.to_string());
+            // Every message received before the match stays locked by this
+            // receiver until it closes, so the scan sees each message once.
+            if let Some(message) = find(&receiver, &path, which).await? {
+                found.push((path, receiver, message));
+            }
+        }
+        if found.len() > 1 {
+            return Err(ManagerError::AmbiguousDeadLetter {
+                endpoint: endpoint.to_owned(),
+                which: which.to_string(),
+                subscriptions: found
+                    .iter()
+                    .map(|(p, _, _)| p.subscription.clone())
+                    .collect(),
+            });
+        }
+        let Some((path, receiver, message)) = found.pop() else {
+            return Err(ManagerError::DeadLetterNotFound {
+                endpoint: endpoint.to_owned(),
+                which: which.to_string(),
+                searched,
+            });
+        };
+        let described = describe(endpoint, &path, &message);
+        receiver
+            .replay_dead_letter(message)
+            .await
+            .map_err(|source| ManagerError::Replay {
+                which: which.to_string(),
+                subscription: path.to_string(),
+                source,
+            })?;
+        tracing::info!(
+            subscription = %path,
+            sequence_number = described.sequence_number,
+            "manager: dead-lettered message replayed"
+        );
+        Ok(Replayed { message: described })
+    }
+
+    /// A receiver on the dead-letter queue of `path`; `None` for a missing
+    /// Resolver forwarding subscription (an endpoint need not have one), an
+    /// error for a missing endpoint subscription.
+    async fn open_dead_letters(
+        &self,
+        endpoint: &str,
+        path: &SubscriptionPath,
+    ) -> Result<Option<T::Receiver>, ManagerError> {
+        match self.transport.receiver(path, SubQueue::DeadLetter).await {
+            Ok(receiver) => Ok(Some(receiver)),
+            Err(e) if e.kind() == ErrorKind::NotFound && path.subscription == endpoint => {
+                Err(ManagerError::UnknownEndpoint {
+                    endpoint: endpoint.to_owned(),
+                    subscription: path.to_string(),
+                    source: e,
+                })
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ManagerError::OpenDeadLetters {
+                subscription: path.to_string(),
+                source,
+            }),
+        }
+    }
+}
+
+/// Receives (and holds) up to `limit` messages of a dead-letter queue.
+async fn read_all<R: Receiver>(
+    receiver: &R,
+    path: &SubscriptionPath,
+    limit: usize,
+) -> Result<Vec<ReceivedMessage>, ManagerError> {
+    let mut held = Vec::new();
+    while held.len() < limit {
+        match receiver.receive(END_OF_QUEUE_WAIT).await {
+            Ok(Some(message)) => held.push(message),
+            Ok(None) => break,
+            Err(source) => {
+                return Err(ManagerError::ReadDeadLetters {
+                    subscription: path.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// Receives until `which` turns up (holding everything before it).
+async fn find<R: Receiver>(
+    receiver: &R,
+    path: &SubscriptionPath,
+    which: &DeadLetterId,
+) -> Result<Option<ReceivedMessage>, ManagerError> {
+    loop {
+        match receiver.receive(END_OF_QUEUE_WAIT).await {
+            Ok(Some(message)) if which.matches(&message) => return Ok(Some(message)),
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(None),
+            Err(source) => {
+                return Err(ManagerError::ReadDeadLetters {
+                    subscription: path.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+fn describe(endpoint: &str, path: &SubscriptionPath, message: &ReceivedMessage) -> DeadLetter {
+    let property = |name: &str| message.message.property_str(name).map(str::to_owned);
+    DeadLetter {
+        endpoint: endpoint.to_owned(),
+        subscription: path.subscription.clone(),
+        sequence_number: message.sequence_number,
+        message_id: message.message.message_id.clone(),
+        session_id: message.message.session_id.clone(),
+        message_type: property(prop::MESSAGE_TYPE),
+        event_id: property(prop::EVENT_ID),
+        event_type: property(prop::EVENT_TYPE_ID),
+        reason: message.dead_letter_reason.clone(),
+        description: message.dead_letter_description.clone(),
+        delivery_count: message.delivery_count,
+        enqueued_time: message.enqueued_time,
+    }
+}

@@ -1,0 +1,166 @@
+//! Why an operator operation was refused or failed.
+
+use nimbus_resolver::{Status, StoreError};
+use nimbus_transport::{OpenReceiverError, PublishError, ReceiveError, SettleError};
+
+/// An operator operation that did not happen. Nothing was sent or moved
+/// unless the variant says so.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManagerError {
+    /// The Resolver has no event with this id.
+    #[error("no event '{event_id}' is known to the Resolver")]
+    UnknownEvent {
+        /// The id asked for.
+        event_id: String,
+    },
+    /// The event exists at several endpoints and no endpoint was named.
+    #[error(
+        "event '{event_id}' is at several endpoints ({}); name the endpoint",
+        endpoints.join(", ")
+    )]
+    AmbiguousEndpoint {
+        /// The event id.
+        event_id: String,
+        /// Every endpoint that has it.
+        endpoints: Vec<String>,
+    },
+    /// The event is known, but not at the endpoint named.
+    #[error(
+        "event '{event_id}' is not at endpoint '{endpoint}' (it is at {})",
+        known.join(", ")
+    )]
+    NotAtEndpoint {
+        /// The event id.
+        event_id: String,
+        /// The endpoint named.
+        endpoint: String,
+        /// Where the event is.
+        known: Vec<String>,
+    },
+    /// A handoff operation on an event that is not pending a handoff.
+    #[error(
+        "event '{event_id}' at '{endpoint}' is not pending a handoff (status {status}{}); only an event handed off by its handler can be completed or failed",
+        sub_status.as_deref().map(|s| format!(", sub-status {s}")).unwrap_or_default()
+    )]
+    NotPendingHandoff {
+        /// The event id.
+        event_id: String,
+        /// The endpoint.
+        endpoint: String,
+        /// Its status.
+        status: Status,
+        /// Its sub-status.
+        sub_status: Option<String>,
+    },
+    /// An edited payload or handoff details that are not JSON.
+    #[error("the {what} is not valid JSON: {reason}")]
+    NotJson {
+        /// `edited payload` or `handoff details`.
+        what: &'static str,
+        /// The parser's complaint, with line and column.
+        reason: String,
+    },
+    /// A handoff failure without a reason.
+    #[error("failing a handoff needs an error text saying why")]
+    MissingErrorText,
+    /// The Resolver has not (yet) seen what a control message must carry.
+    #[error(
+        "event '{event_id}' at '{endpoint}' has no {field} in the Resolver yet; wait for the Resolver to record the event's request, then retry"
+    )]
+    MissingCoordinate {
+        /// The event id.
+        event_id: String,
+        /// The endpoint.
+        endpoint: String,
+        /// `SessionId`, `EventTypeId`, the request's `MessageId`, ...
+        field: &'static str,
+    },
+    /// A resubmit with neither a recorded payload nor an edited one.
+    #[error(
+        "event '{event_id}' at '{endpoint}' has no recorded payload; resubmit it with an edited payload"
+    )]
+    MissingPayload {
+        /// The event id.
+        event_id: String,
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// The endpoint has no such subscription to read dead letters from.
+    #[error("endpoint '{endpoint}' has no subscription '{subscription}': {source}")]
+    UnknownEndpoint {
+        /// The endpoint.
+        endpoint: String,
+        /// The subscription looked for.
+        subscription: String,
+        /// The transport's answer.
+        #[source]
+        source: OpenReceiverError,
+    },
+    /// No dead-lettered message matches.
+    #[error("no dead-lettered message {which} on endpoint '{endpoint}' (looked in {})", searched.join(", "))]
+    DeadLetterNotFound {
+        /// The endpoint.
+        endpoint: String,
+        /// The message asked for.
+        which: String,
+        /// The dead-letter queues searched.
+        searched: Vec<String>,
+    },
+    /// Several dead-lettered messages match; name the subscription.
+    #[error(
+        "dead-lettered message {which} is in several dead-letter queues of '{endpoint}' ({}); name the subscription",
+        subscriptions.join(", ")
+    )]
+    AmbiguousDeadLetter {
+        /// The endpoint.
+        endpoint: String,
+        /// The message asked for.
+        which: String,
+        /// Where it was found.
+        subscriptions: Vec<String>,
+    },
+    /// Reading the Resolver store failed.
+    #[error("reading the Resolver store: {0}")]
+    Store(#[from] StoreError),
+    /// Publishing the control message failed; nothing was sent.
+    #[error("sending the {message_type} to topic '{topic}': {source}")]
+    Publish {
+        /// The message type.
+        message_type: &'static str,
+        /// The endpoint's topic.
+        topic: String,
+        /// The transport's answer.
+        #[source]
+        source: PublishError,
+    },
+    /// Opening a dead-letter queue failed.
+    #[error("opening the dead-letter queue of {subscription}: {source}")]
+    OpenDeadLetters {
+        /// The subscription.
+        subscription: String,
+        /// The transport's answer.
+        #[source]
+        source: OpenReceiverError,
+    },
+    /// Reading a dead-letter queue failed; what was read is released.
+    #[error("reading the dead-letter queue of {subscription}: {source}")]
+    ReadDeadLetters {
+        /// The subscription.
+        subscription: String,
+        /// The transport's answer.
+        #[source]
+        source: ReceiveError,
+    },
+    /// Moving the dead-lettered message back failed; it stays dead-lettered.
+    #[error("replaying dead-lettered message {which} of {subscription}: {source}")]
+    Replay {
+        /// The message.
+        which: String,
+        /// The subscription.
+        subscription: String,
+        /// The transport's answer.
+        #[source]
+        source: SettleError,
+    },
+}

@@ -1,0 +1,303 @@
+//! Resubmit, skip, complete and fail a handoff: find the event in the
+//! Resolver store, check the operation makes sense, send the control message
+//! to the endpoint's topic.
+
+use std::sync::Arc;
+
+use nimbus_resolver::{EventRecord, HANDOFF_SUB_STATUS, ResolverStore, Status};
+use nimbus_transport::Transport;
+use nimbus_wire::{EventContent, Failure, MessageContent, MessageType, NimbusMessage, build};
+use serde::Serialize;
+
+use crate::error::ManagerError;
+
+/// The ErrorType of a handoff failure when the operator gives none.
+pub const DEFAULT_HANDOFF_ERROR_TYPE: &str = "HandoffFailed";
+
+/// A control message the Manager sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sent {
+    /// The endpoint it was sent to (its topic, `To`).
+    pub endpoint: String,
+    /// The event it is about.
+    pub event_id: String,
+    /// Its message type.
+    pub message_type: &'static str,
+    /// Its `MessageId`.
+    pub message_id: String,
+    /// The event's status when it was sent.
+    pub status_before: Status,
+    /// What the operator should know: the operation was allowed, but the
+    /// event's status makes it unusual.
+    pub notes: Vec<String>,
+}
+
+/// Operator operations on events, as control messages on the bus.
+///
+/// Every operation reads the event's coordinates from the Resolver store,
+/// so it needs nothing but the event id (and the endpoint when the event is
+/// at several).
+pub struct Manager<T> {
+    pub(crate) transport: Arc<T>,
+    pub(crate) store: Arc<dyn ResolverStore>,
+}
+
+impl<T> std::fmt::Debug for Manager<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").finish_non_exhaustive()
+    }
+}
+
+impl<T: Transport> Manager<T> {
+    /// A Manager sending through `transport`, finding events in `store`.
+    pub fn new(transport: Arc<T>, store: Arc<dyn ResolverStore>) -> Self {
+        Manager { transport, store }
+    }
+
+    /// Runs the handler again on the event: with its recorded payload, or
+    /// with `edited_payload` (JSON text). Allowed in any status; a note says
+    /// when the status makes it unusual (e.g. already Completed).
+    pub async fn resubmit(
+        &self,
+        event_id: &str,
+        endpoint: Option<&str>,
+        edited_payload: Option<&str>,
+    ) -> Result<Sent, ManagerError> {
+        if let Some(payload) = edited_payload {
+            check_json("edited payload", payload)?;
+        }
+        let record = self.find(event_id, endpoint).await?;
+        let event = received_event(&record)?;
+        if edited_payload.is_none() && event.event_json().is_none() {
+            return Err(ManagerError::MissingPayload {
+                event_id: record.event_id.clone(),
+                endpoint: record.endpoint.clone(),
+            });
+        }
+        let mut message = build::resubmission_request(&event, &record.endpoint, edited_payload);
+        message.message_id = Some(fresh_id());
+        let notes = rerun_notes(&record, "resubmitting runs the handler on it again");
+        self.send(&record, message, notes).await
+    }
+
+    /// Settles the event as skipped without running the handler, unblocking
+    /// its session. Allowed in any status; a note says when it is unusual.
+    pub async fn skip(&self, event_id: &str, endpoint: Option<&str>) -> Result<Sent, ManagerError> {
+        let record = self.find(event_id, endpoint).await?;
+        let event = received_event(&record)?;
+        let mut message = build::skip_request(&event, &record.endpoint);
+        message.message_id = Some(fresh_id());
+        let notes = rerun_notes(&record, "skipping records it as Skipped instead");
+        self.send(&record, message, notes).await
+    }
+
+    /// Completes the external job of an event pending a handoff; `details`
+    /// (JSON text) travel as the body's payload. The handler does not run.
+    pub async fn complete_handoff(
+        &self,
+        event_id: &str,
+        endpoint: Option<&str>,
+        details: Option<&str>,
+    ) -> Result<Sent, ManagerError> {
+        if let Some(details) = details {
+            check_json("handoff details", details)?;
+        }
+        let record = self.find(event_id, endpoint).await?;
+        require_handoff(&record)?;
+        let event = received_event(&record)?;
+        let message = build::handoff_completed_request(&event, &record.endpoint, details, None);
+        self.send(&record, message, Vec::new()).await
+    }
+
+    /// Fails the external job of an event pending a handoff: the event
+    /// becomes Failed and its session stays blocked until a resubmit or skip.
+    pub async fn fail_handoff(
+        &self,
+        event_id: &str,
+        endpoint: Option<&str>,
+        error_text: &str,
+        error_type: Option<&str>,
+    ) -> Result<Sent, ManagerError> {
+        if error_text.trim().is_empty() {
+            return Err(ManagerError::MissingErrorText);
+        }
+        let record = self.find(event_id, endpoint).await?;
+        require_handoff(&record)?;
+        let event = received_event(&record)?;
+        let failure = Failure::new(
+            error_type
+                .filter(|t| !t.trim().is_empty())
+                .unwrap_or(DEFAULT_HANDOFF_ERROR_TYPE),
+            error_text,
+        );
+        let message = build::handoff_failed_request(&event, &record.endpoint, &failure, None);
+        self.send(&record, message, Vec::new()).await
+    }
+
+    /// The event's record at one endpoint.
+    async fn find(
+        &self,
+        event_id: &str,
+        endpoint: Option<&str>,
+    ) -> Result<EventRecord, ManagerError> {
+        let store = Arc::clone(&self.store);
+        let id = event_id.to_owned();
+        let details = tokio::task::spawn_blocking(move || store.event(&id))
+            .await
+            .map_err(|join| nimbus_resolver::StoreError::Panicked(join.to_string()))??;
+        let mut records: Vec<EventRecord> = details.into_iter().map(|d| d.record).collect();
+        if records.is_empty() {
+            return Err(ManagerError::UnknownEvent {
+                event_id: event_id.to_owned(),
+            });
+        }
+        let known = || {
+            records
+                .iter()
+                .map(|r| r.endpoint.clone())
+                .collect::<Vec<_>>()
+        };
+        match endpoint {
+            Some(endpoint) => match records.iter().position(|r| r.endpoint == endpoint) {
+                Some(at) => Ok(records.swap_remove(at)),
+                None => Err(ManagerError::NotAtEndpoint {
+                    event_id: event_id.to_owned(),
+                    endpoint: endpoint.to_owned(),
+                    known: known(),
+                }),
+            },
+            None if records.len() == 1 => Ok(records.remove(0)),
+            None => Err(ManagerError::AmbiguousEndpoint {
+                event_id: event_id.to_owned(),
+                endpoints: known(),
+            }),
+        }
+    }
+
+    async fn send(
+        &self,
+        record: &EventRecord,
+        message: NimbusMessage,
+        notes: Vec<String>,
+    ) -> Result<Sent, ManagerError> {
+        let message_type = message.message_type.as_str();
+        let message_id = message.message_id.clone().unwrap_or_default();
+        // Upstream's Manager publishes straight to the endpoint's topic; the
+        // topic's `to-E` rules deliver it to the endpoint and copy it to the
+        // Resolver.
+        self.transport
+            .publish(&record.endpoint, vec![message.to_transport()])
+            .await
+            .map_err(|source| ManagerError::Publish {
+                message_type,
+                topic: record.endpoint.clone(),
+                source,
+            })?;
+        tracing::info!(
+            endpoint = %record.endpoint,
+            event_id = %record.event_id,
+            message_type,
+            %message_id,
+            "manager: control message sent"
+        );
+        Ok(Sent {
+            endpoint: record.endpoint.clone(),
+            event_id: record.event_id.clone(),
+            message_type,
+            message_id,
+            status_before: record.status,
+            notes,
+        })
+    }
+}
+
+fn fresh_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn check_json(what: &'static str, text: &str) -> Result<(), ManagerError> {
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .map(drop)
+        .map_err(|e| ManagerError::NotJson {
+            what,
+            reason: e.to_string(),
+        })
+}
+
+fn require_handoff(record: &EventRecord) -> Result<(), ManagerError> {
+    let pending_handoff = record.status == Status::Pending
+        && record.sub_status.as_deref() == Some(HANDOFF_SUB_STATUS);
+    if pending_handoff {
+        Ok(())
+    } else {
+        Err(ManagerError::NotPendingHandoff {
+            event_id: record.event_id.clone(),
+            endpoint: record.endpoint.clone(),
+            status: record.status,
+            sub_status: record.sub_status.clone(),
+        })
+    }
+}
+
+/// Notes for a resubmit or skip of an event that is not blocking its
+/// session: allowed (an operator may have reasons), but worth saying.
+fn rerun_notes(record: &EventRecord, consequence: &str) -> Vec<String> {
+    let status = record.status;
+    let note = match status {
+        Status::Completed | Status::Skipped => Some(format!(
+            "event '{}' is already {status} at '{}': {consequence}",
+            record.event_id, record.endpoint
+        )),
+        Status::Pending if record.sub_status.as_deref() == Some(HANDOFF_SUB_STATUS) => {
+            Some(format!(
+                "event '{}' is pending a handoff at '{}': its external job may still complete; {consequence}",
+                record.event_id, record.endpoint
+            ))
+        }
+        Status::Pending | Status::Deferred => Some(format!(
+            "event '{}' is {status} at '{}' (not yet settled): {consequence}",
+            record.event_id, record.endpoint
+        )),
+        Status::Failed | Status::Unsupported | Status::DeadLettered => None,
+    };
+    note.into_iter().collect()
+}
+
+/// The event as the endpoint received it, rebuilt from the store: what the
+/// wire builders take to address a control message.
+fn received_event(record: &EventRecord) -> Result<NimbusMessage, ManagerError> {
+    let missing = |field| ManagerError::MissingCoordinate {
+        event_id: record.event_id.clone(),
+        endpoint: record.endpoint.clone(),
+        field,
+    };
+    let session_id = record
+        .session_id
+        .clone()
+        .ok_or_else(|| missing("SessionId"))?;
+    let event_type = record
+        .event_type
+        .clone()
+        .ok_or_else(|| missing("EventTypeId"))?;
+    let request_message_id = record
+        .request_message_id
+        .clone()
+        .ok_or_else(|| missing("request MessageId (for ParentMessageId)"))?;
+    let content = record.payload.as_ref().map(|payload| {
+        MessageContent::event(EventContent::new(event_type.clone(), payload.clone()))
+    });
+    Ok(NimbusMessage {
+        message_id: Some(request_message_id),
+        session_id: Some(session_id),
+        correlation_id: record.correlation_id.clone(),
+        to: Some(record.endpoint.clone()),
+        from: record.request_from.clone(),
+        message_type: MessageType::EventRequest,
+        event_id: Some(record.event_id.clone()),
+        event_type_id: Some(event_type),
+        originating_message_id: record.originating_message_id.clone(),
+        originating_from: record.originating_from.clone(),
+        content,
+        ..NimbusMessage::default()
+    })
+}

@@ -1,0 +1,654 @@
+//! The Manager on the real embedded broker and a real Resolver (consumer and
+//! SQLite store): each operation publishes exactly the control message of
+//! its wire vector, received on `E/E`; refusals send nothing; dead letters
+//! are listed without loss and replayed back to their subscription.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_manager::{DeadLetterId, Manager, ManagerError};
+use nimbus_resolver::{
+    Outcome, Progress, ResolverError, ResolverSettings, ResolverStore, SqliteResolverStore, Status,
+    run_resolver,
+};
+use nimbus_transport::{
+    Admin, PropertyValue, ReceivedMessage, RuleDescription, SessionLock, SessionSelector,
+    SubscriptionPath, SubscriptionSettings, TopicSettings, Transport,
+};
+use nimbus_wire::build::{self, Handoff, ResponseTimes};
+use nimbus_wire::{EventContent, Failure, MessageContent, MessageType, NimbusMessage};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// A safety net so a broken test fails instead of hanging; nothing asserts
+/// on time.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+const EVENT_ID: &str = "2f0e6c1e-6a2b-4c1e-9d57-1c3a7a0b5e11";
+const SESSION: &str = "order-o-1001";
+
+/// The Resolver topic and endpoint topologies as nimbus-platform.md §2.3
+/// provisions them (the parts the Manager's traffic crosses).
+async fn provision(broker: &Broker, endpoints: &[&str]) {
+    let resolver = SubscriptionPath::new("Resolver", "Resolver");
+    broker
+        .create_topic("Resolver", TopicSettings::default())
+        .await
+        .unwrap();
+    broker
+        .create_subscription(&resolver, SubscriptionSettings::sessions())
+        .await
+        .unwrap();
+    for endpoint in endpoints {
+        broker
+            .create_topic(endpoint, TopicSettings::default())
+            .await
+            .unwrap();
+        let own = SubscriptionPath::new(*endpoint, *endpoint);
+        broker
+            .create_subscription(&own, SubscriptionSettings::sessions())
+            .await
+            .unwrap();
+        broker.delete_rule(&own, "$Default").await.unwrap();
+        broker
+            .create_rule(
+                &own,
+                RuleDescription::new("to-E", format!("user.To = '{endpoint}'")),
+            )
+            .await
+            .unwrap();
+        let forward = SubscriptionPath::new(*endpoint, "Resolver");
+        broker
+            .create_subscription(&forward, SubscriptionSettings::forwarding_to("Resolver"))
+            .await
+            .unwrap();
+        broker.delete_rule(&forward, "$Default").await.unwrap();
+        broker
+            .create_rule(
+                &forward,
+                RuleDescription::new("from-E", "user.To = 'Resolver'")
+                    .with_action(format!("SET user.From = '{endpoint}'")),
+            )
+            .await
+            .unwrap();
+        broker
+            .create_rule(
+                &forward,
+                RuleDescription::new("to-E", format!("user.To = '{endpoint}'")),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    broker: Arc<Broker>,
+    store: Arc<SqliteResolverStore>,
+    manager: Manager<Broker>,
+    progress: mpsc::UnboundedReceiver<Progress>,
+    shutdown: CancellationToken,
+    resolver: tokio::task::JoinHandle<Result<(), ResolverError>>,
+}
+
+impl Harness {
+    async fn start(endpoints: &[&str]) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = Arc::new(
+            Broker::open(BrokerOptions::new(dir.path().join("broker")))
+                .await
+                .unwrap(),
+        );
+        provision(&broker, endpoints).await;
+        let store = Arc::new(SqliteResolverStore::open(&dir.path().join("resolver.db")).unwrap());
+        let (tx, progress) = mpsc::unbounded_channel();
+        let shutdown = CancellationToken::new();
+        let resolver = tokio::spawn(run_resolver(
+            Arc::clone(&broker),
+            Arc::clone(&store) as Arc<dyn ResolverStore>,
+            ResolverSettings {
+                max_concurrent_sessions: 4,
+                accept_timeout: Duration::from_millis(200),
+                session_idle_timeout: Duration::from_millis(50),
+                progress: Some(tx),
+                ..ResolverSettings::default()
+            },
+            shutdown.clone(),
+        ));
+        let manager = Manager::new(
+            Arc::clone(&broker),
+            Arc::clone(&store) as Arc<dyn ResolverStore>,
+        );
+        Harness {
+            _dir: dir,
+            broker,
+            store,
+            manager,
+            progress,
+            shutdown,
+            resolver,
+        }
+    }
+
+    /// Sends as the engine (or a forwarding rule) would, and waits until the
+    /// Resolver has recorded it.
+    async fn send_and_record(&mut self, topic: &str, message: &NimbusMessage) {
+        self.broker
+            .publish(topic, vec![message.to_transport()])
+            .await
+            .unwrap();
+        self.resolved(1).await;
+    }
+
+    /// Waits for the Resolver to record `n` more messages.
+    async fn resolved(&mut self, n: usize) {
+        for _ in 0..n {
+            let got = tokio::time::timeout(PATIENCE, self.progress.recv())
+                .await
+                .expect("the resolver reports every message")
+                .expect("the resolver is running");
+            assert!(matches!(got.outcome, Outcome::Recorded { .. }), "{got:?}");
+        }
+    }
+
+    /// The messages of `session` on `E/E`, in order (completed, so the next
+    /// read starts after them).
+    async fn endpoint_receives(&self, endpoint: &str, session: &str) -> Vec<ReceivedMessage> {
+        let lock = self
+            .broker
+            .accept_session(
+                &SubscriptionPath::new(endpoint, endpoint),
+                SessionSelector::Named(session.into()),
+                PATIENCE,
+            )
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        while let Some(message) = lock.receive(Duration::from_millis(100)).await.unwrap() {
+            lock.complete(message.clone()).await.unwrap();
+            got.push(message);
+        }
+        got
+    }
+
+    async fn active(&self, endpoint: &str) -> u64 {
+        self.broker
+            .get_subscription(&SubscriptionPath::new(endpoint, endpoint))
+            .await
+            .unwrap()
+            .unwrap()
+            .active_message_count
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.resolver.await.unwrap().unwrap();
+    }
+}
+
+/// Wire vector 02: the copy of storefront's publish that `endpoint` receives.
+fn forwarded(endpoint: &str) -> NimbusMessage {
+    NimbusMessage {
+        message_id: Some("msg-pub-1".into()),
+        session_id: Some(SESSION.into()),
+        correlation_id: Some("corr-7".into()),
+        to: Some(endpoint.into()),
+        from: Some("storefront".into()),
+        message_type: MessageType::EventRequest,
+        event_id: Some(EVENT_ID.into()),
+        event_type_id: Some("OrderPlaced".into()),
+        originating_from: Some("storefront".into()),
+        content: Some(MessageContent::event(EventContent::new(
+            "OrderPlaced",
+            r#"{"OrderId":"o-1001","Customer":"acme","Total":150.0}"#,
+        ))),
+        ..NimbusMessage::default()
+    }
+}
+
+/// As the engine sends a response: `To = Resolver`, no `From`.
+fn as_engine_sends(mut response: NimbusMessage) -> NimbusMessage {
+    response.from = None;
+    response
+}
+
+/// The event failed at `billing`: request copy and ErrorResponse recorded.
+async fn failed_at_billing(h: &mut Harness) {
+    let request = forwarded("billing");
+    h.send_and_record("billing", &request).await;
+    let failure = Failure::new("PartnerUnavailable", "credit check said 503");
+    h.send_and_record(
+        "billing",
+        &as_engine_sends(build::error_response(
+            &request,
+            ResponseTimes::default(),
+            &failure,
+        )),
+    )
+    .await;
+}
+
+/// The event was handed off at `billing`.
+async fn handed_off_at_billing(h: &mut Harness) {
+    let request = forwarded("billing");
+    h.send_and_record("billing", &request).await;
+    let handoff = Handoff {
+        reason: "DMF import".into(),
+        external_job_id: Some("job-42".into()),
+        expected_by: None,
+    };
+    h.send_and_record(
+        "billing",
+        &as_engine_sends(build::pending_handoff_response(
+            &request,
+            ResponseTimes::default(),
+            &handoff,
+        )),
+    )
+    .await;
+}
+
+fn vector(name: &str) -> Value {
+    let path = format!(
+        "{}/../wire/tests/fixtures/wire/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn property_json(value: &PropertyValue) -> Value {
+    match value {
+        PropertyValue::String(s) => Value::from(s.as_str()),
+        PropertyValue::Int(i) => Value::from(*i),
+        PropertyValue::Float(f) => Value::from(*f),
+        PropertyValue::Bool(b) => Value::from(*b),
+    }
+}
+
+/// The received message has exactly the vector's application properties
+/// (names, values and types), body, session and correlation id.
+fn assert_is_vector(received: &ReceivedMessage, name: &str) {
+    let vector = vector(name);
+    let properties: serde_json::Map<String, Value> = received
+        .message
+        .properties
+        .iter()
+        .map(|(k, v)| (k.clone(), property_json(v)))
+        .collect();
+    assert_eq!(
+        Value::Object(properties),
+        vector["application_properties"],
+        "{name}: properties"
+    );
+    let body: Value = serde_json::from_slice(&received.message.body).unwrap();
+    assert_eq!(body, vector["body"], "{name}: body");
+    assert_eq!(
+        received.message.session_id.as_deref(),
+        vector["broker"]["session_id"].as_str()
+    );
+    assert_eq!(
+        received.message.correlation_id.as_deref(),
+        vector["broker"]["correlation_id"].as_str()
+    );
+}
+
+/// The one control message after the original request on `billing/billing`.
+async fn control_message(h: &Harness, sent_id: &str) -> ReceivedMessage {
+    let mut got = h.endpoint_receives("billing", SESSION).await;
+    assert_eq!(got.len(), 2, "the request, then the control message");
+    assert_eq!(got[0].message.message_id.as_deref(), Some("msg-pub-1"));
+    let control = got.remove(1);
+    assert_eq!(control.message.message_id.as_deref(), Some(sent_id));
+    control
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resubmit_sends_the_resubmission_request_of_vector_08() {
+    let mut h = Harness::start(&["billing"]).await;
+    failed_at_billing(&mut h).await;
+    let sent = h.manager.resubmit(EVENT_ID, None, None).await.unwrap();
+    assert_eq!(sent.endpoint, "billing");
+    assert_eq!(sent.message_type, "ResubmissionRequest");
+    assert_eq!(sent.status_before, Status::Failed);
+    assert!(sent.notes.is_empty(), "{:?}", sent.notes);
+    assert_is_vector(
+        &control_message(&h, &sent.message_id).await,
+        "08-resubmission-request",
+    );
+    // The Resolver records the request copy: the event is Pending again,
+    // with the Manager in its history.
+    h.resolved(1).await;
+    let detail = &h.store.event(EVENT_ID).unwrap()[0];
+    assert_eq!(detail.record.status, Status::Pending);
+    let last = detail.history.last().unwrap();
+    assert_eq!(last.message_type, "ResubmissionRequest");
+    assert_eq!(last.from.as_deref(), Some("Manager"));
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resubmit_with_an_edited_payload_carries_it_and_the_next_resubmit_reuses_it() {
+    let mut h = Harness::start(&["billing"]).await;
+    failed_at_billing(&mut h).await;
+    let edited = r#"{"OrderId":"o-1001","Customer":"acme","Total":149.0}"#;
+    let sent = h
+        .manager
+        .resubmit(EVENT_ID, Some("billing"), Some(edited))
+        .await
+        .unwrap();
+    let control = control_message(&h, &sent.message_id).await;
+    let body: Value = serde_json::from_slice(&control.message.body).unwrap();
+    assert_eq!(body["EventContent"]["EventJson"], edited);
+    assert_eq!(body["EventContent"]["EventTypeId"], "OrderPlaced");
+    h.resolved(1).await;
+    assert_eq!(
+        h.store.event(EVENT_ID).unwrap()[0]
+            .record
+            .payload
+            .as_deref(),
+        Some(edited),
+        "the newest request's payload is the one a later resubmit sends"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_sends_the_skip_request_of_vector_09() {
+    let mut h = Harness::start(&["billing"]).await;
+    failed_at_billing(&mut h).await;
+    let sent = h.manager.skip(EVENT_ID, None).await.unwrap();
+    assert_eq!(sent.message_type, "SkipRequest");
+    assert_is_vector(
+        &control_message(&h, &sent.message_id).await,
+        "09-skip-request",
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_handoff_sends_the_request_of_vector_11() {
+    let mut h = Harness::start(&["billing"]).await;
+    handed_off_at_billing(&mut h).await;
+    let sent = h
+        .manager
+        .complete_handoff(EVENT_ID, None, Some(r#"{"imported":true}"#))
+        .await
+        .unwrap();
+    assert_eq!(sent.message_type, "HandoffCompletedRequest");
+    assert_is_vector(
+        &control_message(&h, &sent.message_id).await,
+        "11-handoff-completed-request",
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_handoff_sends_the_request_of_vector_12() {
+    let mut h = Harness::start(&["billing"]).await;
+    handed_off_at_billing(&mut h).await;
+    let sent = h
+        .manager
+        .fail_handoff(EVENT_ID, None, "DMF rejected 3 lines", Some("DmfRejected"))
+        .await
+        .unwrap();
+    assert_eq!(sent.message_type, "HandoffFailedRequest");
+    assert_is_vector(
+        &control_message(&h, &sent.message_id).await,
+        "12-handoff-failed-request",
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_name_the_problem_and_send_nothing() {
+    let mut h = Harness::start(&["billing", "shipping"]).await;
+    failed_at_billing(&mut h).await;
+    h.send_and_record("shipping", &forwarded("shipping")).await;
+    let before = (h.active("billing").await, h.active("shipping").await);
+
+    let error = h.manager.skip("no-such-event", None).await.unwrap_err();
+    assert!(
+        matches!(error, ManagerError::UnknownEvent { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("no-such-event"), "{error}");
+
+    let error = h.manager.resubmit(EVENT_ID, None, None).await.unwrap_err();
+    assert!(
+        matches!(error, ManagerError::AmbiguousEndpoint { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("billing, shipping"), "{error}");
+
+    let error = h.manager.skip(EVENT_ID, Some("orders")).await.unwrap_err();
+    assert!(
+        matches!(error, ManagerError::NotAtEndpoint { .. }),
+        "{error}"
+    );
+
+    let error = h
+        .manager
+        .complete_handoff(EVENT_ID, Some("billing"), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ManagerError::NotPendingHandoff {
+                status: Status::Failed,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("not pending a handoff (status Failed)"),
+        "{error}"
+    );
+
+    let error = h
+        .manager
+        .fail_handoff(EVENT_ID, Some("shipping"), "no", None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ManagerError::NotPendingHandoff {
+                status: Status::Pending,
+                ..
+            }
+        ),
+        "{error}"
+    );
+
+    let error = h
+        .manager
+        .resubmit(EVENT_ID, Some("billing"), Some("{\"OrderId\": "))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ManagerError::NotJson {
+                what: "edited payload",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(error.to_string().contains("line 1"), "{error}");
+
+    let error = h
+        .manager
+        .fail_handoff(EVENT_ID, Some("billing"), "  ", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ManagerError::MissingErrorText), "{error}");
+
+    assert_eq!(
+        (h.active("billing").await, h.active("shipping").await),
+        before,
+        "no refused operation sent anything"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resubmit_and_skip_of_a_completed_event_are_sent_with_a_note() {
+    let mut h = Harness::start(&["billing"]).await;
+    let request = forwarded("billing");
+    h.send_and_record("billing", &request).await;
+    h.send_and_record(
+        "billing",
+        &as_engine_sends(build::resolution_response(
+            &request,
+            ResponseTimes::default(),
+        )),
+    )
+    .await;
+    let sent = h.manager.skip(EVENT_ID, None).await.unwrap();
+    assert_eq!(sent.status_before, Status::Completed);
+    assert_eq!(sent.notes.len(), 1);
+    assert!(
+        sent.notes[0].contains("already Completed"),
+        "{:?}",
+        sent.notes
+    );
+    h.resolved(1).await;
+    let sent = h.manager.resubmit(EVENT_ID, None, None).await.unwrap();
+    assert!(
+        sent.notes.iter().any(|n| n.contains("not yet settled")),
+        "{:?}",
+        sent.notes
+    );
+    h.stop().await;
+}
+
+/// Dead-letters the next message of `session` on `billing/billing`.
+async fn dead_letter_one(h: &Harness, session: &str, reason: &str) -> ReceivedMessage {
+    let lock = h
+        .broker
+        .accept_session(
+            &SubscriptionPath::new("billing", "billing"),
+            SessionSelector::Named(session.into()),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    let message = lock.receive(PATIENCE).await.unwrap().unwrap();
+    lock.dead_letter(
+        message.clone(),
+        reason.into(),
+        "handler kept crashing".into(),
+    )
+    .await
+    .unwrap();
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_listed_without_loss_and_replayed_back_to_the_endpoint() {
+    let mut h = Harness::start(&["billing"]).await;
+    h.send_and_record("billing", &forwarded("billing")).await;
+    let mut second = forwarded("billing");
+    second.message_id = Some("msg-pub-2".into());
+    second.session_id = Some("order-o-1002".into());
+    second.event_id = Some("second-event".into());
+    h.send_and_record("billing", &second).await;
+    let first = dead_letter_one(&h, SESSION, "MaxDeliveryCountExceeded").await;
+    dead_letter_one(&h, "order-o-1002", "Failed to handle message.").await;
+
+    let listed = h.manager.dead_letters("billing", None).await.unwrap();
+    let relisted = h.manager.dead_letters("billing", None).await.unwrap();
+    assert_eq!(
+        listed, relisted,
+        "listing neither removes nor counts a delivery"
+    );
+    assert_eq!(listed.len(), 2);
+    let one = listed
+        .iter()
+        .find(|d| d.message_id.as_deref() == Some("msg-pub-1"))
+        .unwrap();
+    assert_eq!(one.subscription, "billing");
+    assert_eq!(one.reason.as_deref(), Some("MaxDeliveryCountExceeded"));
+    assert_eq!(one.description.as_deref(), Some("handler kept crashing"));
+    assert_eq!(one.event_id.as_deref(), Some(EVENT_ID));
+    assert_eq!(one.message_type.as_deref(), Some("EventRequest"));
+    assert_eq!(one.session_id.as_deref(), Some(SESSION));
+    assert_eq!(one.sequence_number, first.sequence_number);
+    let limited = h.manager.dead_letters("billing", Some(1)).await.unwrap();
+    assert_eq!(limited.len(), 1);
+
+    let replayed = h
+        .manager
+        .replay_dead_letter(
+            "billing",
+            None,
+            &DeadLetterId::MessageId("msg-pub-1".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(replayed.message.event_id.as_deref(), Some(EVENT_ID));
+    let left = h.manager.dead_letters("billing", None).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].message_id.as_deref(), Some("msg-pub-2"));
+
+    // Back on the endpoint's session, as it was, with a fresh delivery count.
+    let back = h.endpoint_receives("billing", SESSION).await;
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].message.message_id.as_deref(), Some("msg-pub-1"));
+    assert_eq!(back[0].message.properties, first.message.properties);
+    assert_eq!(back[0].message.body, first.message.body);
+    assert_eq!(back[0].delivery_count, 1);
+    assert_eq!(back[0].dead_letter_reason, None);
+
+    let by_sequence = DeadLetterId::SequenceNumber(left[0].sequence_number);
+    h.manager
+        .replay_dead_letter("billing", Some("billing"), &by_sequence)
+        .await
+        .unwrap();
+    assert!(
+        h.manager
+            .dead_letters("billing", None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_operations_name_what_is_missing() {
+    let h = Harness::start(&["billing"]).await;
+    let error = h.manager.dead_letters("nobody", None).await.unwrap_err();
+    assert!(
+        matches!(error, ManagerError::UnknownEndpoint { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("'nobody'"), "{error}");
+
+    let error = h
+        .manager
+        .replay_dead_letter("billing", None, &DeadLetterId::MessageId("ghost".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ManagerError::DeadLetterNotFound { .. }),
+        "{error}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("'ghost'")
+            && text.contains("billing/billing")
+            && text.contains("billing/Resolver"),
+        "{text}"
+    );
+    h.stop().await;
+}
