@@ -3,7 +3,7 @@
 //! The transport has no browse (peek) operation, so listing receives every
 //! dead-lettered message under a peek-lock and then closes the receiver,
 //! which releases them all. A clean release does not count a delivery, so a
-//! listing changes nothing (decision 0070). Replay uses the transport's
+//! listing changes nothing (decision 0071). Replay uses the transport's
 //! atomic `replay_dead_letter`: the message leaves the dead-letter queue and
 //! returns to the end of its subscription in one step.
 

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use nimbus_resolver::{
-    EventFilter, HandoffDetails, MessageKind, Observation, Recorded, ResolverStore,
+    EventFilter, HandoffDetails, Heartbeat, MessageKind, Observation, Recorded, ResolverStore,
     SqliteResolverStore, Status,
 };
 
@@ -255,4 +255,108 @@ fn events_filter_by_endpoint_status_and_session() {
     assert_eq!(s2.len(), 1);
     assert_eq!(s2[0].status, Status::Deferred);
     assert_eq!(store.event("a").unwrap().len(), 2, "one row per endpoint");
+}
+
+#[test]
+fn request_copy_sets_coordinates_and_a_response_only_fills_them_while_unknown() {
+    let (_dir, store) = open();
+    // A response first: its ParentMessageId is the request's MessageId.
+    let mut response = obs(MessageKind::ErrorResponse, "r1", 2);
+    response.parent_message_id = Some("from-response".into());
+    response.originating_message_id = Some("origin".into());
+    response.originating_from = Some("storefront".into());
+    store.record(&response).unwrap();
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!(record.request_message_id.as_deref(), Some("from-response"));
+    assert_eq!(record.request_from.as_deref(), Some("storefront"));
+
+    // The request copy is the authority, even when its status is refused.
+    let mut request = obs(MessageKind::EventRequest, "m1", 1);
+    request.from = Some("storefront".into());
+    request.originating_from = Some("storefront".into());
+    assert!(matches!(
+        store.record(&request).unwrap(),
+        Recorded::Refused { .. }
+    ));
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!(record.request_message_id.as_deref(), Some("m1"));
+    assert_eq!(
+        record.originating_message_id, None,
+        "self, as the copy says"
+    );
+
+    // Later responses and control requests leave them alone.
+    let mut later = obs(MessageKind::ResolutionResponse, "r2", 3);
+    later.parent_message_id = Some("resubmit-1".into());
+    store.record(&later).unwrap();
+    let mut resubmit = obs(MessageKind::ResubmissionRequest, "resubmit-1", 4);
+    resubmit.parent_message_id = Some("m1".into());
+    store.record(&resubmit).unwrap();
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!(record.request_message_id.as_deref(), Some("m1"));
+    assert_eq!(record.request_from.as_deref(), Some("storefront"));
+}
+
+#[test]
+fn heartbeats_keep_the_newest_answer_per_endpoint() {
+    let (_dir, store) = open();
+    let beat = |endpoint: &str, message_type: &str, at_ms| Heartbeat {
+        endpoint: endpoint.into(),
+        message_type: message_type.into(),
+        at_ms,
+    };
+    store
+        .record_heartbeat(&beat("billing", "ResolutionResponse", 20))
+        .unwrap();
+    // A redelivered older answer does not replace the newer one.
+    store
+        .record_heartbeat(&beat("billing", "ErrorResponse", 10))
+        .unwrap();
+    store
+        .record_heartbeat(&beat("shipping", "UnsupportedResponse", 5))
+        .unwrap();
+    assert_eq!(
+        store.heartbeats().unwrap(),
+        [
+            beat("billing", "ResolutionResponse", 20),
+            beat("shipping", "UnsupportedResponse", 5)
+        ]
+    );
+    assert!(store.event("e1").unwrap().is_empty(), "not an event");
+}
+
+#[test]
+fn a_database_from_before_the_coordinate_columns_is_upgraded_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("resolver.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE events (
+                endpoint TEXT NOT NULL, event_id TEXT NOT NULL, session_id TEXT, status TEXT NOT NULL,
+                sub_status TEXT, status_source TEXT NOT NULL, event_type TEXT, correlation_id TEXT,
+                last_message_id TEXT, retry_count INTEGER NOT NULL, error_type TEXT, error_text TEXT,
+                dead_letter_reason TEXT, dead_letter_description TEXT, handoff_reason TEXT,
+                external_job_id TEXT, expected_by TEXT, handler_version TEXT, queue_time_ms INTEGER,
+                processing_time_ms INTEGER, payload TEXT, first_seen_ms INTEGER NOT NULL,
+                updated_ms INTEGER NOT NULL, PRIMARY KEY (endpoint, event_id));
+             INSERT INTO events (endpoint, event_id, status, status_source, retry_count, first_seen_ms, updated_ms)
+                VALUES ('billing', 'old', 'Failed', 'ErrorResponse', 0, 1, 1);",
+        )
+        .unwrap();
+    }
+    let store = SqliteResolverStore::open(&path).unwrap();
+    let old = &store.event("old").unwrap()[0].record;
+    assert_eq!(old.status, Status::Failed);
+    assert_eq!(old.request_message_id, None);
+    store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    assert_eq!(
+        store.event("e1").unwrap()[0]
+            .record
+            .request_message_id
+            .as_deref(),
+        Some("m1")
+    );
 }
