@@ -107,6 +107,7 @@ pub struct Message {
     /// Application (user) properties.
     pub properties: Properties,
     /// The body.
+    #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
 }
 
