@@ -163,36 +163,47 @@ pub(crate) fn unknown_event_type_error(event_type: &str, handled: &[&str]) -> Er
 /// Deserializes a payload into `E`; a mismatch is `permanent` (the event can
 /// never succeed) with error type `InvalidPayload` and a message that names
 /// the offending field by its path, e.g. `Lines[0].Quantity`.
+///
+/// The happy path is plain `serde_json`; only a payload that fails is decoded
+/// a second time through `serde_path_to_error`, so tracking the path costs
+/// nothing per event.
 pub(crate) fn decode<E: Event + DeserializeOwned>(payload: &str) -> Result<E, Error> {
-    let invalid = |detail: String| Error::permanent("InvalidPayload", detail);
+    match serde_json::from_str::<E>(payload) {
+        Ok(value) => Ok(value),
+        Err(plain) => Err(Error::permanent(
+            "InvalidPayload",
+            explain_invalid::<E>(payload, &plain),
+        )),
+    }
+}
+
+fn explain_invalid<E: Event + DeserializeOwned>(
+    payload: &str,
+    plain: &serde_json::Error,
+) -> String {
+    let event_type = E::EVENT_TYPE;
     let mut de = serde_json::Deserializer::from_str(payload);
-    let value: E = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            invalid(format!(
-                "the payload of `{}` is not valid JSON: {inner}",
-                E::EVENT_TYPE
-            ))
-        } else if path == "." {
-            invalid(format!(
-                "the payload does not match `{}`: {inner}",
-                E::EVENT_TYPE
-            ))
-        } else {
-            invalid(format!(
-                "the payload does not match `{}` at field `{path}`: {inner}",
-                E::EVENT_TYPE
-            ))
+    match serde_path_to_error::deserialize::<_, E>(&mut de) {
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if inner.to_string().starts_with("recursion limit exceeded") {
+                format!(
+                    "the payload of `{event_type}` is nested too deeply (serde_json reads at most 128 levels): {inner}"
+                )
+            } else if inner.is_syntax() || inner.is_eof() {
+                format!("the payload of `{event_type}` is not valid JSON: {inner}")
+            } else if path == "." {
+                format!("the payload does not match `{event_type}`: {inner}")
+            } else {
+                format!("the payload does not match `{event_type}` at field `{path}`: {inner}")
+            }
         }
-    })?;
-    de.end().map_err(|e| {
-        invalid(format!(
-            "the payload of `{}` has trailing characters after the JSON document: {e}",
-            E::EVENT_TYPE
-        ))
-    })?;
-    Ok(value)
+        // The document itself decoded, so what failed was what follows it.
+        Ok(_) => format!(
+            "the payload of `{event_type}` has trailing characters after the JSON document: {plain}"
+        ),
+    }
 }
 
 /// On wasm32-wasip2 a panic aborts (traps) without unwinding, so the only

@@ -492,3 +492,26 @@ fn a_duplicate_registration_is_refused() {
 fn an_empty_event_type_is_refused() {
     assert_registrations(&["OrderPlaced", ""]);
 }
+
+#[derive(Debug, Deserialize)]
+struct Nested {
+    #[expect(dead_code, reason = "only decoded")]
+    data: serde_json::Value,
+}
+
+impl Event for Nested {
+    const EVENT_TYPE: &'static str = "Nested";
+}
+
+#[test]
+fn a_payload_nested_beyond_serde_json_limit_says_so() {
+    let nested = |depth: usize| format!(r#"{{"data":{}{}}}"#, "[".repeat(depth), "]".repeat(depth));
+    assert!(decode::<Nested>(&nested(100)).is_ok());
+    let err = decode::<Nested>(&nested(200)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Permanent);
+    assert!(
+        err.message().contains("nested too deeply"),
+        "{}",
+        err.message()
+    );
+}
