@@ -1,0 +1,413 @@
+//! `broker-bench`: the embedded broker's publish → receive → complete
+//! throughput and latency, closed-loop, like `redis-benchmark` or `pgbench`.
+//!
+//! Each scenario (durability × session count) opens a fresh broker on a
+//! data directory, creates one topic with one session-enabled subscription,
+//! and runs one producer and one consumer per session. The load is
+//! closed-loop: a session has at most `window` messages in flight (published
+//! and not yet completed); the producer publishes whatever the window
+//! allows, up to `batch` messages per publish call (one atomic unit, as a
+//! Service Bus send batch); the consumer holds the session lock, receives in
+//! order and completes each message without waiting for the previous
+//! completion. Throughput is therefore measured at a bounded backlog, and
+//! latency (publish call → complete acknowledged) stays bounded (Little's
+//! law: in-flight / throughput).
+//!
+//! The run fails, rather than reports, if a session's messages arrive out
+//! of order or if anything published is not completed by the end.
+//!
+//! Not part of the default build or CI: `scripts/bench-broker.sh` builds
+//! it in release and runs it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use clap::Parser;
+use nimbus_broker::{Broker, BrokerOptions, Durability};
+use nimbus_transport::{
+    Admin, Message, SessionLock, SessionSelector, SubscriptionPath, SubscriptionSettings,
+    TopicSettings, Transport,
+};
+use tokio::sync::Semaphore;
+
+const TOPIC: &str = "bench";
+const SUBSCRIPTION: &str = "bench";
+
+#[derive(Debug, Parser)]
+#[command(about = "Closed-loop publish -> receive -> complete benchmark of the embedded broker")]
+struct Args {
+    /// Session counts to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
+    sessions: Vec<usize>,
+    /// Durability levels to run, comma-separated (`fsync`, `os`).
+    #[arg(long, value_delimiter = ',', default_value = "fsync,os")]
+    durability: Vec<String>,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 300)]
+    body: usize,
+    /// Messages in flight per session: min(window, total-window / sessions).
+    #[arg(long, default_value_t = 256)]
+    window: usize,
+    /// Messages in flight over all sessions at most.
+    #[arg(long, default_value_t = 4096)]
+    total_window: usize,
+    /// Most messages per publish call.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Seconds of warm-up (not measured) per scenario.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Seconds measured per scenario.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Where to create each scenario's broker data directory (a real disk:
+    /// on tmpfs, fsync costs nothing).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+/// What the consumers record: completions and their latencies, counted
+/// only while `measuring` is set.
+#[derive(Default)]
+struct Record {
+    measuring: AtomicBool,
+    completed: AtomicU64,
+    latencies_us: Mutex<Vec<u32>>,
+}
+
+impl Record {
+    fn complete(&self, published_at: Instant) {
+        if self.measuring.load(Ordering::Relaxed) {
+            let us = u32::try_from(published_at.elapsed().as_micros()).unwrap_or(u32::MAX);
+            self.completed.fetch_add(1, Ordering::Relaxed);
+            self.latencies_us
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(us);
+        }
+    }
+}
+
+struct Outcome {
+    rate: f64,
+    /// Process CPU time (all threads, user + system) per measured message.
+    cpu_us_per_message: Option<f64>,
+    p50_us: u32,
+    p99_us: u32,
+    max_us: u32,
+    measured: u64,
+    total: u64,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    println!(
+        "# broker-bench: publish -> receive -> complete, {} B bodies, closed loop, {} s measured after {} s warm-up",
+        args.body, args.seconds, args.warmup
+    );
+    println!(
+        "# {:<6} {:>8} {:>7} {:>12} {:>9} {:>9} {:>9} {:>10} {:>11} {:>14}",
+        "durab.",
+        "sessions",
+        "window",
+        "msg/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "messages",
+        "cpu us/msg",
+        "cpu-bound/s"
+    );
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    for durability in &args.durability {
+        let level = match durability.as_str() {
+            "fsync" => Durability::Fsync,
+            "os" => Durability::Os,
+            other => bail!("unknown durability '{other}' (expected fsync or os)"),
+        };
+        for &sessions in &args.sessions {
+            ensure!(sessions > 0, "session count must be at least 1");
+            let window = args.window.min(args.total_window / sessions).max(1);
+            let outcome = runtime.block_on(scenario(&args, level, sessions, window))?;
+            let cpu = outcome
+                .cpu_us_per_message
+                .map_or_else(|| "-".to_owned(), |us| format!("{us:.1}"));
+            // What the process could move if it had every core to itself:
+            // meaningful when other work shares the machine.
+            let bound = outcome.cpu_us_per_message.map_or_else(
+                || "-".to_owned(),
+                |us| format!("{:.0}", cores as f64 * 1e6 / us),
+            );
+            println!(
+                "{:<8} {:>8} {:>7} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>10} {:>11} {:>14}",
+                durability,
+                sessions,
+                window,
+                outcome.rate,
+                f64::from(outcome.p50_us) / 1000.0,
+                f64::from(outcome.p99_us) / 1000.0,
+                f64::from(outcome.max_us) / 1000.0,
+                outcome.measured,
+                cpu,
+                bound,
+            );
+            eprintln!(
+                "#   verified: {} published, all received in order and completed",
+                outcome.total
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn scenario(
+    args: &Args,
+    durability: Durability,
+    sessions: usize,
+    window: usize,
+) -> Result<Outcome> {
+    let dir = match &args.data_dir {
+        Some(parent) => {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("create {}", parent.display()))?;
+            tempfile::tempdir_in(parent)
+        }
+        None => tempfile::tempdir(),
+    }
+    .context("temp data dir")?;
+    let broker = Arc::new(
+        Broker::open(BrokerOptions::new(dir.path()).durability(durability))
+            .await
+            .context("open broker")?,
+    );
+    broker
+        .create_topic(TOPIC, TopicSettings::default())
+        .await
+        .context("create topic")?;
+    let path = SubscriptionPath::new(TOPIC, SUBSCRIPTION);
+    broker
+        .create_subscription(&path, SubscriptionSettings::sessions())
+        .await
+        .context("create subscription")?;
+
+    let record = Arc::new(Record::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let published = Arc::new(AtomicU64::new(0));
+    let epoch = Instant::now();
+    let mut consumers = Vec::new();
+    let mut producers = Vec::new();
+    for s in 0..sessions {
+        let session_id = format!("session-{s}");
+        let window_permits = Arc::new(Semaphore::new(window));
+        let lock = broker
+            .accept_session(
+                &path,
+                SessionSelector::Named(session_id.clone()),
+                Duration::from_secs(5),
+            )
+            .await
+            .context("accept session")?;
+        let sent = Arc::new(AtomicU64::new(0));
+        let producer_done = Arc::new(AtomicBool::new(false));
+        consumers.push(tokio::spawn(consume(
+            lock,
+            Arc::clone(&window_permits),
+            Arc::clone(&record),
+            Arc::clone(&producer_done),
+            Arc::clone(&sent),
+            epoch,
+        )));
+        producers.push(tokio::spawn(produce(
+            Arc::clone(&broker),
+            session_id,
+            window_permits,
+            args.batch,
+            args.body,
+            Arc::clone(&stop),
+            sent,
+            producer_done,
+            Arc::clone(&published),
+            epoch,
+        )));
+    }
+
+    tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
+    record.measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    let cpu_before = process_cpu();
+    tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
+    record.measuring.store(false, Ordering::Relaxed);
+    let cpu_after = process_cpu();
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+
+    for producer in producers {
+        producer.await.context("producer task")??;
+    }
+    let mut completed = 0;
+    for consumer in consumers {
+        completed += consumer.await.context("consumer task")??;
+    }
+    let total = published.load(Ordering::Relaxed);
+    ensure!(
+        completed == total,
+        "{total} messages published but {completed} completed"
+    );
+
+    let measured = record.completed.load(Ordering::Relaxed);
+    let mut latencies = std::mem::take(
+        &mut *record
+            .latencies_us
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    ensure!(!latencies.is_empty(), "nothing completed while measuring");
+    latencies.sort_unstable();
+    let at = |q: f64| {
+        let i = ((latencies.len() as f64 - 1.0) * q).round() as usize;
+        latencies[i.min(latencies.len() - 1)]
+    };
+    drop(broker);
+    let cpu_us_per_message = cpu_before
+        .zip(cpu_after)
+        .map(|(before, after)| (after - before).as_secs_f64() * 1e6 / measured as f64);
+    Ok(Outcome {
+        rate: measured as f64 / elapsed.as_secs_f64(),
+        cpu_us_per_message,
+        p50_us: at(0.50),
+        p99_us: at(0.99),
+        max_us: at(1.0),
+        measured,
+        total,
+    })
+}
+
+/// Publishes to one session whatever the window allows, in batches, until
+/// stopped. Each body starts with the publish time (µs since `epoch`) and
+/// the message's index within its session.
+#[allow(clippy::too_many_arguments, reason = "one task's wiring, called once")]
+async fn produce(
+    broker: Arc<Broker>,
+    session_id: String,
+    window: Arc<Semaphore>,
+    batch: usize,
+    body_len: usize,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    done: Arc<AtomicBool>,
+    published: Arc<AtomicU64>,
+    epoch: Instant,
+) -> Result<()> {
+    let mut next_index: u64 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let permit = window.acquire().await.context("window closed")?;
+        permit.forget();
+        let mut n = 1;
+        while n < batch {
+            match window.try_acquire() {
+                Ok(permit) => {
+                    permit.forget();
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        let now_us = u64::try_from(epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let messages: Vec<Message> = (0..n)
+            .map(|i| {
+                let mut body = vec![0u8; body_len.max(16)];
+                body[..8].copy_from_slice(&now_us.to_le_bytes());
+                body[8..16].copy_from_slice(&(next_index + i as u64).to_le_bytes());
+                let mut message = Message::new(body);
+                message.session_id = Some(session_id.clone());
+                message
+            })
+            .collect();
+        broker.publish(TOPIC, messages).await.context("publish")?;
+        next_index += n as u64;
+        sent.store(next_index, Ordering::Release);
+        published.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    done.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Receives one session in order and completes every message, each
+/// completion running concurrently with the next receives; returns how many
+/// were completed once the producer stopped and everything sent was.
+async fn consume<L: SessionLock>(
+    lock: L,
+    window: Arc<Semaphore>,
+    record: Arc<Record>,
+    producer_done: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    epoch: Instant,
+) -> Result<u64> {
+    let lock = Arc::new(lock);
+    let mut completions = tokio::task::JoinSet::new();
+    let mut expected_index: u64 = 0;
+    loop {
+        // Once the producer is done, `sent` no longer moves: stop when
+        // everything it sent has been received.
+        if producer_done.load(Ordering::Acquire) && expected_index >= sent.load(Ordering::Acquire) {
+            break;
+        }
+        let Some(message) = lock
+            .receive(Duration::from_millis(50))
+            .await
+            .context("receive")?
+        else {
+            continue;
+        };
+        let body = &message.message.body;
+        let stamp = u64::from_le_bytes(body[..8].try_into().context("short body")?);
+        let index = u64::from_le_bytes(body[8..16].try_into().context("short body")?);
+        ensure!(
+            index == expected_index,
+            "session {}: got message {index}, expected {expected_index}",
+            lock.session_id()
+        );
+        expected_index += 1;
+        let published_at = epoch + Duration::from_micros(stamp);
+        let lock = Arc::clone(&lock);
+        let window = Arc::clone(&window);
+        let record = Arc::clone(&record);
+        completions.spawn(async move {
+            lock.complete(message).await.context("complete")?;
+            record.complete(published_at);
+            window.add_permits(1);
+            anyhow::Ok(())
+        });
+        while let Some(done) = completions.try_join_next() {
+            done.context("completion task")??;
+        }
+    }
+    while let Some(done) = completions.join_next().await {
+        done.context("completion task")??;
+    }
+    Ok(expected_index)
+}
+
+/// User + system CPU time of this process so far, from `/proc/self/stat`
+/// (Linux; clock ticks of 1/100 s, the kernel's `USER_HZ` on every common
+/// architecture). `None` elsewhere.
+fn process_cpu() -> Option<Duration> {
+    const TICKS_PER_SECOND: u64 = 100;
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at
+    // field 3 (state); utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(") ")?.1;
+    let mut fields = rest.split_ascii_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis(
+        (utime + stime) * 1000 / TICKS_PER_SECOND,
+    ))
+}
