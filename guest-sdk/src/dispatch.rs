@@ -48,28 +48,32 @@ impl<T: DeserializeOwned> Payload for T {}
 /// that cannot be deserialized is reported with [`Payload`]'s advice.
 pub const fn require_payload<E: Event + Payload>() {}
 
-/// The [`Route`] for handler `H` and event type `E`.
-pub struct HandlerRoute<H, E> {
-    handler: H,
-    event: PhantomData<fn() -> E>,
+/// The [`Route`] for event type `E`, handled by the handler `make` builds.
+/// The handler is built only when an event of type `E` arrives, so a
+/// component with several handlers builds just the one it needs.
+pub struct HandlerRoute<F, H, E> {
+    make: F,
+    types: PhantomData<fn() -> (H, E)>,
 }
 
-impl<H, E> HandlerRoute<H, E>
+impl<F, H, E> HandlerRoute<F, H, E>
 where
+    F: Fn() -> H,
     H: Handler<E>,
     E: Event + DeserializeOwned,
 {
-    /// Registers `handler` for `E`.
-    pub fn new(handler: H) -> Self {
+    /// Registers the handler `make` builds for `E`.
+    pub fn new(make: F) -> Self {
         Self {
-            handler,
-            event: PhantomData,
+            make,
+            types: PhantomData,
         }
     }
 }
 
-impl<H, E> Route for HandlerRoute<H, E>
+impl<F, H, E> Route for HandlerRoute<F, H, E>
 where
+    F: Fn() -> H,
     H: Handler<E>,
     E: Event + DeserializeOwned,
 {
@@ -79,7 +83,7 @@ where
 
     fn call(&self, ctx: &Context) -> Result<Outcome, Error> {
         let event = decode::<E>(ctx.payload())?;
-        self.handler.handle(event, ctx)
+        (self.make)().handle(event, ctx)
     }
 }
 

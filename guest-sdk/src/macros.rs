@@ -4,8 +4,8 @@
 /// its event types and generates the component's `dispatch` export.
 ///
 /// One line per handler value: `HANDLER => EventType, OtherEventType`,
-/// separated by `;`. The handler is an expression evaluated for each event
-/// (a unit struct's name is enough).
+/// separated by `;`. The handler is an expression, evaluated afresh for each
+/// event it handles and only for those (a unit struct's name is enough).
 ///
 /// `nimbus_guest::export!(Orders => OrderPlaced, OrderCancelled);` for one
 /// handler; for several:
@@ -71,7 +71,7 @@ macro_rules! export {
                 ) -> ::core::result::Result<$crate::__private::WitOutcome, $crate::__private::WitError> {
                     $crate::__private::handle(event, &[
                         $($(
-                            &$crate::__private::HandlerRoute::<_, $event>::new($handler)
+                            &$crate::__private::HandlerRoute::<_, _, $event>::new(|| $handler)
                                 as &dyn $crate::__private::Route
                         ),+),+
                     ])

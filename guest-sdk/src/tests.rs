@@ -146,8 +146,8 @@ fn dispatch(host: &'static Recorder, event: wit::Event) -> Result<wit::Outcome, 
     route(
         event,
         &[
-            &HandlerRoute::<_, OrderPlaced>::new(Orders) as &dyn Route,
-            &HandlerRoute::<_, Ping>::new(Orders),
+            &HandlerRoute::<_, _, OrderPlaced>::new(|| Orders) as &dyn Route,
+            &HandlerRoute::<_, _, Ping>::new(|| Orders),
         ],
         host,
     )
@@ -514,4 +514,28 @@ fn a_payload_nested_beyond_serde_json_limit_says_so() {
         "{}",
         err.message()
     );
+}
+
+#[test]
+fn only_the_handler_of_the_arriving_event_type_is_built() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static ORDERS_BUILT: AtomicUsize = AtomicUsize::new(0);
+    static PINGS_BUILT: AtomicUsize = AtomicUsize::new(0);
+    let outcome = route(
+        event("Ping", "{}"),
+        &[
+            &HandlerRoute::<_, _, OrderPlaced>::new(|| {
+                ORDERS_BUILT.fetch_add(1, Ordering::Relaxed);
+                Orders
+            }) as &dyn Route,
+            &HandlerRoute::<_, _, Ping>::new(|| {
+                PINGS_BUILT.fetch_add(1, Ordering::Relaxed);
+                Orders
+            }),
+        ],
+        host(Recorder::default()),
+    );
+    assert_eq!(outcome, Ok(wit::Outcome::Completed));
+    assert_eq!(ORDERS_BUILT.load(Ordering::Relaxed), 0);
+    assert_eq!(PINGS_BUILT.load(Ordering::Relaxed), 1);
 }
