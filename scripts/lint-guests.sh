@@ -6,7 +6,10 @@
 #  - the native tests of the guest SDK (dispatch, payload decoding, error
 #    mapping, its doc examples and the compile-fail examples that pin the
 #    compiler errors a handler author sees) and of the example handlers (their
-#    decisions, through the SDK's test host).
+#    decisions, through the SDK's test host);
+#  - that every guest crate is loaded by at least one host test (its crate
+#    name in quotes in a .rs file under host/ or tests/): a fixture nobody
+#    tests is dead weight, or a test that was lost (STYLE.md habit 16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
@@ -19,3 +22,15 @@ native="-p nimbus-guest -p orders -p erp-import -p notifier"
 cargo clippy $native --all-targets -- -D warnings
 # shellcheck disable=SC2086
 cargo test $native
+
+untested=""
+for manifest in examples/*/Cargo.toml tests/guests/*/Cargo.toml; do
+  name=$(sed -n 's/^name = "\(.*\)"$/\1/p' "$manifest" | head -1)
+  if ! grep -rqF --include='*.rs' "\"$name\"" host tests --exclude-dir=guests; then
+    untested="$untested $name"
+  fi
+done
+if [ -n "$untested" ]; then
+  echo "guest crates that no host test loads:$untested" >&2
+  exit 1
+fi
