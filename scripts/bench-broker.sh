@@ -6,6 +6,7 @@
 #
 #   scripts/bench-broker.sh                 # the full matrix
 #   scripts/bench-broker.sh --seconds 10    # any broker-bench option
+#   BENCH_FEATURES=mimalloc scripts/bench-broker.sh
 #
 # Data directories go under $BENCH_DATA_DIR (default: target dir), on a real
 # disk: on tmpfs an fsync costs nothing and the `fsync` figures would lie.
@@ -15,7 +16,10 @@ cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 data="${BENCH_DATA_DIR:-$target/bench-data}"
 
-cargo build --release --quiet -p nimbus-broker-bench --bin broker-bench
+# BENCH_FEATURES=mimalloc measures with mimalloc as the global allocator
+# (the nimbus binary ships with the system allocator).
+features="${BENCH_FEATURES:-}"
+cargo build --release --quiet -p nimbus-broker-bench --bin broker-bench ${features:+--features "$features"}
 
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ)  nproc=$(nproc)  load:$(cut -d' ' -f1-3 /proc/loadavg)  $(uname -sr)"
 echo "# data dir: $data ($(df -T "$(dirname "$data")" 2>/dev/null | awk 'NR==2 {print $2}'))"

@@ -33,6 +33,10 @@ use nimbus_transport::{
 };
 use tokio::sync::Semaphore;
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const TOPIC: &str = "bench";
 const SUBSCRIPTION: &str = "bench";
 
@@ -111,6 +115,14 @@ fn main() -> Result<()> {
     println!(
         "# broker-bench: publish -> receive -> complete, {} B bodies, closed loop, {} s measured after {} s warm-up",
         args.body, args.seconds, args.warmup
+    );
+    println!(
+        "# allocator: {}",
+        if cfg!(feature = "mimalloc") {
+            "mimalloc (feature `mimalloc`)"
+        } else {
+            "system"
+        }
     );
     println!(
         "# {:<6} {:>8} {:>7} {:>12} {:>9} {:>9} {:>9} {:>10} {:>11} {:>14}",
