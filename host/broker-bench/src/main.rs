@@ -26,10 +26,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use nimbus_broker::{Broker, BrokerOptions, Durability};
 use nimbus_transport::{
-    Admin, Message, SessionLock, SessionSelector, SubscriptionPath, SubscriptionSettings,
-    TopicSettings, Transport,
+    Admin, Message, ReceivedMessage, SessionLock, SessionSelector, SubscriptionPath,
+    SubscriptionSettings, TopicSettings, Transport,
 };
 use tokio::sync::Semaphore;
 
@@ -351,9 +353,10 @@ async fn produce(
     Ok(())
 }
 
-/// Receives one session in order and completes every message, each
-/// completion running concurrently with the next receives; returns how many
-/// were completed once the producer stopped and everything sent was.
+/// Receives one session in order and hands every message to a completer
+/// task, so completions run concurrently with the next receives; returns
+/// how many were completed once the producer stopped and everything sent
+/// was.
 async fn consume<L: SessionLock>(
     lock: L,
     window: Arc<Semaphore>,
@@ -363,7 +366,8 @@ async fn consume<L: SessionLock>(
     epoch: Instant,
 ) -> Result<u64> {
     let lock = Arc::new(lock);
-    let mut completions = tokio::task::JoinSet::new();
+    let (to_complete, received) = tokio::sync::mpsc::unbounded_channel();
+    let completer = tokio::spawn(complete_all(Arc::clone(&lock), received, window, record));
     let mut expected_index: u64 = 0;
     loop {
         // Once the producer is done, `sent` no longer moves: stop when
@@ -388,23 +392,43 @@ async fn consume<L: SessionLock>(
         );
         expected_index += 1;
         let published_at = epoch + Duration::from_micros(stamp);
-        let lock = Arc::clone(&lock);
-        let window = Arc::clone(&window);
-        let record = Arc::clone(&record);
-        completions.spawn(async move {
-            lock.complete(message).await.context("complete")?;
-            record.complete(published_at);
-            window.add_permits(1);
-            anyhow::Ok(())
-        });
-        while let Some(done) = completions.try_join_next() {
-            done.context("completion task")??;
+        if to_complete.send((message, published_at)).is_err() {
+            // The completer stopped on an error: report it.
+            break;
         }
     }
-    while let Some(done) = completions.join_next().await {
-        done.context("completion task")??;
-    }
+    drop(to_complete);
+    completer.await.context("completer task")??;
     Ok(expected_index)
+}
+
+/// Completes every message it is handed, many at once (in one task, no
+/// task per message), recording latency and returning the window permit
+/// when the complete is acknowledged.
+async fn complete_all<L: SessionLock>(
+    lock: Arc<L>,
+    mut received: tokio::sync::mpsc::UnboundedReceiver<(ReceivedMessage, Instant)>,
+    window: Arc<Semaphore>,
+    record: Arc<Record>,
+) -> Result<()> {
+    let lock = &*lock;
+    let mut pending = FuturesUnordered::new();
+    let mut open = true;
+    while open || !pending.is_empty() {
+        tokio::select! {
+            next = received.recv(), if open => match next {
+                Some((message, published_at)) => pending.push(async move {
+                    lock.complete(message).await.map(|()| published_at)
+                }),
+                None => open = false,
+            },
+            Some(done) = pending.next(), if !pending.is_empty() => {
+                record.complete(done.context("complete")?);
+                window.add_permits(1);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// User + system CPU time of this process so far, from `/proc/self/stat`
