@@ -803,3 +803,143 @@ async fn an_invalid_topology_changes_nothing() {
     );
     assert!(f.broker.list_topics().await.unwrap().is_empty());
 }
+
+/// The real broker behind an `Admin` that refuses the `fail_at`-th
+/// mutation (create or delete) with a transient error, as a flaky network
+/// to Service Bus would.
+struct Flaky<'a> {
+    broker: &'a Broker,
+    fail_at: usize,
+    mutations: std::sync::atomic::AtomicUsize,
+}
+
+impl Flaky<'_> {
+    fn mutate(&self) -> Result<(), nimbus_transport::AdminError> {
+        let n = self
+            .mutations
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n + 1 == self.fail_at {
+            Err(nimbus_transport::TransientError::new("connection reset").into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Admin for Flaky<'static> {
+    async fn create_topic(
+        &self,
+        name: &str,
+        settings: nimbus_transport::TopicSettings,
+    ) -> Result<(), nimbus_transport::AdminError> {
+        self.mutate()?;
+        self.broker.create_topic(name, settings).await
+    }
+    async fn get_topic(
+        &self,
+        name: &str,
+    ) -> Result<Option<nimbus_transport::TopicDescription>, nimbus_transport::AdminError> {
+        self.broker.get_topic(name).await
+    }
+    async fn list_topics(
+        &self,
+    ) -> Result<Vec<nimbus_transport::TopicDescription>, nimbus_transport::AdminError> {
+        self.broker.list_topics().await
+    }
+    async fn delete_topic(&self, name: &str) -> Result<(), nimbus_transport::AdminError> {
+        self.mutate()?;
+        self.broker.delete_topic(name).await
+    }
+    async fn create_subscription(
+        &self,
+        path: &SubscriptionPath,
+        settings: SubscriptionSettings,
+    ) -> Result<(), nimbus_transport::AdminError> {
+        self.mutate()?;
+        self.broker.create_subscription(path, settings).await
+    }
+    async fn get_subscription(
+        &self,
+        path: &SubscriptionPath,
+    ) -> Result<Option<nimbus_transport::SubscriptionDescription>, nimbus_transport::AdminError>
+    {
+        self.broker.get_subscription(path).await
+    }
+    async fn list_subscriptions(
+        &self,
+        topic: &str,
+    ) -> Result<Vec<nimbus_transport::SubscriptionDescription>, nimbus_transport::AdminError> {
+        self.broker.list_subscriptions(topic).await
+    }
+    async fn delete_subscription(
+        &self,
+        path: &SubscriptionPath,
+    ) -> Result<(), nimbus_transport::AdminError> {
+        self.mutate()?;
+        self.broker.delete_subscription(path).await
+    }
+    async fn create_rule(
+        &self,
+        path: &SubscriptionPath,
+        rule: RuleDescription,
+    ) -> Result<(), nimbus_transport::AdminError> {
+        self.mutate()?;
+        self.broker.create_rule(path, rule).await
+    }
+    async fn delete_rule(
+        &self,
+        path: &SubscriptionPath,
+        rule: &str,
+    ) -> Result<(), nimbus_transport::AdminError> {
+        self.mutate()?;
+        self.broker.delete_rule(path, rule).await
+    }
+    async fn list_rules(
+        &self,
+        path: &SubscriptionPath,
+    ) -> Result<Vec<RuleDescription>, nimbus_transport::AdminError> {
+        self.broker.list_rules(path).await
+    }
+}
+
+#[tokio::test]
+async fn a_failure_midway_reports_what_was_applied_and_a_rerun_finishes() {
+    // The mutations a clean run makes, for reference.
+    let clean = broker().await;
+    let all = provision(&clean.broker, &shop()).await.expect("clean run");
+
+    // Every point at which a mutation can fail.
+    for fail_at in 1..=all.mutations.len() {
+        let f = broker().await;
+        // `Admin` implementors are 'static: leak this test's broker (its
+        // directory is removed when `f._dir` drops; the open files stay valid).
+        let b: &'static Broker = Box::leak(Box::new(f.broker));
+        let flaky = Flaky {
+            broker: b,
+            fail_at,
+            mutations: Default::default(),
+        };
+        let error = provision(&flaky, &shop()).await.expect_err("fails");
+        let ProvisionError::Admin {
+            applied, source, ..
+        } = &error
+        else {
+            panic!("expected an Admin error, got {error:?}");
+        };
+        assert_eq!(source.kind(), ErrorKind::Transient, "{error}");
+        assert_eq!(
+            applied[..],
+            all.mutations[..fail_at - 1],
+            "applied before mutation {fail_at}"
+        );
+        assert!(error.to_string().contains("connection reset"), "{error}");
+        // Running again does exactly the rest; a third run nothing.
+        let rest = provision(b, &shop()).await.expect("rerun");
+        assert_eq!(
+            rest.mutations[..],
+            all.mutations[fail_at - 1..],
+            "the rest after failing at {fail_at}"
+        );
+        assert!(provision(b, &shop()).await.unwrap().is_unchanged());
+    }
+}
