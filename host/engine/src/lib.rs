@@ -15,9 +15,20 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 
 pub mod classifier;
+mod delivery;
+mod handler;
+mod policies;
 pub mod policy_config;
+mod processor;
+mod replayer;
 pub mod retry;
 pub mod session_state;
+
+pub use delivery::{Endpoint, HANDLER_VERSION_PROPERTY, MAX_DELIVERY_COUNT_EXCEEDED};
+pub use handler::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
+pub use policies::{Policies, TransientBackoff};
+pub use processor::{ProcessorSettings, run_endpoint};
+pub use replayer::run_replayer;
 
 pub use classifier::{
     Classification, Classifier, ClassifierRule, Disposition, ErrorTypePattern, PatternError,

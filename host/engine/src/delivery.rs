@@ -1,0 +1,625 @@
+//! One delivery on an endpoint's session subscription, start to finish:
+//! decode and validate, guard, run the handler, settle — the whole
+//! settlement (responses, follow-ups, session state, scheduled retry, replay
+//! trigger, disposal) in one atomic commit under the session lock.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use nimbus_transport::{
+    Disposition, ErrorKind, Properties, PropertyValue, ReceivedMessage, SessionLock, SettleError,
+    Settlement,
+};
+use nimbus_wire::build::{self, Handoff, ResponseTimes};
+use nimbus_wire::{Failure, MessageType, NimbusMessage, SessionState, dead_letter};
+use tracing::{debug, info, warn};
+
+use crate::handler::{HandlerEvent, HandlerReport, HandlerResult, Handlers};
+use crate::policies::Policies;
+use crate::session_state::{self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle};
+
+/// The application property nimbus adds to responses: the digest of the
+/// handler version that produced the outcome (SEMANTICS.md §10).
+pub const HANDLER_VERSION_PROPERTY: &str = "HandlerVersion";
+
+/// The dead-letter reason when a transient failure uses up the deliveries.
+pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
+
+/// Everything the engine knows about one endpoint.
+pub struct Endpoint {
+    /// The endpoint's name: its topic and its session subscription.
+    pub name: String,
+    /// The handlers it dispatches to.
+    pub handlers: Arc<dyn Handlers>,
+    /// Its failure policies.
+    pub policies: Arc<Policies>,
+    /// The subscription's max delivery count: at that delivery a transient
+    /// failure is dead-lettered by the engine, so the Resolver is told.
+    pub max_delivery_count: u32,
+    /// How often to renew the session lock while a handler runs.
+    pub renew_every: Duration,
+    /// The version the heartbeat answer reports.
+    pub sdk_version: String,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .field("max_delivery_count", &self.max_delivery_count)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a delivery could not be settled. The message is left to the broker
+/// (its lock lapses and it is redelivered); the session should be dropped.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeliveryError {
+    #[error("settling message '{message_id}' failed: {source}")]
+    Settle {
+        message_id: String,
+        #[source]
+        source: SettleError,
+    },
+    #[error("renewing the session lock while the handler ran failed: {0}")]
+    Renew(nimbus_transport::RenewError),
+    #[error("the handler task failed: {0}")]
+    HandlerTask(tokio::task::JoinError),
+}
+
+impl DeliveryError {
+    /// Whether the session lock is gone (no further use of it can succeed).
+    pub(crate) fn lost_session(&self) -> bool {
+        match self {
+            DeliveryError::Settle { source, .. } => {
+                matches!(source, SettleError::SessionLockLost { .. })
+            }
+            DeliveryError::Renew(e) => {
+                nimbus_transport::Error::from(e.clone()).kind() == ErrorKind::SessionLockLost
+            }
+            DeliveryError::HandlerTask(_) => false,
+        }
+    }
+}
+
+/// The clock readings a delivery reports in its responses.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    enqueued: SystemTime,
+    started: SystemTime,
+}
+
+impl Timing {
+    fn times(&self) -> ResponseTimes {
+        let now = SystemTime::now();
+        ResponseTimes {
+            queue_time_ms: Some(whole_ms(self.started.duration_since(self.enqueued).ok())),
+            processing_time_ms: Some(whole_ms(now.duration_since(self.started).ok())),
+        }
+    }
+}
+
+fn whole_ms(duration: Option<Duration>) -> u64 {
+    duration.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// One delivery in progress: the endpoint, the lock it arrived under, and
+/// the session state as that lock last committed it.
+pub(crate) struct Delivery<'a, L: SessionLock> {
+    pub(crate) endpoint: &'a Endpoint,
+    pub(crate) lock: &'a L,
+    pub(crate) state: &'a mut SessionState,
+}
+
+impl<L: SessionLock> Delivery<'_, L> {
+    /// Handles `received` and settles it.
+    pub(crate) async fn run(&mut self, received: ReceivedMessage) -> Result<(), DeliveryError> {
+        let timing = Timing {
+            enqueued: received.enqueued_time,
+            started: SystemTime::now(),
+        };
+        let message = match NimbusMessage::from_received(&received) {
+            Ok(message) => message,
+            Err(error) => {
+                let reason = error.defect.to_string();
+                return self.reject(received, &error.partial, &reason, timing).await;
+            }
+        };
+        if let Err(defect) = message.validate() {
+            return self
+                .reject(received, &message, &defect.to_string(), timing)
+                .await;
+        }
+        let answers_heartbeat = matches!(
+            message.message_type,
+            MessageType::EventRequest | MessageType::UnsupportedResponse
+        ) && message.is_heartbeat();
+        if answers_heartbeat {
+            let response = build::heartbeat_response(
+                &message,
+                timing.times(),
+                SystemTime::now(),
+                &self.endpoint.sdk_version,
+            );
+            let settlement = Settlement::complete(received)
+                .publish(self.endpoint.name.clone(), response.to_transport());
+            return self.commit(settlement, None).await;
+        }
+        let Some(entry) = Entry::for_message_type(message.message_type) else {
+            return self.not_for_endpoint(received, &message, timing).await;
+        };
+        // `validate` guarantees an EventId on every entry point.
+        let event_id = message.event_id.clone().unwrap_or_default();
+        let replayed = message.replayed_sequence();
+        match session_state::guard(entry, self.state, &event_id, replayed) {
+            Guard::Park {
+                blocked_by,
+                sequence,
+            } => {
+                self.park(received, &message, blocked_by, sequence, timing)
+                    .await
+            }
+            Guard::CompleteSilently(why) => {
+                debug!(endpoint = %self.endpoint.name, %event_id, ?why, "completed without a handler or a response");
+                let mut next = self.state.clone();
+                if replayed.is_some() {
+                    next.unpark();
+                }
+                let settlement = self.with_state(Settlement::complete(received), &next);
+                self.commit(settlement, Some(next)).await
+            }
+            Guard::Proceed => match session_state::operator_request(entry, self.state, &event_id) {
+                Some(plan) => {
+                    let settled = Settled {
+                        message: &message,
+                        event_id: &event_id,
+                        entry,
+                        replayed: replayed.is_some(),
+                        report: None,
+                        failure: None,
+                        decided_by: None,
+                        timing,
+                    };
+                    self.carry_out(received, plan, settled).await
+                }
+                None => {
+                    self.dispatch(received, &message, entry, &event_id, timing)
+                        .await
+                }
+            },
+        }
+    }
+
+    /// Runs the handler and settles by its outcome.
+    async fn dispatch(
+        &mut self,
+        received: ReceivedMessage,
+        message: &NimbusMessage,
+        entry: Entry,
+        event_id: &str,
+        timing: Timing,
+    ) -> Result<(), DeliveryError> {
+        let event = HandlerEvent {
+            event_id: event_id.to_owned(),
+            event_type: message.event_type().unwrap_or_default().to_owned(),
+            message_id: message.message_id.clone().unwrap_or_default(),
+            session_id: message.session_id.clone().unwrap_or_default(),
+            correlation_id: message.correlation_id.clone(),
+            parent_message_id: message.parent_message_id.clone(),
+            originating_message_id: message.originating_message_id.clone(),
+            retry_count: message.retry_count,
+            enqueued_time: received.enqueued_time,
+            payload: message.event_json().unwrap_or("null").to_owned(),
+            properties: message.properties.clone(),
+        };
+        let report = self.invoke(event).await?;
+        let event_type = message.event_type();
+        let (outcome, failure, decided_by) = match report.as_ref().map(|r| &r.result) {
+            None => (Outcome::Unsupported, None, None),
+            Some(HandlerResult::Completed) => (Outcome::Completed, None, None),
+            Some(HandlerResult::PendingHandoff { .. }) => (Outcome::PendingHandoff, None, None),
+            Some(HandlerResult::Failed(f)) => {
+                let failure = Failure::new(f.error_type.clone(), f.message.clone());
+                let classification = self.endpoint.policies.classify(&failure, event_type);
+                (
+                    Outcome::Failed(classification.disposition),
+                    Some(failure),
+                    Some(classification.decided_by()),
+                )
+            }
+            Some(HandlerResult::Transient(f)) => (
+                Outcome::Transient,
+                Some(Failure::new(f.error_type.clone(), f.message.clone())),
+                None,
+            ),
+            Some(HandlerResult::Permanent(f)) => (
+                Outcome::Permanent,
+                Some(Failure::new(f.error_type.clone(), f.message.clone())),
+                None,
+            ),
+        };
+        let plan = session_state::after_handler(entry, self.state, event_id, outcome);
+        let settled = Settled {
+            message,
+            event_id,
+            entry,
+            replayed: message.replayed_sequence().is_some(),
+            report: report.as_ref(),
+            failure: failure.as_ref(),
+            decided_by: decided_by.as_deref(),
+            timing,
+        };
+        self.carry_out(received, plan, settled).await
+    }
+
+    /// Calls the handler on a blocking thread, renewing the session lock
+    /// while it runs.
+    async fn invoke(&self, event: HandlerEvent) -> Result<Option<HandlerReport>, DeliveryError> {
+        let handlers = Arc::clone(&self.endpoint.handlers);
+        let endpoint = self.endpoint.name.clone();
+        let mut task = tokio::task::spawn_blocking(move || handlers.invoke(&endpoint, event));
+        let mut renew = tokio::time::interval(self.endpoint.renew_every);
+        renew.tick().await;
+        loop {
+            tokio::select! {
+                joined = &mut task => return joined.map_err(DeliveryError::HandlerTask),
+                _ = renew.tick() => {
+                    self.lock.renew().await.map_err(DeliveryError::Renew)?;
+                }
+            }
+        }
+    }
+
+    /// Carries a plan out as one settlement.
+    async fn carry_out(
+        &mut self,
+        received: ReceivedMessage,
+        plan: Plan,
+        settled: Settled<'_>,
+    ) -> Result<(), DeliveryError> {
+        let topic = self.endpoint.name.clone();
+        let mut next = self.state.clone();
+        plan.apply(&mut next, settled.event_id, settled.replayed);
+        let mut settlement = Settlement::new();
+
+        // Transient: hold the session for the backoff, then hand the message
+        // back so the broker redelivers it first in its session. At the last
+        // delivery the engine dead-letters it itself, so the Resolver is told
+        // in the same commit (F1, F29).
+        let mut plan = plan;
+        if plan.settle == Settle::Abandon {
+            let hint = settled.report.and_then(|r| match &r.result {
+                HandlerResult::Transient(f) => f.retry_after,
+                _ => None,
+            });
+            if received.delivery_count < self.endpoint.max_delivery_count {
+                let backoff = self
+                    .endpoint
+                    .policies
+                    .transient
+                    .delay(received.delivery_count, hint);
+                info!(endpoint = %topic, event_id = settled.event_id, ?backoff, delivery = received.delivery_count, "transient failure: holding the session, then abandoning");
+                self.hold(backoff).await?;
+                let settlement = Settlement::abandon(received, Properties::new());
+                return self.commit(settlement, None).await;
+            }
+            plan.response = Some(Response::DeadLetterNotification);
+            plan.settle = Settle::DeadLetter;
+        }
+
+        if let Some(response) = plan.response {
+            let response = self.response(response, &settled, &received);
+            settlement = settlement.publish(topic.clone(), response.to_transport());
+        }
+        if plan.send_follow_ups
+            && let Some(report) = settled.report
+        {
+            for follow_up in &report.follow_ups {
+                let publish = build::follow_up_publish(settled.message, follow_up, &topic);
+                settlement = settlement.publish(topic.clone(), publish.to_transport());
+            }
+        }
+        settlement = self.with_state(settlement, &next);
+        if plan.retry_if_policy_allows
+            && let Some(failure) = settled.failure
+        {
+            // A resubmission of the blocker starts a fresh budget (F14).
+            let attempt = if settled.entry == Entry::ResubmissionRequest {
+                0
+            } else {
+                settled.message.retry_count
+            };
+            let hint = settled.report.and_then(|r| match &r.result {
+                HandlerResult::Failed(f) => f.retry_after,
+                _ => None,
+            });
+            if let Some(delay) = self.endpoint.policies.retry_delay(
+                settled.message.event_type(),
+                failure,
+                attempt,
+                hint,
+            ) {
+                let mut retry = build::retry_request(settled.message, SystemTime::now() + delay);
+                if settled.entry == Entry::ResubmissionRequest {
+                    retry.retry_count = 1;
+                }
+                settlement = settlement.publish(topic.clone(), retry.to_transport());
+            }
+        }
+        if self.state.is_blocked()
+            && !next.is_blocked()
+            && session_state::needs_replay_trigger(&next)
+        {
+            let trigger = build::process_deferred_request(settled.message);
+            settlement = settlement.publish(topic.clone(), trigger.to_transport());
+        }
+        let disposition = match plan.settle {
+            Settle::Complete => Disposition::Complete,
+            Settle::DeadLetter | Settle::Abandon => {
+                let (reason, description) = dead_letter_reason(
+                    &settled,
+                    received.delivery_count,
+                    self.endpoint.max_delivery_count,
+                );
+                Disposition::DeadLetter {
+                    reason,
+                    description,
+                }
+            }
+        };
+        let settlement = settlement.with_outcome(received, disposition);
+        if plan.block == BlockChange::BlockByThis {
+            info!(endpoint = %topic, event_id = settled.event_id, "session blocked");
+        }
+        self.commit(settlement, Some(next)).await
+    }
+
+    /// Builds the Resolver-bound response a plan asks for.
+    fn response(
+        &self,
+        response: Response,
+        settled: &Settled<'_>,
+        received: &ReceivedMessage,
+    ) -> NimbusMessage {
+        let message = settled.message;
+        let times = settled.timing.times();
+        let failure = settled
+            .failure
+            .cloned()
+            .unwrap_or_else(|| Failure::new("Unknown", "no error recorded"));
+        let mut response = match response {
+            Response::Resolution => build::resolution_response(message, times),
+            Response::Error => build::error_response(message, times, &failure),
+            Response::HandoffFailed => build::handoff_failed_response(message, times),
+            Response::PendingHandoff => {
+                let handoff = match settled.report.map(|r| &r.result) {
+                    Some(HandlerResult::PendingHandoff {
+                        reason,
+                        external_job_id,
+                        expected_by,
+                    }) => Handoff {
+                        reason: reason.clone(),
+                        external_job_id: external_job_id.clone(),
+                        expected_by: expected_by.map(|d| SystemTime::now() + d),
+                    },
+                    _ => Handoff::default(),
+                };
+                build::pending_handoff_response(message, times, &handoff)
+            }
+            Response::Deferral => {
+                build::deferral_response_behind_parked(message, times, self.state.deferred_count)
+            }
+            Response::Skip => build::skip_response(message, times),
+            Response::Duplicate => build::duplicate_response(message, times),
+            Response::Discard => build::discard_response(
+                message,
+                times,
+                &failure,
+                settled.decided_by.unwrap_or("nimbus classifier"),
+            ),
+            Response::Unsupported => build::unsupported_response(message, times),
+            Response::DeadLetterNotification => {
+                let (reason, description) = dead_letter_reason(
+                    settled,
+                    received.delivery_count,
+                    self.endpoint.max_delivery_count,
+                );
+                build::dead_letter_notification(
+                    message,
+                    times,
+                    &reason,
+                    &description,
+                    settled.failure,
+                )
+            }
+        };
+        if let Some(report) = settled.report {
+            response.properties.insert(
+                HANDLER_VERSION_PROPERTY.to_owned(),
+                PropertyValue::String(report.version.clone()),
+            );
+        }
+        response
+    }
+
+    /// Parks the message behind the block (or behind the session's parked
+    /// messages): DeferralResponse, the parked copy, the state, complete.
+    async fn park(
+        &mut self,
+        received: ReceivedMessage,
+        message: &NimbusMessage,
+        blocked_by: Option<String>,
+        sequence: session_state::ParkSequence,
+        timing: Timing,
+    ) -> Result<(), DeliveryError> {
+        let topic = self.endpoint.name.clone();
+        let mut next = self.state.clone();
+        let sequence = session_state::park(&mut next, sequence);
+        let response = match &blocked_by {
+            Some(owner) => build::deferral_response(message, timing.times(), owner),
+            None => build::deferral_response_behind_parked(
+                message,
+                timing.times(),
+                self.state.deferred_count,
+            ),
+        };
+        let parked = build::parked_copy(message, sequence);
+        let mut settlement = Settlement::complete(received)
+            .publish(topic.clone(), response.to_transport())
+            .publish(topic.clone(), parked.to_transport());
+        settlement = self.with_state(settlement, &next);
+        if blocked_by.is_none() && session_state::needs_replay_trigger(&next) {
+            // Parked only by the gate: make sure a replay will pick it up.
+            let trigger = build::process_deferred_request(message);
+            settlement = settlement.publish(topic, trigger.to_transport());
+        }
+        debug!(endpoint = %self.endpoint.name, event_id = ?message.event_id, sequence, blocked_by = ?blocked_by, "parked");
+        self.commit(settlement, Some(next)).await
+    }
+
+    /// A message that fails validation: dead-letter it with the defect as
+    /// the reason and tell the Resolver with whatever could be read.
+    async fn reject(
+        &mut self,
+        received: ReceivedMessage,
+        readable: &NimbusMessage,
+        reason: &str,
+        timing: Timing,
+    ) -> Result<(), DeliveryError> {
+        warn!(endpoint = %self.endpoint.name, message_id = %received.message.message_id.as_deref().unwrap_or(""), %reason, "dead-lettering an invalid message");
+        let description = format!(
+            "{reason} (message {} on '{}')",
+            received.message.message_id.as_deref().unwrap_or("<no id>"),
+            self.endpoint.name
+        );
+        let mut settlement = Settlement::dead_letter(received, reason, description.clone());
+        if readable
+            .event_id
+            .as_deref()
+            .is_some_and(|id| !id.trim().is_empty())
+        {
+            let notice = build::dead_letter_notification(
+                readable,
+                timing.times(),
+                reason,
+                &description,
+                None,
+            );
+            settlement = settlement.publish(self.endpoint.name.clone(), notice.to_transport());
+        }
+        self.commit(settlement, None).await
+    }
+
+    /// A valid NimBus message that this endpoint does not handle here.
+    async fn not_for_endpoint(
+        &mut self,
+        received: ReceivedMessage,
+        message: &NimbusMessage,
+        timing: Timing,
+    ) -> Result<(), DeliveryError> {
+        if message.message_type == MessageType::ContinuationRequest {
+            // NimBus v4 logs and completes any ContinuationRequest it still receives.
+            info!(endpoint = %self.endpoint.name, "completing a legacy ContinuationRequest");
+            return self.commit(Settlement::complete(received), None).await;
+        }
+        let reason = format!("Unsupported MessageType: '{}'", message.message_type);
+        self.reject(received, message, &reason, timing).await
+    }
+
+    /// Adds the session state write to `settlement` if `next` differs.
+    fn with_state(&self, settlement: Settlement, next: &SessionState) -> Settlement {
+        if next == self.state {
+            return settlement;
+        }
+        let blob = if next.is_empty() {
+            None
+        } else {
+            Some(next.to_bytes())
+        };
+        settlement.set_session_state(blob)
+    }
+
+    /// Holds the session for `duration`, renewing its lock.
+    async fn hold(&self, duration: Duration) -> Result<(), DeliveryError> {
+        let until = tokio::time::Instant::now() + duration;
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= until {
+                return Ok(());
+            }
+            tokio::time::sleep((until - now).min(self.endpoint.renew_every)).await;
+            if tokio::time::Instant::now() < until {
+                self.lock.renew().await.map_err(DeliveryError::Renew)?;
+            }
+        }
+    }
+
+    /// Commits a settlement; on success adopts `next` as the session state.
+    async fn commit(
+        &mut self,
+        settlement: Settlement,
+        next: Option<SessionState>,
+    ) -> Result<(), DeliveryError> {
+        let message_id = settlement_message_id(&settlement);
+        self.lock
+            .settle(settlement)
+            .await
+            .map_err(|source| DeliveryError::Settle { message_id, source })?;
+        if let Some(next) = next {
+            *self.state = next;
+        }
+        Ok(())
+    }
+}
+
+fn settlement_message_id(settlement: &Settlement) -> String {
+    settlement
+        .clone()
+        .into_parts()
+        .outcome
+        .and_then(|(m, _)| m.message.message_id)
+        .unwrap_or_default()
+}
+
+/// What a settlement knows about the delivery it settles.
+struct Settled<'a> {
+    message: &'a NimbusMessage,
+    event_id: &'a str,
+    entry: Entry,
+    replayed: bool,
+    report: Option<&'a HandlerReport>,
+    failure: Option<&'a Failure>,
+    decided_by: Option<&'a str>,
+    timing: Timing,
+}
+
+/// The dead-letter reason and description of a failure: upstream's
+/// `Permanent failure: {type}: {message}`, or the max-delivery reason when a
+/// transient failure used up the deliveries.
+fn dead_letter_reason(
+    settled: &Settled<'_>,
+    delivery_count: u32,
+    max_delivery_count: u32,
+) -> (String, String) {
+    let transient = matches!(
+        settled.report.map(|r| &r.result),
+        Some(HandlerResult::Transient(_))
+    );
+    match settled.failure {
+        Some(failure) if transient => (
+            MAX_DELIVERY_COUNT_EXCEEDED.to_owned(),
+            format!(
+                "Transient failure on delivery {delivery_count} of {max_delivery_count}: {}",
+                failure.text()
+            ),
+        ),
+        Some(failure) => (
+            dead_letter::permanent_failure_reason(failure),
+            failure.text(),
+        ),
+        None => (
+            "Failed to handle message.".to_owned(),
+            "no handler failure recorded".to_owned(),
+        ),
+    }
+}

@@ -1,0 +1,126 @@
+//! The configured decisions one endpoint applies to failures: retry
+//! policies, the failure classifier, and the backoff before a transient
+//! failure is handed back to the broker.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nimbus_wire::Failure;
+
+use crate::classifier::{Classification, Classifier};
+use crate::retry::{RetryPolicies, StdRandom};
+
+/// How long the engine holds a session after a transient failure before it
+/// abandons the message: `base × 2^(delivery − 1)`, at most `max`, and at
+/// least the handler's retry-after hint (still capped at `max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransientBackoff {
+    /// The first backoff.
+    pub base: Duration,
+    /// The cap.
+    pub max: Duration,
+}
+
+impl Default for TransientBackoff {
+    fn default() -> Self {
+        TransientBackoff {
+            base: Duration::from_millis(500),
+            max: Duration::from_secs(30),
+        }
+    }
+}
+
+impl TransientBackoff {
+    /// The backoff before abandoning delivery number `delivery_count` (1 for
+    /// the first delivery).
+    pub fn delay(&self, delivery_count: u32, hint: Option<Duration>) -> Duration {
+        let doublings = delivery_count.saturating_sub(1).min(31);
+        let backoff = self.base.saturating_mul(1 << doublings).min(self.max);
+        hint.map_or(backoff, |hint| backoff.max(hint)).min(self.max)
+    }
+}
+
+/// Retry policies, classifier and transient backoff, with the random source
+/// retry jitter draws from.
+#[derive(Debug)]
+pub struct Policies {
+    /// The retry policies.
+    pub retry: RetryPolicies,
+    /// The failure classifier.
+    pub classifier: Classifier,
+    /// The backoff before abandoning a transient failure.
+    pub transient: TransientBackoff,
+    random: Mutex<StdRandom>,
+}
+
+impl Default for Policies {
+    fn default() -> Self {
+        Policies::new(
+            RetryPolicies::default(),
+            Classifier::default(),
+            TransientBackoff::default(),
+        )
+    }
+}
+
+impl Policies {
+    /// Policies from their parts.
+    pub fn new(retry: RetryPolicies, classifier: Classifier, transient: TransientBackoff) -> Self {
+        Policies {
+            retry,
+            classifier,
+            transient,
+            random: Mutex::new(StdRandom::new()),
+        }
+    }
+
+    /// Classifies an ordinary failure of an event of `event_type`.
+    pub fn classify(&self, failure: &Failure, event_type: Option<&str>) -> Classification<'_> {
+        self.classifier.classify(&failure.error_type, event_type)
+    }
+
+    /// The delay before the next automatic retry of a failure at attempt
+    /// `retry_count` (the inbound `RetryCount`), honouring the handler's
+    /// retry-after `hint`; `None` when no policy matches or its budget is
+    /// spent.
+    pub fn retry_delay(
+        &self,
+        event_type: Option<&str>,
+        failure: &Failure,
+        retry_count: u32,
+        hint: Option<Duration>,
+    ) -> Option<Duration> {
+        let matched = self.retry.policy_for(event_type, failure)?;
+        // Jitter draws are independent; a poisoned lock still holds a usable
+        // generator.
+        let mut random = self
+            .random
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        matched.policy.next_retry(retry_count, hint, &mut *random)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_backoff_doubles_per_delivery_up_to_the_cap_and_honours_hints() {
+        let backoff = TransientBackoff {
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(1),
+        };
+        assert_eq!(backoff.delay(1, None), Duration::from_millis(100));
+        assert_eq!(backoff.delay(3, None), Duration::from_millis(400));
+        assert_eq!(backoff.delay(40, None), Duration::from_secs(1));
+        assert_eq!(
+            backoff.delay(1, Some(Duration::from_millis(700))),
+            Duration::from_millis(700)
+        );
+        assert_eq!(
+            backoff.delay(1, Some(Duration::from_secs(9))),
+            Duration::from_secs(1)
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! The session processor of one endpoint: up to N sessions at once, one
+//! message at a time per session, in order.
+//!
+//! Exclusivity comes from the broker's session lock, never from an
+//! in-process mutex, so several hosts can share one namespace.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nimbus_transport::{
+    AcceptSessionError, ErrorKind, ReceiveError, SessionLock, SessionSelector, SubscriptionPath,
+    Transport,
+};
+use nimbus_wire::SessionState;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, warn};
+
+use crate::delivery::{Delivery, Endpoint};
+
+/// How an endpoint's session processor runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessorSettings {
+    /// At most this many sessions are held at once.
+    pub max_concurrent_sessions: usize,
+    /// A held session with no message for this long is released.
+    pub session_idle_timeout: Duration,
+    /// How long one accept waits for a session with messages.
+    pub accept_timeout: Duration,
+}
+
+impl Default for ProcessorSettings {
+    fn default() -> Self {
+        ProcessorSettings {
+            max_concurrent_sessions: 8,
+            session_idle_timeout: Duration::from_secs(1),
+            accept_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Runs the session processor of `endpoint` until `shutdown` is cancelled,
+/// then lets the sessions in hand finish the message they are on (each
+/// delivery settles in full) and returns. Messages not started stay on the
+/// broker.
+pub async fn run_endpoint<T: Transport>(
+    transport: Arc<T>,
+    endpoint: Arc<Endpoint>,
+    settings: ProcessorSettings,
+    shutdown: CancellationToken,
+) {
+    let path = SubscriptionPath::new(endpoint.name.clone(), endpoint.name.clone());
+    let slots = Arc::new(Semaphore::new(settings.max_concurrent_sessions.max(1)));
+    let sessions = TaskTracker::new();
+    loop {
+        let permit = tokio::select! {
+            () = shutdown.cancelled() => break,
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            accepted = transport.accept_session(&path, SessionSelector::NextAvailable, settings.accept_timeout) => accepted,
+        };
+        match accepted {
+            Ok(lock) => {
+                let endpoint = Arc::clone(&endpoint);
+                let shutdown = shutdown.clone();
+                sessions.spawn(async move {
+                    process_session(&endpoint, lock, settings.session_idle_timeout, &shutdown)
+                        .await;
+                    drop(permit);
+                });
+            }
+            Err(AcceptSessionError::NoSessionAvailable { .. }) => {}
+            Err(e) => {
+                let kind = nimbus_transport::Error::from(e.clone()).kind();
+                if kind == ErrorKind::NotFound {
+                    error!(endpoint = %endpoint.name, error = %e, "the endpoint's subscription is missing; is the topology provisioned?");
+                } else {
+                    warn!(endpoint = %endpoint.name, error = %e, "accepting a session failed");
+                }
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        }
+    }
+    sessions.close();
+    sessions.wait().await;
+}
+
+/// Handles the messages of one session in order until it idles, its lock is
+/// lost, or shutdown begins.
+async fn process_session<L: SessionLock>(
+    endpoint: &Endpoint,
+    lock: L,
+    idle_timeout: Duration,
+    shutdown: &CancellationToken,
+) {
+    let session_id = lock.session_id().to_owned();
+    let mut state = match lock.get_state().await {
+        Ok(blob) => match SessionState::from_bytes(blob.as_deref().unwrap_or_default()) {
+            Ok(state) => state,
+            Err(e) => {
+                // Never guess: a state we cannot read may hold a block.
+                error!(endpoint = %endpoint.name, session = %session_id, error = %e, "unreadable session state; leaving the session alone");
+                return;
+            }
+        },
+        Err(e) => {
+            warn!(endpoint = %endpoint.name, session = %session_id, error = %e, "reading session state failed");
+            return;
+        }
+    };
+    while !shutdown.is_cancelled() {
+        let received = tokio::select! {
+            () = shutdown.cancelled() => break,
+            received = lock.receive(idle_timeout) => received,
+        };
+        match received {
+            Ok(Some(message)) => {
+                let mut delivery = Delivery {
+                    endpoint,
+                    lock: &lock,
+                    state: &mut state,
+                };
+                if let Err(e) = delivery.run(message).await {
+                    if e.lost_session() {
+                        warn!(endpoint = %endpoint.name, session = %session_id, error = %e, "session lock lost; the broker will redeliver");
+                    } else {
+                        warn!(endpoint = %endpoint.name, session = %session_id, error = %e, "delivery not settled; releasing the session");
+                    }
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(ReceiveError::SessionLockLost { .. }) => {
+                debug!(endpoint = %endpoint.name, session = %session_id, "session lock lost while idle");
+                break;
+            }
+            Err(e) => {
+                warn!(endpoint = %endpoint.name, session = %session_id, error = %e, "receive failed");
+                break;
+            }
+        }
+    }
+    lock.close().await;
+}

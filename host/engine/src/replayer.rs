@@ -1,0 +1,175 @@
+//! The replayer of one endpoint: on a `ProcessDeferredRequest`, republish the
+//! session's parked messages to the endpoint, sorted by `DeferralSequence`
+//! (decision 0050, rule 3). Each republish completes its parked copy in the
+//! same commit, so a crash never replays a message twice or loses one.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use nimbus_transport::{
+    AcceptSessionError, ReceivedMessage, Receiver, SessionLock, SessionSelector, Settlement,
+    SubQueue, SubscriptionPath, Transport,
+};
+use nimbus_wire::{NimbusMessage, addr, build, prop};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// How long to wait for the parked session's lock before trying again later.
+const ACCEPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the replayer waits for one more parked message before it
+/// concludes it has them all.
+const DRAIN_WAIT: Duration = Duration::from_millis(50);
+/// How much later a trigger is retried when the parked session is busy.
+const BUSY_RETRY: Duration = Duration::from_secs(1);
+/// The most parked messages of one session replayed in one sorted pass.
+const MAX_PASS: usize = 100_000;
+
+/// Runs the replayer of `endpoint` until `shutdown` is cancelled.
+pub async fn run_replayer<T: Transport>(
+    transport: Arc<T>,
+    endpoint: String,
+    shutdown: CancellationToken,
+) {
+    let triggers = SubscriptionPath::new(endpoint.clone(), addr::DEFERRED_PROCESSOR);
+    let receiver = loop {
+        match transport.receiver(&triggers, SubQueue::Main).await {
+            Ok(receiver) => break receiver,
+            Err(e) => {
+                warn!(%endpoint, error = %e, "opening the replay trigger subscription failed");
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    };
+    while !shutdown.is_cancelled() {
+        let trigger = tokio::select! {
+            () = shutdown.cancelled() => break,
+            trigger = receiver.receive(Duration::from_secs(5)) => trigger,
+        };
+        match trigger {
+            Ok(Some(trigger)) => {
+                if let Err(e) = replay(&*transport, &endpoint, &receiver, trigger).await {
+                    warn!(%endpoint, error = %e, "replay failed; the trigger will be redelivered");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(%endpoint, error = %e, "receiving replay triggers failed");
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+    receiver.close().await;
+}
+
+/// A replay that did not finish; its trigger is redelivered.
+#[derive(Debug, thiserror::Error)]
+enum ReplayError {
+    #[error("{0}")]
+    Accept(AcceptSessionError),
+    #[error("{0}")]
+    Receive(nimbus_transport::ReceiveError),
+    #[error("{0}")]
+    Settle(nimbus_transport::SettleError),
+}
+
+async fn replay<T: Transport>(
+    transport: &T,
+    endpoint: &str,
+    receiver: &T::Receiver,
+    trigger: ReceivedMessage,
+) -> Result<(), ReplayError> {
+    let session_id = trigger.message.session_id.clone().or_else(|| {
+        trigger
+            .message
+            .property_str(prop::SESSION_ID)
+            .map(str::to_owned)
+    });
+    let Some(session_id) = session_id.filter(|s| !s.trim().is_empty()) else {
+        let settlement = Settlement::dead_letter(
+            trigger,
+            "No SessionId",
+            "a ProcessDeferredRequest must name the session to replay",
+        );
+        return receiver
+            .settle(settlement)
+            .await
+            .map(drop)
+            .map_err(ReplayError::Settle);
+    };
+    let parked_path = SubscriptionPath::new(endpoint, addr::DEFERRED);
+    let lock = match transport
+        .accept_session(
+            &parked_path,
+            SessionSelector::Named(session_id.clone()),
+            ACCEPT_TIMEOUT,
+        )
+        .await
+    {
+        Ok(lock) => lock,
+        Err(AcceptSessionError::SessionCannotBeLocked { .. }) => {
+            // Another replayer holds it; it may have read the parked set
+            // before the park that sent this trigger, so try again shortly
+            // rather than assume there is nothing to do (upstream F10).
+            debug!(%endpoint, session = %session_id, "parked session busy; retrying the trigger later");
+            let mut again = trigger.message.clone();
+            again.message_id = None;
+            again.scheduled_enqueue_time = Some(SystemTime::now() + BUSY_RETRY);
+            let settlement = Settlement::complete(trigger).publish(endpoint.to_owned(), again);
+            return receiver
+                .settle(settlement)
+                .await
+                .map(drop)
+                .map_err(ReplayError::Settle);
+        }
+        Err(e) => return Err(ReplayError::Accept(e)),
+    };
+    let mut parked = Vec::new();
+    while parked.len() < MAX_PASS {
+        match lock
+            .receive(DRAIN_WAIT)
+            .await
+            .map_err(ReplayError::Receive)?
+        {
+            Some(message) => parked.push(message),
+            None => break,
+        }
+    }
+    parked.sort_by_key(|m| {
+        NimbusMessage::from_received(m)
+            .ok()
+            .and_then(|n| n.deferral_sequence)
+            .unwrap_or(0)
+    });
+    let count = parked.len();
+    for message in parked {
+        let settlement = match NimbusMessage::from_received(&message) {
+            Ok(decoded) => {
+                let replayed = build::replay_from_parked(&decoded, endpoint);
+                Settlement::complete(message).publish(endpoint.to_owned(), replayed.to_transport())
+            }
+            Err(e) => {
+                let reason = e.defect.to_string();
+                Settlement::dead_letter(
+                    message,
+                    reason,
+                    "a parked message could not be decoded for replay",
+                )
+            }
+        };
+        lock.settle(settlement).await.map_err(ReplayError::Settle)?;
+    }
+    lock.close().await;
+    if count > 0 {
+        info!(%endpoint, session = %session_id, count, "replayed parked messages");
+    }
+    receiver
+        .complete(trigger)
+        .await
+        .map_err(ReplayError::Settle)
+}

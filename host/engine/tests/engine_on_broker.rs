@@ -1,0 +1,489 @@
+//! The engine on the real embedded broker, with a scripted native handler:
+//! the procedure end to end through real sessions, settlements, parking,
+//! replay and scheduled retries. (The same procedure with real wasm
+//! components is the runtime crate's scenario suite.)
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nimbus_broker::{Broker, BrokerOptions, Durability};
+use nimbus_engine::Classifier;
+use nimbus_engine::{
+    Endpoint, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers, Policies,
+    ProcessorSettings, RetryPolicies, RetryPolicy, TransientBackoff, run_endpoint, run_replayer,
+};
+use nimbus_transport::{
+    Admin, Message, Receiver, RuleDescription, SubQueue, SubscriptionPath, SubscriptionSettings,
+    TopicSettings, Transport,
+};
+use nimbus_wire::{MessageContent, MessageType, NimbusMessage, SessionState};
+use tokio_util::sync::CancellationToken;
+
+const E: &str = "billing";
+
+/// A native handler whose behaviour each test scripts per event payload.
+#[derive(Default)]
+struct Scripted {
+    /// Payload `"Action"` → result; payload order of invocations recorded.
+    seen: Mutex<Vec<String>>,
+    /// How many times each payload id failed so far (for "fail once").
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Handlers for Scripted {
+    fn invoke(&self, _endpoint: &str, event: HandlerEvent) -> Option<HandlerReport> {
+        let payload: serde_json::Value = serde_json::from_str(&event.payload).unwrap();
+        let id = payload["Id"].as_str().unwrap_or_default().to_owned();
+        self.seen.lock().unwrap().push(id.clone());
+        let action = payload["Action"].as_str().unwrap_or("complete");
+        let mut failures = self.failures.lock().unwrap();
+        let count = failures.entry(id).or_default();
+        *count += 1;
+        let failure = |t: &str| HandlerFailure {
+            error_type: t.to_owned(),
+            message: format!("scripted {t}"),
+            retry_after: None,
+        };
+        let result = match action {
+            "fail" => HandlerResult::Failed(failure("Scripted")),
+            "fail-once" if *count == 1 => HandlerResult::Failed(failure("Scripted")),
+            "transient" => HandlerResult::Transient(failure("Flaky")),
+            "permanent" => HandlerResult::Permanent(failure("Validation")),
+            "handoff" => HandlerResult::PendingHandoff {
+                reason: "external job".into(),
+                external_job_id: Some("job-1".into()),
+                expected_by: Some(Duration::from_secs(60)),
+            },
+            "unknown-type" => return None,
+            _ => HandlerResult::Completed,
+        };
+        Some(HandlerReport {
+            result,
+            follow_ups: Vec::new(),
+            version: "sha256:test".into(),
+        })
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    broker: Arc<Broker>,
+    handler: Arc<Scripted>,
+    responses: nimbus_broker::BrokerReceiver,
+    shutdown: CancellationToken,
+}
+
+async fn provision(broker: &Broker, max_delivery_count: u32) {
+    broker
+        .create_topic(E, TopicSettings::default())
+        .await
+        .unwrap();
+    let sub = |name: &str| SubscriptionPath::new(E, name);
+    let session = SubscriptionSettings::sessions().with_max_delivery_count(max_delivery_count);
+    broker
+        .create_subscription(&sub(E), session.clone())
+        .await
+        .unwrap();
+    broker.delete_rule(&sub(E), "$Default").await.unwrap();
+    broker
+        .create_rule(
+            &sub(E),
+            RuleDescription::new("to-billing", "user.To = 'billing'"),
+        )
+        .await
+        .unwrap();
+    broker
+        .create_rule(
+            &sub(E),
+            RuleDescription::new("retry", "user.To = 'Retry'")
+                .with_action("SET user.To = 'billing'; SET user.From = 'Retry'"),
+        )
+        .await
+        .unwrap();
+    broker
+        .create_subscription(&sub("Deferred"), SubscriptionSettings::sessions())
+        .await
+        .unwrap();
+    broker
+        .delete_rule(&sub("Deferred"), "$Default")
+        .await
+        .unwrap();
+    broker
+        .create_rule(
+            &sub("Deferred"),
+            RuleDescription::new(
+                "parked",
+                "user.To = 'Deferred' AND user.OriginalSessionId IS NOT NULL",
+            ),
+        )
+        .await
+        .unwrap();
+    broker
+        .create_subscription(&sub("DeferredProcessor"), SubscriptionSettings::default())
+        .await
+        .unwrap();
+    broker
+        .delete_rule(&sub("DeferredProcessor"), "$Default")
+        .await
+        .unwrap();
+    broker
+        .create_rule(
+            &sub("DeferredProcessor"),
+            RuleDescription::new("trigger", "user.To = 'DeferredProcessor'"),
+        )
+        .await
+        .unwrap();
+    broker
+        .create_subscription(&sub("responses"), SubscriptionSettings::default())
+        .await
+        .unwrap();
+    broker
+        .delete_rule(&sub("responses"), "$Default")
+        .await
+        .unwrap();
+    broker
+        .create_rule(
+            &sub("responses"),
+            RuleDescription::new("from-billing", "user.To = 'Resolver'"),
+        )
+        .await
+        .unwrap();
+}
+
+async fn start(retry: RetryPolicies, max_delivery_count: u32) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(
+        Broker::open(BrokerOptions::new(dir.path()).durability(Durability::Os))
+            .await
+            .unwrap(),
+    );
+    provision(&broker, max_delivery_count).await;
+    let handler = Arc::new(Scripted::default());
+    let endpoint = Arc::new(Endpoint {
+        name: E.to_owned(),
+        handlers: handler.clone(),
+        policies: Arc::new(Policies::new(
+            retry,
+            Classifier::default(),
+            TransientBackoff {
+                base: Duration::from_millis(5),
+                max: Duration::from_millis(20),
+            },
+        )),
+        max_delivery_count,
+        renew_every: Duration::from_secs(5),
+        sdk_version: "test".into(),
+    });
+    let shutdown = CancellationToken::new();
+    let settings = ProcessorSettings {
+        max_concurrent_sessions: 8,
+        session_idle_timeout: Duration::from_millis(200),
+        accept_timeout: Duration::from_millis(500),
+    };
+    tokio::spawn(run_endpoint(
+        broker.clone(),
+        endpoint,
+        settings,
+        shutdown.clone(),
+    ));
+    tokio::spawn(run_replayer(broker.clone(), E.to_owned(), shutdown.clone()));
+    let responses = broker
+        .receiver(&SubscriptionPath::new(E, "responses"), SubQueue::Main)
+        .await
+        .unwrap();
+    Harness {
+        _dir: dir,
+        broker,
+        handler,
+        responses,
+        shutdown,
+    }
+}
+
+fn event(session: &str, event_id: &str, id: &str, action: &str) -> Message {
+    let payload = serde_json::json!({ "Id": id, "Action": action }).to_string();
+    NimbusMessage {
+        message_id: Some(format!("msg-{event_id}")),
+        session_id: Some(session.to_owned()),
+        correlation_id: Some("corr-1".to_owned()),
+        to: Some(E.to_owned()),
+        from: Some("storefront".to_owned()),
+        message_type: MessageType::EventRequest,
+        event_id: Some(event_id.to_owned()),
+        event_type_id: Some("OrderPlaced".to_owned()),
+        content: Some(MessageContent::event(nimbus_wire::EventContent::new(
+            "OrderPlaced".to_owned(),
+            payload,
+        ))),
+        ..NimbusMessage::default()
+    }
+    .to_transport()
+}
+
+fn control(kind: MessageType, session: &str, event_id: &str) -> Message {
+    NimbusMessage {
+        session_id: Some(session.to_owned()),
+        to: Some(E.to_owned()),
+        from: Some("Manager".to_owned()),
+        message_type: kind,
+        event_id: Some(event_id.to_owned()),
+        event_type_id: Some("OrderPlaced".to_owned()),
+        content: Some(MessageContent::default()),
+        ..NimbusMessage::default()
+    }
+    .to_transport()
+}
+
+impl Harness {
+    /// The next response to the Resolver: (MessageType, EventId).
+    async fn response(&self) -> (String, String, NimbusMessage) {
+        let received = self
+            .responses
+            .receive(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("a response within 10 s");
+        let message = NimbusMessage::from_received(&received).unwrap();
+        self.responses.complete(received).await.unwrap();
+        (
+            message.message_type.to_string(),
+            message.event_id.clone().unwrap_or_default(),
+            message,
+        )
+    }
+
+    async fn responses(&self, n: usize) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let (kind, event_id, _) = self.response().await;
+            out.push((kind, event_id));
+        }
+        out
+    }
+
+    async fn publish(&self, message: Message) {
+        self.broker.publish(E, vec![message]).await.unwrap();
+    }
+
+    async fn session_state(&self, session: &str) -> SessionState {
+        let lock = self
+            .broker
+            .accept_session(
+                &SubscriptionPath::new(E, E),
+                nimbus_transport::SessionSelector::Named(session.to_owned()),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        use nimbus_transport::SessionLock;
+        let blob = lock.get_state().await.unwrap();
+        lock.close().await;
+        SessionState::from_bytes(blob.as_deref().unwrap_or_default()).unwrap()
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.handler.seen.lock().unwrap().clone()
+    }
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handled_event_is_resolved_and_completed() {
+    let h = start(RetryPolicies::default(), 10).await;
+    h.publish(event("s1", "e1", "A", "complete")).await;
+    let (kind, event_id, response) = h.response().await;
+    assert_eq!(
+        (kind.as_str(), event_id.as_str()),
+        ("ResolutionResponse", "e1")
+    );
+    assert_eq!(
+        response.correlation_id.as_deref(),
+        Some("corr-1"),
+        "business correlation kept (F25)"
+    );
+    assert_eq!(
+        response
+            .properties
+            .get("HandlerVersion")
+            .and_then(|v| v.as_str()),
+        Some("sha256:test")
+    );
+    assert!(h.session_state("s1").await.is_empty());
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_blocks_session_parks_followers_and_skip_replays_them_in_order() {
+    let h = start(RetryPolicies::default(), 10).await;
+    h.publish(event("s1", "e1", "A", "fail")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    h.publish(event("s1", "e3", "C", "complete")).await;
+    assert_eq!(
+        h.responses(3).await,
+        pairs(&[
+            ("ErrorResponse", "e1"),
+            ("DeferralResponse", "e2"),
+            ("DeferralResponse", "e3")
+        ])
+    );
+    let state = h.session_state("s1").await;
+    assert_eq!(state.blocked_by(), Some("e1"));
+    assert_eq!(state.deferred_count, 2);
+    // Another session is not blocked.
+    h.publish(event("s2", "f1", "X", "complete")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "f1")]));
+
+    h.publish(control(MessageType::SkipRequest, "s1", "e1"))
+        .await;
+    assert_eq!(
+        h.responses(3).await,
+        pairs(&[
+            ("SkipResponse", "e1"),
+            ("ResolutionResponse", "e2"),
+            ("ResolutionResponse", "e3")
+        ])
+    );
+    assert_eq!(h.seen(), ["A", "X", "B", "C"]);
+    assert!(
+        h.session_state("s1").await.is_empty(),
+        "state back to zero bytes (F8)"
+    );
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_policy_schedules_a_retry_that_unblocks_and_replays() {
+    let retry = RetryPolicies {
+        default: Some(RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(200),
+            ..RetryPolicy::default()
+        }),
+        ..RetryPolicies::default()
+    };
+    let h = start(retry, 10).await;
+    h.publish(event("s1", "e1", "A", "fail-once")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    assert_eq!(
+        h.responses(4).await,
+        pairs(&[
+            ("ErrorResponse", "e1"),
+            ("DeferralResponse", "e2"),
+            ("ResolutionResponse", "e1"),
+            ("ResolutionResponse", "e2"),
+        ])
+    );
+    assert_eq!(h.seen(), ["A", "A", "B"]);
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_failure_is_redelivered_then_dead_lettered_at_max_delivery_count_and_reported() {
+    let h = start(RetryPolicies::default(), 3).await;
+    h.publish(event("s1", "e1", "A", "transient")).await;
+    let (kind, event_id, response) = h.response().await;
+    assert_eq!((kind.as_str(), event_id.as_str()), ("ErrorResponse", "e1"));
+    assert_eq!(
+        response.dead_letter_reason.as_deref(),
+        Some("MaxDeliveryCountExceeded")
+    );
+    assert_eq!(h.seen(), ["A", "A", "A"], "three deliveries, in place");
+    let dlq = h
+        .broker
+        .receiver(&SubscriptionPath::new(E, E), SubQueue::DeadLetter)
+        .await
+        .unwrap();
+    let dead = dlq
+        .receive(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("dead-lettered");
+    assert_eq!(
+        dead.dead_letter_reason.as_deref(),
+        Some("MaxDeliveryCountExceeded")
+    );
+    assert!(
+        h.session_state("s1").await.is_empty(),
+        "a transient failure never blocks"
+    );
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_failure_dead_letters_without_blocking() {
+    let h = start(RetryPolicies::default(), 10).await;
+    h.publish(event("s1", "e1", "A", "permanent")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    let (kind, _, response) = h.response().await;
+    assert_eq!(kind, "ErrorResponse");
+    assert_eq!(
+        response.dead_letter_reason.as_deref(),
+        Some("Permanent failure: Validation: scripted Validation")
+    );
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "e2")]));
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_handoff_blocks_until_completed_without_rerunning_the_handler() {
+    let h = start(RetryPolicies::default(), 10).await;
+    h.publish(event("s1", "e1", "A", "handoff")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    let (kind, _, response) = h.response().await;
+    assert_eq!(kind, "PendingHandoffResponse");
+    assert_eq!(response.external_job_id.as_deref(), Some("job-1"));
+    assert!(response.expected_by.is_some());
+    assert_eq!(h.responses(1).await, pairs(&[("DeferralResponse", "e2")]));
+    h.publish(control(MessageType::HandoffCompletedRequest, "s1", "e1"))
+        .await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("ResolutionResponse", "e1"), ("ResolutionResponse", "e2")])
+    );
+    assert_eq!(
+        h.seen(),
+        ["A", "B"],
+        "the handed-off event never runs again"
+    );
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_message_is_dead_lettered_with_the_defect_named() {
+    let h = start(RetryPolicies::default(), 10).await;
+    let mut bad = event("s1", "e1", "A", "complete");
+    bad.properties
+        .insert("MessageType".into(), "NoSuchType".into());
+    h.publish(bad).await;
+    let dlq = h
+        .broker
+        .receiver(&SubscriptionPath::new(E, E), SubQueue::DeadLetter)
+        .await
+        .unwrap();
+    let dead = dlq
+        .receive(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("dead-lettered");
+    assert!(
+        dead.dead_letter_reason
+            .as_deref()
+            .unwrap()
+            .contains("NoSuchType"),
+        "{:?}",
+        dead.dead_letter_reason
+    );
+    assert!(
+        h.seen().is_empty(),
+        "the handler never runs on an invalid message"
+    );
+    h.shutdown.cancel();
+}

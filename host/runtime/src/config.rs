@@ -1,0 +1,442 @@
+//! `nimbus.toml`: every key with a default, validated before anything starts
+//! (STYLE habit 12). A bad value stops the host with a message naming the
+//! key. Relative paths are relative to the file's directory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nimbus_broker::Durability;
+use nimbus_engine::policy_config::{ClassifierConfig, RetryConfig};
+use nimbus_engine::{Classifier, RetryPolicies};
+use serde::Deserialize;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[host]`: where things live.
+    #[serde(default)]
+    pub host: HostConfig,
+    /// `[api]`: the operator HTTP API.
+    #[serde(default)]
+    pub api: ApiConfig,
+    /// `[broker]`: the embedded broker.
+    #[serde(default)]
+    pub broker: BrokerConfig,
+    /// `[engine]`: session processing.
+    #[serde(default)]
+    pub engine: EngineConfig,
+    /// `[sandbox]`: handler limits.
+    #[serde(default)]
+    pub sandbox: SandboxSection,
+    /// `[retry]`: retry policies (see `nimbus_engine::policy_config`).
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// `[classifier]`: failure classification.
+    #[serde(default)]
+    pub classifier: ClassifierConfig,
+}
+
+/// `[host]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// The data directory: broker, resolver store, compile cache.
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// The handlers directory: one subdirectory per endpoint.
+    #[serde(default = "default_handlers_dir")]
+    pub handlers_dir: PathBuf,
+    /// Topics that publishers publish to besides the endpoints' own (an
+    /// external system publishing as endpoint `storefront`, say).
+    #[serde(default)]
+    pub producers: Vec<String>,
+}
+
+fn default_data_dir() -> PathBuf {
+    PathBuf::from(".nimbus")
+}
+
+fn default_handlers_dir() -> PathBuf {
+    PathBuf::from("handlers")
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            data_dir: default_data_dir(),
+            handlers_dir: default_handlers_dir(),
+            producers: Vec::new(),
+        }
+    }
+}
+
+/// `[api]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Where the HTTP API listens. Loopback by default: the API has no
+    /// authentication yet.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7300))
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            listen: default_listen(),
+        }
+    }
+}
+
+/// `[broker]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// `"fsync"` (an acknowledged write survives power loss) or `"os"`
+    /// (survives a killed process, not a crashed machine).
+    #[serde(default)]
+    pub durability: DurabilityConfig,
+    /// How long a session lock lasts unless renewed.
+    #[serde(default = "default_lock_duration", with = "humantime_serde")]
+    pub lock_duration: Duration,
+    /// Deliveries before the broker dead-letters a message.
+    #[serde(default = "default_max_delivery_count")]
+    pub max_delivery_count: u32,
+}
+
+fn default_lock_duration() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_max_delivery_count() -> u32 {
+    10
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            durability: DurabilityConfig::default(),
+            lock_duration: default_lock_duration(),
+            max_delivery_count: default_max_delivery_count(),
+        }
+    }
+}
+
+/// `broker.durability`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilityConfig {
+    /// Survives power loss (group commit with fsync).
+    #[default]
+    Fsync,
+    /// Survives `kill -9` of the process.
+    Os,
+}
+
+impl From<DurabilityConfig> for Durability {
+    fn from(value: DurabilityConfig) -> Self {
+        match value {
+            DurabilityConfig::Fsync => Durability::Fsync,
+            DurabilityConfig::Os => Durability::Os,
+        }
+    }
+}
+
+/// `[engine]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Sessions one endpoint processes at once.
+    #[serde(default = "default_max_concurrent_sessions")]
+    pub max_concurrent_sessions: usize,
+    /// A session with no message for this long is released.
+    #[serde(default = "default_session_idle_timeout", with = "humantime_serde")]
+    pub session_idle_timeout: Duration,
+    /// On shutdown, how long in-flight deliveries may take to finish.
+    #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// The first backoff before a transient failure is abandoned.
+    #[serde(default = "default_transient_base", with = "humantime_serde")]
+    pub transient_backoff: Duration,
+    /// The longest backoff before a transient failure is abandoned.
+    #[serde(default = "default_transient_max", with = "humantime_serde")]
+    pub transient_backoff_max: Duration,
+    /// Sessions the Resolver consumer processes at once.
+    #[serde(default = "default_resolver_sessions")]
+    pub resolver_sessions: usize,
+}
+
+fn default_max_concurrent_sessions() -> usize {
+    8
+}
+
+fn default_session_idle_timeout() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_transient_base() -> Duration {
+    Duration::from_millis(500)
+}
+
+fn default_transient_max() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_resolver_sessions() -> usize {
+    64
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_concurrent_sessions: default_max_concurrent_sessions(),
+            session_idle_timeout: default_session_idle_timeout(),
+            shutdown_grace: default_shutdown_grace(),
+            transient_backoff: default_transient_base(),
+            transient_backoff_max: default_transient_max(),
+            resolver_sessions: default_resolver_sessions(),
+        }
+    }
+}
+
+/// `[sandbox]`: defaults for handlers whose manifest sets no limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSection {
+    /// Linear memory per handler instance, e.g. `"64MiB"`.
+    #[serde(default = "default_memory")]
+    pub memory: String,
+    /// Wall-clock deadline per event.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Handler instances that may run at once.
+    #[serde(default = "default_max_instances")]
+    pub max_concurrent_instances: u32,
+}
+
+fn default_memory() -> String {
+    "64MiB".to_owned()
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_max_instances() -> u32 {
+    200
+}
+
+impl Default for SandboxSection {
+    fn default() -> Self {
+        SandboxSection {
+            memory: default_memory(),
+            timeout: default_timeout(),
+            max_concurrent_instances: default_max_instances(),
+        }
+    }
+}
+
+/// A configuration that cannot be used, naming the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema (the message names the
+    /// key and the line).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the key.
+        message: String,
+    },
+    /// Values that parse but cannot be used, each with its key.
+    #[error("{path}: invalid configuration:\n{}", problems.join("\n"))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// One line per bad key: `key: what is wrong`.
+        problems: Vec<String>,
+    },
+}
+
+/// A configuration that passed validation, with what it resolves to.
+#[derive(Debug, Clone)]
+pub struct ValidConfig {
+    /// The configuration as written, paths made absolute.
+    pub config: Config,
+    /// The retry policies.
+    pub retry: RetryPolicies,
+    /// The classifier.
+    pub classifier: Classifier,
+    /// `sandbox.memory` in bytes.
+    pub sandbox_memory_bytes: u64,
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<ValidConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Config::parse(&text, path, base)
+    }
+
+    /// Parses and validates `text`; `path` names it in errors, relative
+    /// paths resolve against `base`.
+    pub fn parse(text: &str, path: &Path, base: &Path) -> Result<ValidConfig, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.host.data_dir = base.join(&config.host.data_dir);
+        config.host.handlers_dir = base.join(&config.host.handlers_dir);
+        config.validate(path)
+    }
+
+    /// The defaults, rooted at `base`.
+    pub fn defaults(base: &Path) -> Result<ValidConfig, ConfigError> {
+        Config::parse("", Path::new("(defaults)"), base)
+    }
+
+    /// Checks every value, naming each bad key.
+    pub fn validate(self, path: &Path) -> Result<ValidConfig, ConfigError> {
+        let mut problems = Vec::new();
+        if self.engine.max_concurrent_sessions == 0 {
+            problems.push("engine.max_concurrent_sessions: must be at least 1".to_owned());
+        }
+        if self.engine.resolver_sessions == 0 {
+            problems.push("engine.resolver_sessions: must be at least 1".to_owned());
+        }
+        if self.engine.session_idle_timeout.is_zero() {
+            problems.push("engine.session_idle_timeout: must be longer than 0".to_owned());
+        }
+        if self.engine.transient_backoff > self.engine.transient_backoff_max {
+            problems.push(format!(
+                "engine.transient_backoff: {:?} is longer than engine.transient_backoff_max ({:?})",
+                self.engine.transient_backoff, self.engine.transient_backoff_max
+            ));
+        }
+        if self.broker.lock_duration < Duration::from_secs(1) {
+            problems.push("broker.lock_duration: must be at least 1s".to_owned());
+        }
+        if self.broker.max_delivery_count == 0 {
+            problems.push("broker.max_delivery_count: must be at least 1".to_owned());
+        }
+        if self.sandbox.timeout.is_zero() {
+            problems.push("sandbox.timeout: must be longer than 0".to_owned());
+        }
+        if self.sandbox.max_concurrent_instances == 0 {
+            problems.push("sandbox.max_concurrent_instances: must be at least 1".to_owned());
+        }
+        let sandbox_memory_bytes = match nimbus_sandbox::parse_byte_size(&self.sandbox.memory) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                problems.push(format!("sandbox.memory: {e}"));
+                0
+            }
+        };
+        for (i, producer) in self.host.producers.iter().enumerate() {
+            if producer.trim().is_empty() {
+                problems.push(format!("host.producers[{i}]: must not be empty"));
+            }
+        }
+        let retry = self
+            .retry
+            .validate()
+            .map_err(|e| e.0.iter().map(ToString::to_string).collect::<Vec<_>>());
+        let classifier = self
+            .classifier
+            .validate()
+            .map_err(|e| e.0.iter().map(ToString::to_string).collect::<Vec<_>>());
+        let (retry, classifier) = match (retry, classifier) {
+            (Ok(retry), Ok(classifier)) if problems.is_empty() => (retry, classifier),
+            (retry, classifier) => {
+                problems.extend(retry.err().unwrap_or_default());
+                problems.extend(classifier.err().unwrap_or_default());
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    problems,
+                });
+            }
+        };
+        Ok(ValidConfig {
+            config: self,
+            retry,
+            classifier,
+            sandbox_memory_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn parse(text: &str) -> Result<ValidConfig, ConfigError> {
+        Config::parse(text, Path::new("nimbus.toml"), Path::new("/srv/app"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults_rooted_at_the_file() {
+        let valid = parse("").unwrap();
+        assert_eq!(valid.config.host.data_dir, Path::new("/srv/app/.nimbus"));
+        assert_eq!(valid.config.engine.max_concurrent_sessions, 8);
+        assert_eq!(valid.config.broker.durability, DurabilityConfig::Fsync);
+        assert_eq!(valid.sandbox_memory_bytes, 64 << 20);
+        assert!(valid.retry.default.is_none(), "no implicit retry");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = parse("[engine]\nmax_sessions = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_sessions"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_named_by_key() {
+        let err = parse(
+            "[engine]\nmax_concurrent_sessions = 0\n[sandbox]\nmemory = \"lots\"\n[retry.default]\nmax_retries = 3\njitter = \"bounded\"\njitter_factor = -1.0\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for key in [
+            "engine.max_concurrent_sessions",
+            "sandbox.memory",
+            "retry.default.jitter_factor",
+        ] {
+            assert!(err.contains(key), "{key} missing from: {err}");
+        }
+    }
+
+    #[test]
+    fn bad_duration_is_named() {
+        let err = parse("[broker]\nlock_duration = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lock_duration"), "{err}");
+    }
+}

@@ -1,0 +1,115 @@
+//! The seam between the engine and the sandbox: the engine's [`Handlers`]
+//! implemented over the sandbox's handler [`Registry`]. Neither knows the
+//! other; this adapter is the only place both meet.
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use nimbus_engine::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
+use nimbus_sandbox::{ErrorKind, Event, Outcome, Property, PropertyValue, Registry};
+use nimbus_transport::PropertyValue as WireValue;
+use nimbus_wire::build::FollowUp;
+
+/// The sandbox's registry, as the engine's handlers.
+pub struct SandboxHandlers {
+    registry: Arc<Registry>,
+}
+
+impl SandboxHandlers {
+    /// Dispatches through `registry`.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        SandboxHandlers { registry }
+    }
+}
+
+impl Handlers for SandboxHandlers {
+    fn invoke(&self, endpoint: &str, event: HandlerEvent) -> Option<HandlerReport> {
+        let version = self.registry.lookup(endpoint, &event.event_type)?;
+        let invocation = version.invoke(to_sandbox_event(event));
+        let result = match invocation.result {
+            Ok(Outcome::Completed) => HandlerResult::Completed,
+            Ok(Outcome::PendingHandoff(handoff)) => HandlerResult::PendingHandoff {
+                reason: handoff.reason,
+                external_job_id: handoff.external_job_id,
+                expected_by: handoff.expected_by_ms.map(Duration::from_millis),
+            },
+            Err(error) => {
+                let failure = HandlerFailure {
+                    error_type: error.detail.error_type,
+                    message: error.detail.message,
+                    retry_after: error.detail.retry_after_ms.map(Duration::from_millis),
+                };
+                match error.kind {
+                    ErrorKind::Failed => HandlerResult::Failed(failure),
+                    ErrorKind::Transient => HandlerResult::Transient(failure),
+                    ErrorKind::Permanent => HandlerResult::Permanent(failure),
+                }
+            }
+        };
+        let follow_ups = invocation
+            .follow_ups
+            .into_iter()
+            .map(|f| FollowUp {
+                event_type_id: f.event_type,
+                message_id: f.message_id,
+                payload: f.payload,
+                session_id: f.session_id,
+                properties: f
+                    .properties
+                    .into_iter()
+                    .map(|p| (p.name, from_sandbox_value(p.value)))
+                    .collect(),
+            })
+            .collect();
+        Some(HandlerReport {
+            result,
+            follow_ups,
+            version: invocation.digest.hex(),
+        })
+    }
+}
+
+fn to_sandbox_event(event: HandlerEvent) -> Event {
+    let enqueued_time_ms = event
+        .enqueued_time
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    Event {
+        event_id: event.event_id,
+        event_type: event.event_type,
+        message_id: event.message_id,
+        session_id: event.session_id,
+        correlation_id: event.correlation_id,
+        parent_message_id: event.parent_message_id,
+        originating_message_id: event.originating_message_id,
+        retry_count: event.retry_count,
+        enqueued_time_ms,
+        payload: event.payload,
+        properties: event
+            .properties
+            .into_iter()
+            .map(|(name, value)| Property {
+                name,
+                value: to_sandbox_value(value),
+            })
+            .collect(),
+    }
+}
+
+fn to_sandbox_value(value: WireValue) -> PropertyValue {
+    match value {
+        WireValue::String(s) => PropertyValue::Str(s),
+        WireValue::Int(i) => PropertyValue::Int(i),
+        WireValue::Float(f) => PropertyValue::Float(f),
+        WireValue::Bool(b) => PropertyValue::Boolean(b),
+    }
+}
+
+fn from_sandbox_value(value: PropertyValue) -> WireValue {
+    match value {
+        PropertyValue::Str(s) => WireValue::String(s),
+        PropertyValue::Int(i) => WireValue::Int(i),
+        PropertyValue::Float(f) => WireValue::Float(f),
+        PropertyValue::Boolean(b) => WireValue::Bool(b),
+    }
+}

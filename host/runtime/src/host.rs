@@ -1,0 +1,307 @@
+//! The running host: starts every part in order, keeps the topology in step
+//! with the handlers directory, and shuts down in two stages (stop taking
+//! work, then drain; SEMANTICS.md §8, STYLE habit 19).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_engine::{Endpoint, Policies, ProcessorSettings, TransientBackoff};
+use nimbus_resolver::{ResolverSettings, SqliteResolverStore};
+use nimbus_sandbox::{Limits, Registry, Sandbox, SandboxConfig, Snapshot, WatchGuard};
+use nimbus_transport::provision::{self, Topology};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+use crate::config::ValidConfig;
+use crate::handlers::SandboxHandlers;
+
+/// The producer topic an external publish goes to when it names none.
+pub const DEFAULT_PRODUCER: &str = "publisher";
+
+/// The version the host reports (heartbeats, `nimbus --version`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A running host.
+pub struct Host {
+    config: ValidConfig,
+    broker: Arc<Broker>,
+    registry: Arc<Registry>,
+    resolver: Arc<SqliteResolverStore>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    _watch: WatchGuard,
+}
+
+impl Host {
+    /// Opens the broker and the stores, loads the handlers, provisions the
+    /// topology, and starts the endpoints and the Resolver. Any failure here
+    /// stops the start with the reason.
+    pub async fn start(config: ValidConfig) -> anyhow::Result<Host> {
+        let host = &config.config.host;
+        std::fs::create_dir_all(&host.data_dir)
+            .with_context(|| format!("creating the data directory {}", host.data_dir.display()))?;
+        std::fs::create_dir_all(&host.handlers_dir).with_context(|| {
+            format!(
+                "creating the handlers directory {}",
+                host.handlers_dir.display()
+            )
+        })?;
+        let broker_dir = host.data_dir.join("broker");
+        let broker = Arc::new(
+            Broker::open(
+                BrokerOptions::new(&broker_dir).durability(config.config.broker.durability.into()),
+            )
+            .await
+            .with_context(|| format!("opening the broker in {}", broker_dir.display()))?,
+        );
+        let resolver_path = host.data_dir.join("resolver.db");
+        let resolver =
+            Arc::new(SqliteResolverStore::open(&resolver_path).with_context(|| {
+                format!("opening the resolver store {}", resolver_path.display())
+            })?);
+        let sandbox = Sandbox::new(SandboxConfig {
+            default_limits: Limits {
+                memory_bytes: config.sandbox_memory_bytes,
+                timeout: config.config.sandbox.timeout,
+                ..Limits::default()
+            },
+            max_concurrent_instances: config.config.sandbox.max_concurrent_instances,
+            cache_dir: Some(host.data_dir.join("cache")),
+            ..SandboxConfig::default()
+        })
+        .context("starting the wasm sandbox")?;
+        let registry = Registry::open(sandbox, &host.handlers_dir)
+            .with_context(|| format!("loading handlers from {}", host.handlers_dir.display()))?;
+        let watch = registry
+            .watch()
+            .context("watching the handlers directory")?;
+
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let host = Host {
+            config,
+            broker,
+            registry,
+            resolver,
+            shutdown,
+            tasks,
+            _watch: watch,
+        };
+        let supervisor = Supervisor::new(&host);
+        supervisor
+            .sync(host.registry.snapshot())
+            .await
+            .context("provisioning the topology")?;
+        host.spawn_resolver();
+        host.spawn_supervisor(supervisor);
+        info!(
+            data_dir = %host.config.config.host.data_dir.display(),
+            handlers_dir = %host.config.config.host.handlers_dir.display(),
+            "nimbus host started"
+        );
+        Ok(host)
+    }
+
+    /// The embedded broker.
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// The handler registry.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The Resolver store.
+    pub fn resolver(&self) -> &Arc<SqliteResolverStore> {
+        &self.resolver
+    }
+
+    /// The configuration the host runs with.
+    pub fn config(&self) -> &ValidConfig {
+        &self.config
+    }
+
+    /// A token cancelled when shutdown begins.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Stops taking new sessions, lets in-flight deliveries finish and settle
+    /// (up to `engine.shutdown_grace`), then returns. A delivery cut off by
+    /// the grace period is not settled: the broker redelivers it.
+    pub async fn shutdown(self) {
+        info!("shutting down: no new sessions; draining in-flight deliveries");
+        self.shutdown.cancel();
+        self.tasks.close();
+        let grace = self.config.config.engine.shutdown_grace;
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            warn!(
+                ?grace,
+                "shutdown grace elapsed; unsettled deliveries will be redelivered"
+            );
+        }
+        if let Err(e) = self.broker.flush().await {
+            warn!(error = %e, "flushing the broker on shutdown failed");
+        }
+        info!("nimbus host stopped");
+    }
+
+    fn spawn_resolver(&self) {
+        let settings = ResolverSettings {
+            max_concurrent_sessions: self.config.config.engine.resolver_sessions,
+            ..ResolverSettings::default()
+        };
+        let transport = Arc::clone(&self.broker);
+        let store: Arc<dyn nimbus_resolver::ResolverStore> = self.resolver.clone();
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            if let Err(e) =
+                nimbus_resolver::run_resolver(transport, store, settings, shutdown).await
+            {
+                error!(error = %e, "the Resolver stopped");
+            }
+        });
+    }
+
+    fn spawn_supervisor(&self, supervisor: Supervisor) {
+        let mut changes = self.registry.subscribe();
+        let shutdown = self.shutdown.clone();
+        self.tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    changed = changes.changed() => {
+                        if changed.is_err() {
+                            break;
+                        }
+                    }
+                }
+                let snapshot = changes.borrow_and_update().clone();
+                if let Err(e) = supervisor.sync(snapshot).await {
+                    error!(error = %e, "updating the topology after a handler change failed");
+                }
+            }
+        });
+    }
+}
+
+/// Keeps the broker topology and the running endpoints in step with the
+/// handlers the registry serves.
+struct Supervisor {
+    broker: Arc<Broker>,
+    registry: Arc<Registry>,
+    policies: Arc<Policies>,
+    producers: Vec<String>,
+    lock_duration: Duration,
+    max_delivery_count: u32,
+    processor: ProcessorSettings,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    running: Mutex<BTreeSet<String>>,
+}
+
+impl Supervisor {
+    fn new(host: &Host) -> Supervisor {
+        let config = &host.config.config;
+        Supervisor {
+            broker: Arc::clone(&host.broker),
+            registry: Arc::clone(&host.registry),
+            policies: Arc::new(Policies::new(
+                host.config.retry.clone(),
+                host.config.classifier.clone(),
+                TransientBackoff {
+                    base: config.engine.transient_backoff,
+                    max: config.engine.transient_backoff_max,
+                },
+            )),
+            producers: config.host.producers.clone(),
+            lock_duration: config.broker.lock_duration,
+            max_delivery_count: config.broker.max_delivery_count,
+            processor: ProcessorSettings {
+                max_concurrent_sessions: config.engine.max_concurrent_sessions,
+                session_idle_timeout: config.engine.session_idle_timeout,
+                ..ProcessorSettings::default()
+            },
+            shutdown: host.shutdown.clone(),
+            tasks: host.tasks.clone(),
+            running: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The topology the snapshot's handlers need.
+    fn topology(&self, snapshot: &Snapshot) -> Topology {
+        let mut topology = Topology::new()
+            .lock_duration(self.lock_duration)
+            .max_delivery_count(self.max_delivery_count)
+            .producer_topic(DEFAULT_PRODUCER);
+        for producer in &self.producers {
+            topology = topology.producer_topic(producer.clone());
+        }
+        for endpoint in snapshot.endpoints() {
+            let consumed: Vec<String> = snapshot
+                .event_types(endpoint)
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
+            topology = topology.endpoint(provision::Endpoint::new(endpoint).consumes(consumed));
+        }
+        topology
+    }
+
+    /// Provisions what the snapshot needs, prunes forwarding for event types
+    /// no longer handled, and starts endpoints not yet running.
+    async fn sync(&self, snapshot: Arc<Snapshot>) -> anyhow::Result<()> {
+        let topology = self.topology(&snapshot);
+        let report = provision::provision(&*self.broker, &topology)
+            .await
+            .context("provisioning")?;
+        let pruned = provision::prune(&*self.broker, &topology)
+            .await
+            .context("pruning forwarding for removed event types")?;
+        for mutation in report.mutations.iter().chain(&pruned.mutations) {
+            info!(%mutation, "topology updated");
+        }
+        for drift in &report.drift {
+            warn!(%drift, "a subscription's settings differ from the configuration; left as it is");
+        }
+        let mut running = self.running.lock().await;
+        for endpoint in snapshot.endpoints() {
+            if running.insert(endpoint.to_owned()) {
+                self.start_endpoint(endpoint);
+            }
+        }
+        Ok(())
+    }
+
+    fn start_endpoint(&self, name: &str) {
+        let endpoint = Arc::new(Endpoint {
+            name: name.to_owned(),
+            handlers: Arc::new(SandboxHandlers::new(Arc::clone(&self.registry))),
+            policies: Arc::clone(&self.policies),
+            max_delivery_count: self.max_delivery_count,
+            renew_every: self.lock_duration / 3,
+            sdk_version: format!("nimbus {VERSION}"),
+        });
+        info!(endpoint = name, "endpoint started");
+        self.tasks.spawn(nimbus_engine::run_endpoint(
+            Arc::clone(&self.broker),
+            endpoint,
+            self.processor,
+            self.shutdown.clone(),
+        ));
+        self.tasks.spawn(nimbus_engine::run_replayer(
+            Arc::clone(&self.broker),
+            name.to_owned(),
+            self.shutdown.clone(),
+        ));
+    }
+}

@@ -1,0 +1,16 @@
+//! The host: one process that runs the embedded broker, provisions the NimBus
+//! topology for the handlers it serves, runs each endpoint's session
+//! processor and replayer, the Resolver, and the operator API.
+//!
+//! It is the composition root and the only crate that knows every other
+//! part; the parts know nothing of each other beyond their traits. The key
+//! decision: everything the engine needs from outside — handlers, transport —
+//! arrives through the engine's traits, so this crate only adapts and wires.
+
+pub mod config;
+pub mod handlers;
+mod host;
+
+pub use config::{Config, ConfigError, ValidConfig};
+pub use handlers::SandboxHandlers;
+pub use host::{DEFAULT_PRODUCER, Host, VERSION};
