@@ -29,7 +29,7 @@ use serde::Deserialize;
 /// A ~300-byte `OrderPlaced`, as NimBus writes it.
 const ORDER: &str = r#"{"OrderId":"o-100234","Customer":"acme-industrial-supplies","Total":1234.5,"Currency":"EUR","Lines":[{"Sku":"A-1001","Quantity":2,"UnitPrice":100.0},{"Sku":"B-2002","Quantity":5,"UnitPrice":150.5},{"Sku":"C-3003","Quantity":1,"UnitPrice":281.0}],"Channel":"web","PlacedBy":"buyer@acme.example"}"#;
 
-const BATCHES: usize = 201;
+const BATCHES: usize = 101;
 const PER_BATCH: usize = 200;
 const SWAPS: usize = 21;
 
@@ -120,20 +120,73 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples[samples.len() / 2]
 }
 
+/// Per-batch cost per event: wall-clock and this thread's CPU time (user +
+/// system, so page faults count). On a shared, loaded machine the CPU time
+/// is the steadier figure: it leaves out time the thread sat descheduled.
+#[derive(Default)]
+struct Samples {
+    wall_us: Vec<f64>,
+    cpu_us: Vec<f64>,
+}
+
+impl Samples {
+    fn measure(&mut self, mut batch: impl FnMut()) {
+        let wall = Instant::now();
+        let cpu = cpu_time::ThreadTime::now();
+        for _ in 0..PER_BATCH {
+            batch();
+        }
+        let per_event = |d: Duration| d.as_secs_f64() * 1e6 / PER_BATCH as f64;
+        self.cpu_us.push(per_event(cpu.elapsed()));
+        self.wall_us.push(per_event(wall.elapsed()));
+    }
+
+    fn medians(&self) -> (f64, f64) {
+        (median(self.wall_us.clone()), median(self.cpu_us.clone()))
+    }
+}
+
 fn bench_dispatch() {
     assert!(
         ORDER.len() >= 280 && ORDER.len() <= 340,
         "payload is {} bytes",
         ORDER.len()
     );
-    let sandbox = Sandbox::new(SandboxConfig::default()).unwrap();
-    let load = |name: &str| {
+    let sandbox_with = |keep_resident_bytes: usize, pagemap_scan: bool| {
+        Sandbox::new(SandboxConfig {
+            keep_resident_bytes,
+            pagemap_scan,
+            ..SandboxConfig::default()
+        })
+        .unwrap()
+    };
+    let load = |sandbox: &Sandbox, name: &str| {
         sandbox
             .load_bytes(name, &guest(name), Limits::default(), BTreeMap::new())
             .unwrap()
     };
-    let orders = load("orders");
-    let noop = load("noop");
+    let defaults = SandboxConfig::default();
+    let default_sandbox = sandbox_with(defaults.keep_resident_bytes, defaults.pagemap_scan);
+    let orders = load(&default_sandbox, "orders");
+    let noop = load(&default_sandbox, "noop");
+    // The same component with other resident-memory settings, to show where
+    // the time goes (see docs/decisions/0003-dispatch-cost.md).
+    let resident_variants: Vec<(String, _)> = [
+        (0usize, true),
+        (64 << 10, true),
+        (1 << 20, true),
+        (defaults.keep_resident_bytes, false),
+    ]
+    .into_iter()
+    .map(|(bytes, pagemap)| {
+        let label = format!(
+            "{:>4} KiB resident{}",
+            bytes >> 10,
+            if pagemap { "" } else { ", no PAGEMAP_SCAN" }
+        );
+        (label, load(&sandbox_with(bytes, pagemap), "orders"))
+    })
+    .collect();
     let event = order_event();
     let noop_event = Event {
         event_type: "Noop".into(),
@@ -147,48 +200,53 @@ fn bench_dispatch() {
         Ok(Outcome::Completed)
     );
 
-    let mut wasm = Vec::with_capacity(BATCHES);
-    let mut wasm_noop = Vec::with_capacity(BATCHES);
-    let mut native = Vec::with_capacity(BATCHES);
-    let per_event_us = |start: Instant| start.elapsed().as_secs_f64() * 1e6 / PER_BATCH as f64;
+    let mut wasm = Samples::default();
+    let mut wasm_noop = Samples::default();
+    let mut native = Samples::default();
+    let mut variants: Vec<Samples> = resident_variants
+        .iter()
+        .map(|_| Samples::default())
+        .collect();
     for _ in 0..BATCHES {
-        let start = Instant::now();
-        for _ in 0..PER_BATCH {
+        wasm.measure(|| {
             black_box(orders.invoke(black_box(event.clone())));
-        }
-        wasm.push(per_event_us(start));
-
-        let start = Instant::now();
-        for _ in 0..PER_BATCH {
+        });
+        wasm_noop.measure(|| {
             black_box(noop.invoke(black_box(noop_event.clone())));
-        }
-        wasm_noop.push(per_event_us(start));
-
-        let start = Instant::now();
-        for _ in 0..PER_BATCH {
+        });
+        native.measure(|| {
             // Clone the payload too, as the wasm side's event is cloned.
             let payload = black_box(event.payload.clone());
             black_box(native_orders(&payload, None));
+        });
+        for ((_, version), samples) in resident_variants.iter().zip(&mut variants) {
+            samples.measure(|| {
+                black_box(version.invoke(black_box(event.clone())));
+            });
         }
-        native.push(per_event_us(start));
     }
-    let (wasm, wasm_noop, native) = (median(wasm), median(wasm_noop), median(native));
-    println!("dispatch: median per event over {BATCHES} interleaved batches of {PER_BATCH}");
+    let default_resident = SandboxConfig::default().keep_resident_bytes >> 10;
+    let ((wasm_wall, wasm_cpu), (noop_wall, noop_cpu), (native_wall, native_cpu)) =
+        (wasm.medians(), wasm_noop.medians(), native.medians());
     println!(
-        "  payload                              {} bytes",
+        "dispatch: median µs per event over {BATCHES} interleaved batches of {PER_BATCH}, payload {} bytes",
         ORDER.len()
     );
-    println!("  wasm orders (fresh store+instance)   {wasm:8.2} µs");
-    println!("  wasm noop   (fresh store+instance)   {wasm_noop:8.2} µs");
-    println!("  native orders (same deserialize+decide) {native:5.2} µs");
+    println!("                                               wall      thread-cpu");
     println!(
-        "  ratio wasm orders / native orders    {:8.1}x",
-        wasm / native
+        "  wasm orders (fresh store+instance, {default_resident:>4} KiB resident) {wasm_wall:8.2}  {wasm_cpu:8.2}"
     );
+    println!("  wasm noop   (fresh store+instance)       {noop_wall:8.2}  {noop_cpu:8.2}");
+    println!("  native orders (same deserialize+decide)  {native_wall:8.2}  {native_cpu:8.2}");
     println!(
-        "  wasm orders minus native             {:8.2} µs",
-        wasm - native
+        "  ratio wasm orders / native orders        {:7.1}x  {:7.1}x",
+        wasm_wall / native_wall,
+        wasm_cpu / native_cpu
     );
+    for ((label, _), samples) in resident_variants.iter().zip(&variants) {
+        let (wall, cpu) = samples.medians();
+        println!("  wasm orders, {label:<32} {wall:8.2}  {cpu:8.2}");
+    }
 }
 
 fn bench_hot_swap() {

@@ -16,6 +16,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_INSTANCES: u32 = 16;
 /// Default tables per store.
 pub const DEFAULT_TABLES: u32 = 16;
+/// The most core instances a manifest may allow (the pool's per-component cap).
+pub const MAX_INSTANCES: u32 = 32;
+/// The most tables a manifest may allow (the pool's per-component cap).
+pub const MAX_TABLES: u32 = 32;
 
 /// The limits one handler runs under, per event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -62,6 +66,10 @@ pub struct SandboxConfig {
     /// is reused: what the next instance touches first (stack, data) stays
     /// mapped, which is most of the per-event cost otherwise.
     pub keep_resident_bytes: usize,
+    /// Reset reused pool slots with Linux's `PAGEMAP_SCAN` (kernel 6.7+,
+    /// ignored elsewhere): only the pages the last instance dirtied are
+    /// restored, instead of the whole resident prefix.
+    pub pagemap_scan: bool,
     /// Where compiled artifacts are cached; `None` compiles every load.
     pub cache_dir: Option<PathBuf>,
     /// How long the directory watcher waits for quiet before reloading.
@@ -88,6 +96,7 @@ impl Default for SandboxConfig {
             max_concurrent_instances: DEFAULT_MAX_CONCURRENT_INSTANCES,
             epoch_tick: DEFAULT_EPOCH_TICK,
             keep_resident_bytes: DEFAULT_KEEP_RESIDENT_BYTES,
+            pagemap_scan: true,
             cache_dir: None,
             watch_debounce: DEFAULT_WATCH_DEBOUNCE,
         }

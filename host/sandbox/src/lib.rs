@@ -48,7 +48,8 @@ pub use cache::{ArtifactSource, CacheStats};
 pub use config::{
     DEFAULT_EPOCH_TICK, DEFAULT_INSTANCES, DEFAULT_KEEP_RESIDENT_BYTES,
     DEFAULT_MAX_CONCURRENT_INSTANCES, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MEMORY_BYTES,
-    DEFAULT_TABLES, DEFAULT_TIMEOUT, DEFAULT_WATCH_DEBOUNCE, Limits, SandboxConfig,
+    DEFAULT_TABLES, DEFAULT_TIMEOUT, DEFAULT_WATCH_DEBOUNCE, Limits, MAX_INSTANCES, MAX_TABLES,
+    SandboxConfig,
 };
 pub use error::{Error, LoadError, ManifestError, RegistryError, SandboxError};
 pub use event::{

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{Limits, SandboxConfig};
+use crate::config::{Limits, MAX_INSTANCES, MAX_TABLES, SandboxConfig};
 use crate::error::ManifestError;
 
 /// A parsed handler manifest; every field optional.
@@ -115,12 +115,19 @@ impl Manifest {
                     .map_err(|m| value_error("limits.timeout", m))
             })
             .transpose()?;
-        for (key, count) in [
-            ("limits.instances", file.limits.instances),
-            ("limits.tables", file.limits.tables),
+        for (key, count, max) in [
+            ("limits.instances", file.limits.instances, MAX_INSTANCES),
+            ("limits.tables", file.limits.tables, MAX_TABLES),
         ] {
-            if count == Some(0) {
-                return Err(value_error(key, "must be at least 1".to_owned()));
+            match count {
+                Some(0) => return Err(value_error(key, "must be at least 1".to_owned())),
+                Some(n) if n > max => {
+                    return Err(value_error(
+                        key,
+                        format!("{n} is over the maximum of {max}"),
+                    ));
+                }
+                _ => {}
             }
         }
         Ok(Self {
@@ -238,6 +245,8 @@ mod tests {
         assert!(error.to_string().contains("limits.timeout"), "{error}");
         let error = parse("[limits]\ninstances = 0\n").expect_err("zero instances");
         assert!(error.to_string().contains("limits.instances"), "{error}");
+        let error = parse("[limits]\ntables = 33\n").expect_err("too many tables");
+        assert!(error.to_string().contains("limits.tables"), "{error}");
         let error = parse("[config]\nretries = 3\n").expect_err("config values are strings");
         assert!(error.to_string().contains("retries"), "{error}");
     }

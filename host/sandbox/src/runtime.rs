@@ -8,10 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::cache::{ArtifactCache, ArtifactSource, CacheStats, Counters};
-use crate::config::{Limits, SandboxConfig};
+use crate::config::{Limits, MAX_INSTANCES, MAX_TABLES, SandboxConfig};
 use crate::error::{LoadError, SandboxError};
 use crate::event::Digest;
 use crate::manifest::Manifest;
@@ -19,12 +19,13 @@ use crate::state::InvocationState;
 use crate::ticker::EpochTicker;
 use crate::version::HandlerVersion;
 
-/// Core instances a pool reserves per component instance: a Rust
-/// `wasm32-wasip2` component has the main module plus a few shim modules.
-const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
-/// Tables a pool reserves per component instance.
-const TABLES_PER_COMPONENT: u32 = 4;
-/// Memories a pool reserves per component instance.
+/// Core instances the pool reserves per concurrent component instance, on
+/// average: a Rust `wasm32-wasip2` component has the main module plus a few
+/// shim modules. The pool's totals are this times the slot count.
+const CORE_INSTANCES_PER_SLOT: u32 = 8;
+/// Tables the pool reserves per slot, on average.
+const TABLES_PER_SLOT: u32 = 4;
+/// Memories per component instance (and per slot): a Rust component has one.
 const MEMORIES_PER_COMPONENT: u32 = 2;
 
 /// The handler sandbox: cheap to clone, shared by the registry, the engine
@@ -181,15 +182,20 @@ fn engine_config(config: &SandboxConfig) -> Result<Config, SandboxError> {
     })?;
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(slots)
-        .total_core_instances(slots.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+        .total_core_instances(slots.saturating_mul(CORE_INSTANCES_PER_SLOT))
         .total_memories(slots.saturating_mul(MEMORIES_PER_COMPONENT))
-        .total_tables(slots.saturating_mul(TABLES_PER_COMPONENT))
+        .total_tables(slots.saturating_mul(TABLES_PER_SLOT))
         .max_memories_per_component(MEMORIES_PER_COMPONENT)
-        .max_tables_per_component(TABLES_PER_COMPONENT)
-        .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+        .max_tables_per_component(MAX_TABLES)
+        .max_core_instances_per_component(MAX_INSTANCES)
         .max_memory_size(max_memory)
         .linear_memory_keep_resident(config.keep_resident_bytes)
-        .table_keep_resident(config.keep_resident_bytes);
+        .table_keep_resident(config.keep_resident_bytes)
+        .pagemap_scan(if config.pagemap_scan {
+            Enabled::Auto
+        } else {
+            Enabled::No
+        });
     let mut wasm = Config::new();
     wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
         .epoch_interruption(true)

@@ -69,7 +69,9 @@ fn hot_swap_under_concurrent_invocations_fails_none_and_each_runs_on_exactly_one
         r.lookup("ep", "Swap").is_some_and(|v| v.digest() == v2)
     });
     // Let every worker run on the new version before stopping.
-    while seen_v2.load(Ordering::SeqCst) < WORKERS {
+    // (A worker that died, e.g. on a failed assertion, ends the wait too;
+    // its panic is reported by the join below.)
+    while seen_v2.load(Ordering::SeqCst) < WORKERS && !workers.iter().any(|w| w.is_finished()) {
         std::thread::yield_now();
     }
     stop.store(true, Ordering::SeqCst);
