@@ -3,7 +3,8 @@
 //!
 //! Sessions are processed concurrently (each worker holds one session at a
 //! time), messages one at a time per session, so the Resolver sees each
-//! session's messages in the order the engine sent them. A message is
+//! session's messages in the order the engine sent them. Records of
+//! different sessions share store commits (see `recorder`). A message is
 //! completed only after the store has committed it; a store failure abandons
 //! it after a backoff, so the bus redelivers it (and, at the subscription's
 //! max delivery count, dead-letters it: never lost, never looping). A message
@@ -21,6 +22,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::decode::{Decoded, UNRECORDABLE_REASON, decode};
+use crate::recorder::Recorder;
 use crate::store::{Recorded, ResolverStore, StoreError};
 
 /// How the consumer runs.
@@ -40,6 +42,9 @@ pub struct ResolverSettings {
     pub store_backoff: Duration,
     /// The cap of the store backoff (keep it well under the lock duration).
     pub max_store_backoff: Duration,
+    /// At most this many messages (of different sessions) share one store
+    /// commit.
+    pub max_batch: usize,
     /// Where to report each settled message (tests, metrics); `None` for
     /// nowhere.
     pub progress: Option<mpsc::UnboundedSender<Progress>>,
@@ -57,6 +62,7 @@ impl Default for ResolverSettings {
             session_idle_timeout: Duration::from_secs(1),
             store_backoff: Duration::from_millis(500),
             max_store_backoff: Duration::from_secs(10),
+            max_batch: 256,
             progress: None,
         }
     }
@@ -133,9 +139,11 @@ pub async fn run_resolver<T: Transport>(
 ) -> Result<(), ResolverError> {
     let stop = shutdown.child_token();
     let workers = settings.max_concurrent_sessions.max(1);
+    let recorder = Recorder::start(Arc::clone(&store), settings.max_batch);
     let context = Arc::new(Context {
         transport,
         store,
+        recorder,
         settings,
     });
     let mut tasks = JoinSet::new();
@@ -167,6 +175,7 @@ pub async fn run_resolver<T: Transport>(
 struct Context<T> {
     transport: Arc<T>,
     store: Arc<dyn ResolverStore>,
+    recorder: Recorder,
     settings: ResolverSettings,
 }
 
@@ -266,10 +275,9 @@ async fn handle<T: Transport>(
             }
         }
         Ok(Decoded::Event(observation)) => {
-            let store = Arc::clone(&context.store);
             let endpoint = observation.endpoint.clone();
             let event_id = observation.event_id.clone();
-            match blocking(move || store.record(&observation)).await {
+            match context.recorder.record(*observation).await {
                 Ok(recorded) => (
                     Outcome::Recorded {
                         endpoint,

@@ -25,6 +25,7 @@ mod consumer;
 mod decode;
 mod guard;
 mod observation;
+mod recorder;
 mod sqlite;
 mod status;
 mod store;

@@ -111,6 +111,18 @@ impl SqliteResolverStore {
         })
     }
 
+    /// Counts refused writes once their transaction committed.
+    fn count_refused(&self, outcomes: &[Recorded]) {
+        let refused = outcomes
+            .iter()
+            .filter(|o| matches!(o, Recorded::Refused { .. }))
+            .count();
+        self.refused.fetch_add(
+            u64::try_from(refused).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock leaves SQLite consistent (the
         // transaction rolls back), so a poisoned lock is still usable.
@@ -147,6 +159,16 @@ fn add_missing_columns(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Runs a statement through the connection's statement cache: the
+/// Resolver records the same few statements for every message.
+fn exec(
+    tx: &rusqlite::Transaction<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<usize> {
+    tx.prepare_cached(sql)?.execute(params)
+}
+
 fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
     move |source| StoreError::Database { context, source }
 }
@@ -155,92 +177,22 @@ impl ResolverStore for SqliteResolverStore {
     fn record(&self, obs: &Observation) -> Result<Recorded, StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction().map_err(db("starting a transaction"))?;
-        let already_recorded = match &obs.message_id {
-            Some(message_id) => tx
-                .query_row(
-                    "SELECT 1 FROM history WHERE endpoint = ?1 AND event_id = ?2 AND message_id = ?3 AND message_type = ?4",
-                    params![obs.endpoint, obs.event_id, message_id, obs.kind.as_str()],
-                    |_| Ok(()),
-                )
-                .optional()
-                .map_err(db("reading history"))?
-                .is_some(),
-            None => false,
-        };
-        let row = tx
-            .query_row(
-                "SELECT status, status_source FROM events WHERE endpoint = ?1 AND event_id = ?2",
-                params![obs.endpoint, obs.event_id],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
-            )
-            .optional()
-            .map_err(db("reading the event"))?
-            .map(|(status, source)| -> Result<Row, StoreError> {
-                Ok(Row {
-                    status: status
-                        .parse()
-                        .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-                    source: source
-                        .parse()
-                        .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-                })
-            })
-            .transpose()?;
-        let (status, sub_status) = obs.status();
-        if already_recorded && !obs.kind.is_control_request() {
-            return Ok(Recorded::AlreadyRecorded);
-        }
-        let verdict = guard::judge(row, obs.kind, already_recorded);
-        let refused = match &verdict {
-            Verdict::Apply => None,
-            Verdict::Refuse(reason) => Some(reason.clone()),
-        };
-        if !already_recorded {
-            tx.execute(
-                "INSERT INTO history (endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-                params![
-                    obs.endpoint,
-                    obs.event_id,
-                    obs.message_id,
-                    obs.kind.as_str(),
-                    status.as_str(),
-                    obs.at_ms,
-                    obs.from,
-                    obs.retry_count,
-                    obs.error_type,
-                    obs.error_text,
-                    obs.handler_version,
-                    refused,
-                ],
-            )
-            .map_err(db("appending history"))?;
-        }
-        let outcome = match verdict {
-            Verdict::Refuse(reason) => {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(
-                    endpoint = %obs.endpoint,
-                    event_id = %obs.event_id,
-                    message_type = obs.kind.as_str(),
-                    %reason,
-                    "resolver: ignored stale status write"
-                );
-                Recorded::Refused {
-                    current: row.map_or(status, |r| r.status),
-                    reason,
-                }
-            }
-            Verdict::Apply => {
-                write_status(&tx, obs, status, sub_status)?;
-                Recorded::Applied { status }
-            }
-        };
-        // Coordinates are facts about the request, not a status: a late
-        // request copy whose status write is refused still supplies them.
-        write_coordinates(&tx, obs)?;
+        let outcome = record_in(&tx, obs)?;
         tx.commit().map_err(db("committing"))?;
+        self.count_refused(std::slice::from_ref(&outcome));
         Ok(outcome)
+    }
+
+    fn record_batch(&self, observations: &[Observation]) -> Result<Vec<Recorded>, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction().map_err(db("starting a transaction"))?;
+        let outcomes = observations
+            .iter()
+            .map(|obs| record_in(&tx, obs))
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.commit().map_err(db("committing"))?;
+        self.count_refused(&outcomes);
+        Ok(outcomes)
     }
 
     fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
@@ -337,6 +289,100 @@ impl ResolverStore for SqliteResolverStore {
     }
 }
 
+/// Records one message inside `tx`: history first, then the guarded status
+/// write, then the request coordinates.
+fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Recorded, StoreError> {
+    let already_recorded = match &obs.message_id {
+            Some(message_id) => tx
+                .prepare_cached(
+                    "SELECT 1 FROM history WHERE endpoint = ?1 AND event_id = ?2 AND message_id = ?3 AND message_type = ?4",
+                )
+                .and_then(|mut stmt| {
+                    stmt.query_row(
+                        params![obs.endpoint, obs.event_id, message_id, obs.kind.as_str()],
+                        |_| Ok(()),
+                    )
+                    .optional()
+                })
+                .map_err(db("reading history"))?
+                .is_some(),
+            None => false,
+        };
+    let row = tx
+        .query_row(
+            "SELECT status, status_source FROM events WHERE endpoint = ?1 AND event_id = ?2",
+            params![obs.endpoint, obs.event_id],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+        )
+        .optional()
+        .map_err(db("reading the event"))?
+        .map(|(status, source)| -> Result<Row, StoreError> {
+            Ok(Row {
+                status: status
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+                source: source
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+            })
+        })
+        .transpose()?;
+    let (status, sub_status) = obs.status();
+    if already_recorded && !obs.kind.is_control_request() {
+        return Ok(Recorded::AlreadyRecorded);
+    }
+    let verdict = guard::judge(row, obs.kind, already_recorded);
+    let refused = match &verdict {
+        Verdict::Apply => None,
+        Verdict::Refuse(reason) => Some(reason.clone()),
+    };
+    if !already_recorded {
+        exec(
+            tx,
+            "INSERT INTO history (endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                obs.endpoint,
+                obs.event_id,
+                obs.message_id,
+                obs.kind.as_str(),
+                status.as_str(),
+                obs.at_ms,
+                obs.from,
+                obs.retry_count,
+                obs.error_type,
+                obs.error_text,
+                obs.handler_version,
+                refused,
+            ],
+        )
+        .map_err(db("appending history"))?;
+    }
+    let outcome = match verdict {
+        Verdict::Refuse(reason) => {
+            tracing::info!(
+                endpoint = %obs.endpoint,
+                event_id = %obs.event_id,
+                message_type = obs.kind.as_str(),
+                %reason,
+                "resolver: ignored stale status write"
+            );
+            Recorded::Refused {
+                current: row.map_or(status, |r| r.status),
+                reason,
+            }
+        }
+        Verdict::Apply => {
+            write_status(tx, obs, status, sub_status)?;
+            Recorded::Applied { status }
+        }
+    };
+    // Coordinates are facts about the request, not a status: a late
+    // request copy whose status write is refused still supplies them.
+    write_coordinates(tx, obs)?;
+    Ok(outcome)
+}
+
 /// Applies a status write, keeping what earlier messages established when
 /// this one does not carry it (a Resolution has no error; the failure before
 /// it stays readable in history, not in the row).
@@ -357,7 +403,8 @@ fn write_status(
     } else {
         (None, None)
     };
-    tx.execute(
+    exec(
+        tx,
         "INSERT INTO events (endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
                              retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id,
                              expected_by, handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms)
@@ -433,7 +480,8 @@ fn write_coordinates(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Resul
         return Ok(());
     };
     let authoritative = obs.kind == MessageKind::EventRequest;
-    tx.execute(
+    exec(
+        tx,
         "UPDATE events SET request_message_id = ?3, request_from = ?4, originating_message_id = ?5, originating_from = ?6
          WHERE endpoint = ?1 AND event_id = ?2 AND (?7 OR request_message_id IS NULL)",
         params![

@@ -174,6 +174,14 @@ pub trait ResolverStore: Send + Sync {
     /// Records one message: appends it to the event's history, then applies
     /// its status unless the stale-write guard refuses it.
     fn record(&self, observation: &Observation) -> Result<Recorded, StoreError>;
+    /// Records several messages, in order. The SQLite store commits them as
+    /// one unit (all or none), so messages of different sessions share one
+    /// commit; this default records them one at a time and stops at the
+    /// first failure. Recording is idempotent per message, so retrying a
+    /// failed batch whole is safe.
+    fn record_batch(&self, observations: &[Observation]) -> Result<Vec<Recorded>, StoreError> {
+        observations.iter().map(|o| self.record(o)).collect()
+    }
     /// The event with this id at every endpoint that has it, with history.
     fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError>;
     /// Events matching the filter, most recently updated first.

@@ -360,3 +360,35 @@ fn a_database_from_before_the_coordinate_columns_is_upgraded_on_open() {
         Some("m1")
     );
 }
+
+#[test]
+fn a_batch_is_recorded_in_order_as_one_unit() {
+    let (_dir, store) = open();
+    let mut second = obs(MessageKind::EventRequest, "m2", 1);
+    second.event_id = "e2".into();
+    let outcomes = store
+        .record_batch(&[
+            obs(MessageKind::EventRequest, "m1", 1),
+            second,
+            obs(MessageKind::ResolutionResponse, "r1", 2),
+            obs(MessageKind::EventRequest, "m1", 1),
+        ])
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            Recorded::Applied {
+                status: Status::Pending
+            },
+            Recorded::Applied {
+                status: Status::Pending
+            },
+            Recorded::Applied {
+                status: Status::Completed
+            },
+            Recorded::AlreadyRecorded,
+        ]
+    );
+    assert_eq!(status_of(&store), Status::Completed);
+    assert_eq!(store.event("e2").unwrap()[0].record.status, Status::Pending);
+}
