@@ -172,6 +172,10 @@ pub async fn run_resolver<T: Transport>(
     result
 }
 
+/// The least pause before asking the transport for a session again after a
+/// failure, so a failing transport is not spun on.
+const MIN_ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
 struct Context<T> {
     transport: Arc<T>,
     store: Arc<dyn ResolverStore>,
@@ -207,7 +211,7 @@ async fn worker<T: Transport>(
                     tracing::warn!(error = %e, "resolver: accepting a session failed; retrying");
                     tokio::select! {
                         () = stop.cancelled() => return Ok(()),
-                        () = tokio::time::sleep(settings.store_backoff) => {}
+                        () = tokio::time::sleep(settings.store_backoff.max(MIN_ACCEPT_RETRY)) => {}
                     }
                 }
             },
@@ -225,7 +229,7 @@ async fn drain<T: Transport>(context: &Context<T>, session: T::Session, stop: &C
         };
         match next {
             Ok(Some(message)) => {
-                if !handle(context, &session, message).await {
+                if !handle(context, &session, message, stop).await {
                     break;
                 }
             }
@@ -245,6 +249,7 @@ async fn handle<T: Transport>(
     context: &Context<T>,
     session: &T::Session,
     message: ReceivedMessage,
+    stop: &CancellationToken,
 ) -> bool {
     let message_id = message.message.message_id.clone();
     let sequence_number = message.sequence_number;
@@ -271,7 +276,7 @@ async fn handle<T: Transport>(
                     Outcome::Heartbeat { endpoint },
                     session.complete(message).await,
                 ),
-                Err(e) => abandon(context, session, message, e).await,
+                Err(e) => abandon(context, session, message, e, stop).await,
             }
         }
         Ok(Decoded::Event(observation)) => {
@@ -286,7 +291,7 @@ async fn handle<T: Transport>(
                     },
                     session.complete(message).await,
                 ),
-                Err(e) => abandon(context, session, message, e).await,
+                Err(e) => abandon(context, session, message, e, stop).await,
             }
         }
     };
@@ -313,6 +318,7 @@ async fn abandon<T: Transport>(
     session: &T::Session,
     message: ReceivedMessage,
     error: StoreError,
+    stop: &CancellationToken,
 ) -> (Outcome, Result<(), nimbus_transport::SettleError>) {
     let settings = &context.settings;
     let doublings = message.delivery_count.saturating_sub(1).min(16);
@@ -328,7 +334,15 @@ async fn abandon<T: Transport>(
     );
     // Holding the message through the backoff keeps the session's order:
     // nothing behind it is recorded first.
-    tokio::time::sleep(backoff).await;
+    tokio::select! {
+        () = stop.cancelled() => {
+            // Shutting down: leave it unsettled. Closing the session
+            // releases it without counting a delivery.
+            drop(message);
+            return (Outcome::Abandoned(format!("{error} (released at shutdown)")), Ok(()));
+        }
+        () = tokio::time::sleep(backoff) => {}
+    }
     let settled = session.abandon(message, Properties::new()).await;
     (Outcome::Abandoned(error.to_string()), settled)
 }

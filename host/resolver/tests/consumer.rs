@@ -690,3 +690,88 @@ async fn after_shutdown_messages_wait_on_the_bus_and_the_next_run_records_them()
     shutdown.cancel();
     rerun.await.unwrap().unwrap();
 }
+
+/// A store that always fails, and says when it was asked.
+struct DownStore {
+    inner: Arc<SqliteResolverStore>,
+    asked: mpsc::UnboundedSender<()>,
+}
+
+impl ResolverStore for DownStore {
+    fn record(&self, _: &Observation) -> Result<Recorded, StoreError> {
+        let _ = self.asked.send(());
+        Err(StoreError::Corrupt("the database is down".into()))
+    }
+    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
+        self.inner.event(event_id)
+    }
+    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        self.inner.events(filter)
+    }
+    fn refused_writes(&self) -> u64 {
+        0
+    }
+    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
+        self.inner.record_heartbeat(heartbeat)
+    }
+    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
+        self.inner.heartbeats()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_during_a_store_backoff_releases_the_message_without_counting_a_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(
+        Broker::open(BrokerOptions::new(dir.path().join("broker")))
+            .await
+            .unwrap(),
+    );
+    provision(&broker, &["billing"]).await;
+    let (asked, mut was_asked) = mpsc::unbounded_channel();
+    let store = Arc::new(DownStore {
+        inner: Arc::new(SqliteResolverStore::open_in_memory().unwrap()),
+        asked,
+    });
+    let shutdown = CancellationToken::new();
+    let consumer = tokio::spawn(run_resolver(
+        Arc::clone(&broker),
+        store,
+        ResolverSettings {
+            // Far longer than the test may take: only shutdown ends it.
+            store_backoff: Duration::from_secs(3600),
+            max_store_backoff: Duration::from_secs(3600),
+            ..ResolverSettings::default()
+        },
+        shutdown.clone(),
+    ));
+    broker
+        .publish(
+            "billing",
+            vec![forwarded("e10", "order-10", "msg-10").to_transport()],
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(PATIENCE, was_asked.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    shutdown.cancel();
+    tokio::time::timeout(PATIENCE, consumer)
+        .await
+        .expect("shutdown does not wait for the backoff")
+        .unwrap()
+        .unwrap();
+
+    let session = broker
+        .accept_session(
+            &SubscriptionPath::new("Resolver", "Resolver"),
+            SessionSelector::Named("order-10".into()),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    let kept = session.receive(PATIENCE).await.unwrap().unwrap();
+    assert_eq!(kept.message.message_id.as_deref(), Some("msg-10"));
+    assert_eq!(kept.delivery_count, 1, "released, not abandoned");
+}
