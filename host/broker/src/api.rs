@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use nimbus_transport::{
     AcceptSessionError, Admin, AdminError, CancelError, DEFAULT_RULE_FILTER, DEFAULT_RULE_NAME,
-    Message, OpenReceiverError, PublishError, RuleDescription, SessionSelector, SubQueue,
-    SubscriptionDescription, SubscriptionPath, SubscriptionSettings, TopicDescription,
+    Message, OpenReceiverError, PublishError, RuleDescription, SessionInfo, SessionSelector,
+    SubQueue, SubscriptionDescription, SubscriptionPath, SubscriptionSettings, TopicDescription,
     TopicSettings, TransientError, Transport,
 };
 
@@ -94,6 +94,17 @@ impl Broker {
 impl Transport for Broker {
     type Session = BrokerSession;
     type Receiver = BrokerReceiver;
+
+    async fn inbox_contains(&self, scope: &str, key: &str) -> Result<bool, TransientError> {
+        self.inner.healthy()?;
+        let now = self.inner.now();
+        Ok(self
+            .inner
+            .inbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(scope, key, now))
+    }
 
     async fn publish(&self, topic: &str, messages: Vec<Message>) -> Result<Vec<i64>, PublishError> {
         self.inner.publish(topic, messages).await
@@ -501,6 +512,35 @@ impl Admin for Broker {
             .get(&path.subscription)
             .ok_or_else(|| not_found(&format!("subscription '{path}'")))?;
         Ok(sub.rules.iter().map(|r| r.description.clone()).collect())
+    }
+
+    async fn list_sessions(&self, path: &SubscriptionPath) -> Result<Vec<SessionInfo>, AdminError> {
+        let topic = self.topic_or_admin(&path.topic)?;
+        let now = self.inner.now();
+        let core = topic.lock();
+        let sub = core
+            .subs
+            .get(&path.subscription)
+            .ok_or_else(|| not_found(&format!("subscription '{path}'")))?;
+        if !sub.main.sessionful {
+            return Err(AdminError::InvalidSetting {
+                reason: format!("subscription '{path}' does not require sessions"),
+            });
+        }
+        let mut sessions: Vec<SessionInfo> = sub
+            .main
+            .partitions
+            .iter()
+            .filter(|(_, p)| !p.entries.is_empty() || p.state.is_some() || p.owner.is_some())
+            .map(|(id, p)| SessionInfo {
+                session_id: id.clone(),
+                state: p.state.clone(),
+                active_messages: p.entries.len() as u64,
+                locked: p.owner.is_some_and(|o| o.until > now),
+            })
+            .collect();
+        sessions.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        Ok(sessions)
     }
 }
 

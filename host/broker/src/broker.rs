@@ -10,15 +10,15 @@
 //! queued to the writer thread under the locks (so the log order is the
 //! memory order) and their commit is awaited after the locks are released.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use nimbus_transport::{
-    AdminError, Disposition, Message, PublishError, ReceivedMessage, SettleError, SettleReceipt,
-    SettlementParts, SubQueue, SubscriptionSettings, TopicSettings, TransientError,
+    AdminError, Disposition, InboxRecord, Message, PublishError, ReceivedMessage, SettleError,
+    SettleReceipt, SettlementParts, SubQueue, SubscriptionSettings, TopicSettings, TransientError,
 };
 
 use crate::clock::{Clock, SystemClock};
@@ -119,6 +119,49 @@ pub(crate) struct Inner {
     next_topic_id: AtomicU64,
     next_holder: AtomicU64,
     pub(crate) timers: Arc<Timers>,
+    pub(crate) inbox: Mutex<Inbox>,
+}
+
+/// How many inbox records may be written between two purges of expired ones.
+const INBOX_PURGE_EVERY: usize = 10_000;
+
+/// Consumers' inbox records in memory: (scope, key) → expiry. SQLite holds
+/// the same, written in the settlement's commit.
+#[derive(Debug, Default)]
+pub(crate) struct Inbox {
+    records: HashMap<(String, String), SystemTime>,
+    writes_since_purge: usize,
+}
+
+impl Inbox {
+    /// Whether `key` is recorded in `scope` and not expired at `now`.
+    pub(crate) fn contains(&self, scope: &str, key: &str, now: SystemTime) -> bool {
+        // Keys are short; the tuple allocation is cheaper than a second map level.
+        self.records
+            .get(&(scope.to_owned(), key.to_owned()))
+            .is_some_and(|expires| *expires > now)
+    }
+
+    /// Records each of `records`, and now and then forgets expired ones.
+    fn record(&mut self, records: &[InboxRecord], now: SystemTime, ops: &mut Vec<StoreOp>) {
+        for record in records {
+            self.records.insert(
+                (record.scope.clone(), record.key.clone()),
+                record.expires_at,
+            );
+            ops.push(StoreOp::PutInbox {
+                scope: record.scope.clone(),
+                key: record.key.clone(),
+                expires: record.expires_at,
+            });
+        }
+        self.writes_since_purge += records.len();
+        if self.writes_since_purge >= INBOX_PURGE_EVERY {
+            self.writes_since_purge = 0;
+            self.records.retain(|_, expires| *expires > now);
+            ops.push(StoreOp::PruneInbox { before: now });
+        }
+    }
 }
 
 impl Drop for Inner {
@@ -759,6 +802,12 @@ impl Inner {
                 });
             }
         }
+        if !parts.inbox.is_empty() {
+            self.inbox
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .record(&parts.inbox, now, &mut ops);
+        }
         self.apply_plan(locked, plan, now, &mut ops, wake);
         Ok((SettleReceipt::new(sequence_numbers), self.submit(ops)))
     }
@@ -1050,6 +1099,12 @@ pub(crate) fn open(options: BrokerOptions) -> Result<Arc<Inner>, OpenError> {
             core.dedup_order.push_back((at, message_id));
         }
     }
+    let mut inbox = Inbox::default();
+    for (scope, key, expires) in snapshot.inbox {
+        if expires > now {
+            inbox.records.insert((scope, key), expires);
+        }
+    }
     let mut map = BTreeMap::new();
     let mut next_topic_id = 0u64;
     for (name, core) in topics {
@@ -1071,6 +1126,7 @@ pub(crate) fn open(options: BrokerOptions) -> Result<Arc<Inner>, OpenError> {
         next_topic_id: AtomicU64::new(next_topic_id),
         next_holder: AtomicU64::new(0),
         timers: Arc::clone(&timers),
+        inbox: Mutex::new(inbox),
     });
     tokio::spawn(timer_task(Arc::downgrade(&inner), timers));
     Ok(inner)

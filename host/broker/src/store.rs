@@ -102,6 +102,14 @@ pub(crate) enum StoreOp {
         topic: String,
         before: SystemTime,
     },
+    PutInbox {
+        scope: String,
+        key: String,
+        expires: SystemTime,
+    },
+    PruneInbox {
+        before: SystemTime,
+    },
     /// The sequence high-water mark: no number at or below it is reused.
     SequenceHighWater(i64),
 }
@@ -405,6 +413,12 @@ CREATE TABLE IF NOT EXISTS dedup (
     seq INTEGER NOT NULL,
     PRIMARY KEY (topic, message_id)
 );
+CREATE TABLE IF NOT EXISTS inbox (
+    scope TEXT NOT NULL,
+    key TEXT NOT NULL,
+    expires_ms INTEGER NOT NULL,
+    PRIMARY KEY (scope, key)
+);
 ";
 
 fn writer_loop(
@@ -706,6 +720,20 @@ fn apply(tx: &rusqlite::Transaction<'_>, op: &StoreOp) -> rusqlite::Result<()> {
             tx.prepare_cached("DELETE FROM dedup WHERE topic = ?1 AND at_ms < ?2")?
                 .execute(params![topic, millis(*before)])?;
         }
+        StoreOp::PutInbox {
+            scope,
+            key,
+            expires,
+        } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO inbox (scope, key, expires_ms) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![scope, key, millis(*expires)])?;
+        }
+        StoreOp::PruneInbox { before } => {
+            tx.prepare_cached("DELETE FROM inbox WHERE expires_ms <= ?1")?
+                .execute(params![millis(*before)])?;
+        }
         StoreOp::SequenceHighWater(_) => {}
     }
     Ok(())
@@ -722,6 +750,7 @@ pub(crate) struct Snapshot {
     pub(crate) scheduled: Vec<(i64, String, SystemTime, Message)>,
     pub(crate) session_states: Vec<(String, String, String, Vec<u8>)>,
     pub(crate) dedup: Vec<(String, String, SystemTime, i64)>,
+    pub(crate) inbox: Vec<(String, String, SystemTime)>,
 }
 
 /// A stored entry with its message decoded.
@@ -879,6 +908,16 @@ pub(crate) fn load(conn: &Connection, path: &Path) -> Result<Snapshot, OpenError
         .map_err(db)?;
     for row in rows {
         snap.dedup.push(row.map_err(db)?);
+    }
+
+    let mut stmt = conn
+        .prepare("SELECT scope, key, expires_ms FROM inbox")
+        .map_err(db)?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, from_millis(r.get(2)?))))
+        .map_err(db)?;
+    for row in rows {
+        snap.inbox.push(row.map_err(db)?);
     }
     Ok(snap)
 }

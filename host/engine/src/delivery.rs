@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 
 use nimbus_transport::{
     Disposition, ErrorKind, Properties, PropertyValue, ReceivedMessage, SessionLock, SettleError,
-    Settlement,
+    Settlement, TransientError, Transport,
 };
 use nimbus_wire::build::{self, Handoff, ResponseTimes};
-use nimbus_wire::{Failure, MessageType, NimbusMessage, SessionState, dead_letter};
+use nimbus_wire::{Failure, InboxKey, MessageType, NimbusMessage, SessionState, dead_letter};
 use tracing::{debug, info, warn};
 
 use crate::handler::{HandlerEvent, HandlerReport, HandlerResult, Handlers};
@@ -40,6 +40,9 @@ pub struct Endpoint {
     pub renew_every: Duration,
     /// The version the heartbeat answer reports.
     pub sdk_version: String,
+    /// How long the endpoint's inbox remembers a handled message id; `None`
+    /// for no inbox (no duplicate check, no record).
+    pub inbox_retention: Option<Duration>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -65,6 +68,8 @@ pub(crate) enum DeliveryError {
     Renew(nimbus_transport::RenewError),
     #[error("the handler task failed: {0}")]
     HandlerTask(tokio::task::JoinError),
+    #[error("checking the inbox failed: {0}")]
+    Inbox(TransientError),
 }
 
 impl DeliveryError {
@@ -77,7 +82,7 @@ impl DeliveryError {
             DeliveryError::Renew(e) => {
                 nimbus_transport::Error::from(e.clone()).kind() == ErrorKind::SessionLockLost
             }
-            DeliveryError::HandlerTask(_) => false,
+            DeliveryError::HandlerTask(_) | DeliveryError::Inbox(_) => false,
         }
     }
 }
@@ -103,15 +108,16 @@ fn whole_ms(duration: Option<Duration>) -> u64 {
     duration.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// One delivery in progress: the endpoint, the lock it arrived under, and
-/// the session state as that lock last committed it.
-pub(crate) struct Delivery<'a, L: SessionLock> {
+/// One delivery in progress: the endpoint, the transport and the lock it
+/// arrived under, and the session state as that lock last committed it.
+pub(crate) struct Delivery<'a, T: Transport> {
     pub(crate) endpoint: &'a Endpoint,
-    pub(crate) lock: &'a L,
+    pub(crate) transport: &'a T,
+    pub(crate) lock: &'a T::Session,
     pub(crate) state: &'a mut SessionState,
 }
 
-impl<L: SessionLock> Delivery<'_, L> {
+impl<T: Transport> Delivery<'_, T> {
     /// Handles `received` and settles it.
     pub(crate) async fn run(&mut self, received: ReceivedMessage) -> Result<(), DeliveryError> {
         let timing = Timing {
@@ -151,6 +157,29 @@ impl<L: SessionLock> Delivery<'_, L> {
         // `validate` guarantees an EventId on every entry point.
         let event_id = message.event_id.clone().unwrap_or_default();
         let replayed = message.replayed_sequence();
+        let inbox_key = self.inbox_key(entry, &message);
+        if let Some(key) = &inbox_key
+            && self
+                .transport
+                .inbox_contains(&self.endpoint.name, &key.to_hex())
+                .await
+                .map_err(DeliveryError::Inbox)?
+        {
+            info!(endpoint = %self.endpoint.name, %event_id, message_id = ?message.message_id, "inbox: duplicate, not handled again");
+            let plan = session_state::duplicate(entry, self.state, &event_id);
+            let settled = Settled {
+                message: &message,
+                event_id: &event_id,
+                entry,
+                replayed: replayed.is_some(),
+                report: None,
+                failure: None,
+                decided_by: None,
+                timing,
+                inbox_key: None,
+            };
+            return self.carry_out(received, plan, settled).await;
+        }
         match session_state::guard(entry, self.state, &event_id, replayed) {
             Guard::Park {
                 blocked_by,
@@ -179,11 +208,12 @@ impl<L: SessionLock> Delivery<'_, L> {
                         failure: None,
                         decided_by: None,
                         timing,
+                        inbox_key: None,
                     };
                     self.carry_out(received, plan, settled).await
                 }
                 None => {
-                    self.dispatch(received, &message, entry, &event_id, timing)
+                    self.dispatch(received, &message, entry, &event_id, timing, inbox_key)
                         .await
                 }
             },
@@ -198,6 +228,7 @@ impl<L: SessionLock> Delivery<'_, L> {
         entry: Entry,
         event_id: &str,
         timing: Timing,
+        inbox_key: Option<InboxKey>,
     ) -> Result<(), DeliveryError> {
         let event = HandlerEvent {
             event_id: event_id.to_owned(),
@@ -248,8 +279,20 @@ impl<L: SessionLock> Delivery<'_, L> {
             failure: failure.as_ref(),
             decided_by: decided_by.as_deref(),
             timing,
+            inbox_key,
         };
         self.carry_out(received, plan, settled).await
+    }
+
+    /// The inbox key of a message at an entry point that uses the inbox
+    /// (events, retries, resubmissions), when the endpoint has an inbox and
+    /// the message id is usable; `None` bypasses the inbox.
+    fn inbox_key(&self, entry: Entry, message: &NimbusMessage) -> Option<InboxKey> {
+        self.endpoint.inbox_retention?;
+        if !entry.runs_handler() {
+            return None;
+        }
+        InboxKey::new(&self.endpoint.name, message.message_id.as_deref()?)
     }
 
     /// Calls the handler on a blocking thread, renewing the session lock
@@ -320,6 +363,15 @@ impl<L: SessionLock> Delivery<'_, L> {
             }
         }
         settlement = self.with_state(settlement, &next);
+        if plan.record_inbox
+            && let (Some(key), Some(retention)) = (settled.inbox_key, self.endpoint.inbox_retention)
+        {
+            settlement = settlement.record_inbox(
+                self.endpoint.name.clone(),
+                key.to_hex(),
+                SystemTime::now() + retention,
+            );
+        }
         if plan.retry_if_policy_allows
             && let Some(failure) = settled.failure
         {
@@ -591,6 +643,7 @@ struct Settled<'a> {
     failure: Option<&'a Failure>,
     decided_by: Option<&'a str>,
     timing: Timing,
+    inbox_key: Option<InboxKey>,
 }
 
 /// The dead-letter reason and description of a failure: upstream's

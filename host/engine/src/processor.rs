@@ -69,9 +69,16 @@ pub async fn run_endpoint<T: Transport>(
             Ok(lock) => {
                 let endpoint = Arc::clone(&endpoint);
                 let shutdown = shutdown.clone();
+                let transport = Arc::clone(&transport);
                 sessions.spawn(async move {
-                    process_session(&endpoint, lock, settings.session_idle_timeout, &shutdown)
-                        .await;
+                    process_session(
+                        &*transport,
+                        &endpoint,
+                        lock,
+                        settings.session_idle_timeout,
+                        &shutdown,
+                    )
+                    .await;
                     drop(permit);
                 });
             }
@@ -96,9 +103,10 @@ pub async fn run_endpoint<T: Transport>(
 
 /// Handles the messages of one session in order until it idles, its lock is
 /// lost, or shutdown begins.
-async fn process_session<L: SessionLock>(
+async fn process_session<T: Transport>(
+    transport: &T,
     endpoint: &Endpoint,
-    lock: L,
+    lock: T::Session,
     idle_timeout: Duration,
     shutdown: &CancellationToken,
 ) {
@@ -126,6 +134,7 @@ async fn process_session<L: SessionLock>(
             Ok(Some(message)) => {
                 let mut delivery = Delivery {
                     endpoint,
+                    transport,
                     lock: &lock,
                     state: &mut state,
                 };

@@ -154,6 +154,14 @@ async fn provision(broker: &Broker, max_delivery_count: u32) {
 }
 
 async fn start(retry: RetryPolicies, max_delivery_count: u32) -> Harness {
+    start_with_inbox(retry, max_delivery_count, None).await
+}
+
+async fn start_with_inbox(
+    retry: RetryPolicies,
+    max_delivery_count: u32,
+    inbox_retention: Option<Duration>,
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let broker = Arc::new(
         Broker::open(BrokerOptions::new(dir.path()).durability(Durability::Os))
@@ -176,6 +184,7 @@ async fn start(retry: RetryPolicies, max_delivery_count: u32) -> Harness {
         max_delivery_count,
         renew_every: Duration::from_secs(5),
         sdk_version: "test".into(),
+        inbox_retention,
     });
     let shutdown = CancellationToken::new();
     let settings = ProcessorSettings {
@@ -484,6 +493,41 @@ async fn invalid_message_is_dead_lettered_with_the_defect_named() {
     assert!(
         h.seen().is_empty(),
         "the handler never runs on an invalid message"
+    );
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_skips_a_redelivered_message_id_as_a_duplicate() {
+    let h = start_with_inbox(
+        RetryPolicies::default(),
+        10,
+        Some(Duration::from_secs(3600)),
+    )
+    .await;
+    h.publish(event("s1", "e1", "A", "complete")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "e1")]));
+    // The publisher re-sends the same message (same MessageId).
+    h.publish(event("s1", "e1", "A", "complete")).await;
+    let (kind, event_id, response) = h.response().await;
+    assert_eq!((kind.as_str(), event_id.as_str()), ("SkipResponse", "e1"));
+    let error = response
+        .content
+        .and_then(|c| c.error_content)
+        .and_then(|e| e.error_text);
+    assert_eq!(error.as_deref(), Some("DuplicateDetected"));
+    assert_eq!(h.seen(), ["A"], "the handler ran once");
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_inbox_a_redelivered_message_id_runs_again() {
+    let h = start(RetryPolicies::default(), 10).await;
+    h.publish(event("s1", "e1", "A", "complete")).await;
+    h.publish(event("s1", "e1", "A", "complete")).await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("ResolutionResponse", "e1"), ("ResolutionResponse", "e1")])
     );
     h.shutdown.cancel();
 }

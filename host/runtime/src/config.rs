@@ -170,6 +170,18 @@ pub struct EngineConfig {
     /// Sessions the Resolver consumer processes at once.
     #[serde(default = "default_resolver_sessions")]
     pub resolver_sessions: usize,
+    /// Deduplicate by MessageId per endpoint: a message id handled before
+    /// is answered `SkipResponse` "DuplicateDetected" without running the
+    /// handler. The record commits with the settlement.
+    #[serde(default)]
+    pub inbox: bool,
+    /// How long the inbox remembers a handled message id.
+    #[serde(default = "default_inbox_retention", with = "humantime_serde")]
+    pub inbox_retention: Duration,
+}
+
+fn default_inbox_retention() -> Duration {
+    Duration::from_secs(7 * 24 * 3600)
 }
 
 fn default_max_concurrent_sessions() -> usize {
@@ -205,6 +217,8 @@ impl Default for EngineConfig {
             transient_backoff: default_transient_base(),
             transient_backoff_max: default_transient_max(),
             resolver_sessions: default_resolver_sessions(),
+            inbox: false,
+            inbox_retention: default_inbox_retention(),
         }
     }
 }

@@ -204,6 +204,7 @@ struct Supervisor {
     lock_duration: Duration,
     max_delivery_count: u32,
     processor: ProcessorSettings,
+    inbox_retention: Option<Duration>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     running: Mutex<BTreeSet<String>>,
@@ -231,6 +232,7 @@ impl Supervisor {
                 session_idle_timeout: config.engine.session_idle_timeout,
                 ..ProcessorSettings::default()
             },
+            inbox_retention: config.engine.inbox.then_some(config.engine.inbox_retention),
             shutdown: host.shutdown.clone(),
             tasks: host.tasks.clone(),
             running: Mutex::new(BTreeSet::new()),
@@ -290,6 +292,7 @@ impl Supervisor {
             max_delivery_count: self.max_delivery_count,
             renew_every: self.lock_duration / 3,
             sdk_version: format!("nimbus {VERSION}"),
+            inbox_retention: self.inbox_retention,
         });
         info!(endpoint = name, "endpoint started");
         self.tasks.spawn(nimbus_engine::run_endpoint(

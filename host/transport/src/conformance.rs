@@ -88,6 +88,7 @@ macro_rules! transport_conformance {
             duplicate_detection_drops_repeats_within_the_window,
             atomic_settlement_applies_all_or_nothing,
             admin_creates_lists_and_deletes_topology,
+            inbox_records_commit_with_the_settlement_expire_and_survive_restart,
         );
     };
     (@each $factory:path; $($name:ident),* $(,)?) => {
@@ -1110,4 +1111,56 @@ pub async fn admin_creates_lists_and_deletes_topology<H: Harness>(h: H) {
         t.delete_topic("t1").await.expect_err("gone").kind(),
         ErrorKind::NotFound
     );
+}
+
+/// An inbox record is written in the settlement's commit — not at all when
+/// the settlement fails — is seen until it expires, and survives a restart.
+pub async fn inbox_records_commit_with_the_settlement_expire_and_survive_restart<H: Harness>(h: H) {
+    let path = topic_with_sub(h.transport(), "ib", "s", SubscriptionSettings::sessions()).await;
+    let expires = h.now() + Duration::from_secs(3600);
+    {
+        let t = h.transport();
+        t.publish("ib", vec![msg(Some("k"), "1"), msg(Some("k"), "2")])
+            .await
+            .expect("publish");
+        let lock = t
+            .accept_session(&path, SessionSelector::Named("k".into()), ARRIVES)
+            .await
+            .expect("accept");
+        let one = lock.receive(ARRIVES).await.expect("receive").expect("1");
+        assert!(!t.inbox_contains("billing", "key-1").await.expect("check"));
+        lock.settle(Settlement::complete(one).record_inbox("billing", "key-1", expires))
+            .await
+            .expect("settle");
+        assert!(t.inbox_contains("billing", "key-1").await.expect("check"));
+        assert!(
+            !t.inbox_contains("shipping", "key-1").await.expect("check"),
+            "scopes are separate"
+        );
+        // A settlement that fails records nothing.
+        let two = lock.receive(ARRIVES).await.expect("receive").expect("2");
+        let bad = Settlement::complete(two)
+            .record_inbox("billing", "key-2", expires)
+            .publish("no-such-topic", msg(None, "x"));
+        assert!(lock.settle(bad).await.is_err());
+        assert!(!t.inbox_contains("billing", "key-2").await.expect("check"));
+    }
+    let Some(h) = h.restart().await else {
+        return;
+    };
+    assert!(
+        h.transport()
+            .inbox_contains("billing", "key-1")
+            .await
+            .expect("check after restart")
+    );
+    if h.advance(Duration::from_secs(3601)) {
+        assert!(
+            !h.transport()
+                .inbox_contains("billing", "key-1")
+                .await
+                .expect("check after expiry"),
+            "an expired record is forgotten"
+        );
+    }
 }

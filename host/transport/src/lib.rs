@@ -33,12 +33,13 @@ pub use error::{
     ReceiveError, RenewError, SessionStateError, SettleError, TransientError,
 };
 pub use message::{LockToken, Message, Properties, PropertyValue, ReceivedMessage};
-pub use settlement::{Disposition, SettleReceipt, Settlement, SettlementParts};
+pub use settlement::{Disposition, InboxRecord, SettleReceipt, Settlement, SettlementParts};
 pub use topology::{
     DEFAULT_LOCK_DURATION, DEFAULT_MAX_DELIVERY_COUNT, DEFAULT_RULE_FILTER, DEFAULT_RULE_NAME,
     RuleDescription, SubscriptionDescription, SubscriptionSettings, TopicDescription,
     TopicSettings,
 };
 pub use transport::{
-    Admin, Receiver, SessionLock, SessionSelector, SubQueue, SubscriptionPath, Transport,
+    Admin, Receiver, SessionInfo, SessionLock, SessionSelector, SubQueue, SubscriptionPath,
+    Transport,
 };

@@ -6,6 +6,8 @@
 //! a transport applies it all or nothing (the embedded broker in one SQLite
 //! transaction, under the session lock).
 
+use std::time::SystemTime;
+
 use crate::{Message, Properties, ReceivedMessage};
 
 /// What happens to the received message itself.
@@ -39,6 +41,21 @@ pub struct Settlement {
     outcome: Option<(ReceivedMessage, Disposition)>,
     publishes: Vec<(String, Message)>,
     session_state: Option<Option<Vec<u8>>>,
+    inbox: Vec<InboxRecord>,
+}
+
+/// A record in a consumer's inbox: "this scope has handled this key", kept
+/// until `expires_at`. Written in the same commit as the settlement that
+/// handled the message, so a crash can neither lose the record of a handled
+/// message nor record one that was not handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxRecord {
+    /// Whose inbox (e.g. the endpoint).
+    pub scope: String,
+    /// The deduplication key (e.g. a hash of endpoint and message id).
+    pub key: String,
+    /// When the record may be forgotten.
+    pub expires_at: SystemTime,
 }
 
 /// The parts of a [`Settlement`], for transports that apply it.
@@ -52,6 +69,8 @@ pub struct SettlementParts {
     pub publishes: Vec<(String, Message)>,
     /// `Some(new)` replaces the session state (`Some(None)` clears it).
     pub session_state: Option<Option<Vec<u8>>>,
+    /// Inbox records to write.
+    pub inbox: Vec<InboxRecord>,
 }
 
 impl Settlement {
@@ -106,12 +125,28 @@ impl Settlement {
         self
     }
 
+    /// Records `key` in `scope`'s inbox until `expires_at`, in the same commit.
+    pub fn record_inbox(
+        mut self,
+        scope: impl Into<String>,
+        key: impl Into<String>,
+        expires_at: SystemTime,
+    ) -> Self {
+        self.inbox.push(InboxRecord {
+            scope: scope.into(),
+            key: key.into(),
+            expires_at,
+        });
+        self
+    }
+
     /// The parts, for a transport to apply.
     pub fn into_parts(self) -> SettlementParts {
         SettlementParts {
             outcome: self.outcome,
             publishes: self.publishes,
             session_state: self.session_state,
+            inbox: self.inbox,
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::{
     AcceptSessionError, AdminError, CancelError, Message, OpenReceiverError, Properties,
     PublishError, ReceiveError, ReceivedMessage, RenewError, RuleDescription, SessionStateError,
     SettleError, SettleReceipt, Settlement, SubscriptionDescription, SubscriptionSettings,
-    TopicDescription, TopicSettings,
+    TopicDescription, TopicSettings, TransientError,
 };
 
 /// A subscription, named by its topic and its own name.
@@ -104,6 +104,14 @@ pub trait Transport: Send + Sync + 'static {
         path: &SubscriptionPath,
         queue: SubQueue,
     ) -> impl Future<Output = Result<Self::Receiver, OpenReceiverError>> + Send;
+
+    /// Whether `scope`'s inbox holds an unexpired record of `key` (written
+    /// by [`Settlement::record_inbox`]).
+    fn inbox_contains(
+        &self,
+        scope: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<bool, TransientError>> + Send;
 }
 
 /// An exclusive lock on one session of a subscription.
@@ -345,4 +353,25 @@ pub trait Admin: Send + Sync + 'static {
         &self,
         path: &SubscriptionPath,
     ) -> impl Future<Output = Result<Vec<RuleDescription>, AdminError>> + Send;
+
+    /// The sessions of a session-enabled subscription that hold messages or
+    /// a state, by session id. Operators use it to find blocked sessions;
+    /// it neither locks nor changes anything.
+    fn list_sessions(
+        &self,
+        path: &SubscriptionPath,
+    ) -> impl Future<Output = Result<Vec<SessionInfo>, AdminError>> + Send;
+}
+
+/// A session as listed by [`Admin::list_sessions`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The session id.
+    pub session_id: String,
+    /// The session state blob, if one is set.
+    pub state: Option<Vec<u8>>,
+    /// Messages in the session (available or locked; deferred included).
+    pub active_messages: u64,
+    /// Whether a receiver holds the session's lock now.
+    pub locked: bool,
 }
