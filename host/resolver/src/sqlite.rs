@@ -8,7 +8,7 @@ use rusqlite::{Connection, OptionalExtension, Row as SqlRow, params};
 
 use crate::guard::{self, Row, Verdict};
 use crate::observation::Observation;
-use crate::status::Status;
+use crate::status::{MessageKind, Status};
 use crate::store::{
     EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded, ResolverStore,
     StoreError,
@@ -374,12 +374,14 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
         }
         Verdict::Apply => {
             write_status(tx, obs, status, sub_status)?;
-            Recorded::Applied { status }
+            return Ok(Recorded::Applied { status });
         }
     };
     // Coordinates are facts about the request, not a status: a late
     // request copy whose status write is refused still supplies them.
-    write_coordinates(tx, obs)?;
+    if let Some(coordinates) = Coordinates::of(obs) {
+        write_coordinates(tx, obs, &coordinates)?;
+    }
     Ok(outcome)
 }
 
@@ -403,13 +405,32 @@ fn write_status(
     } else {
         (None, None)
     };
+    // The coordinates ride on the same statement (see `write_coordinates`
+    // for the rule); ?23 is NULL when this message supplies none.
+    let coordinates = Coordinates::of(obs);
+    let (request_message_id, request_from, originating_message_id, originating_from, authoritative) =
+        match &coordinates {
+            Some(c) => (
+                Some(c.request_message_id),
+                c.request_from,
+                c.originating_message_id,
+                c.originating_from,
+                c.authoritative,
+            ),
+            None => (None, None, None, None, false),
+        };
     exec(
         tx,
         "INSERT INTO events (endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
                              retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id,
-                             expected_by, handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?22)
+                             expected_by, handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms,
+                             request_message_id, request_from, originating_message_id, originating_from)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?22, ?23, ?24, ?25, ?26)
          ON CONFLICT (endpoint, event_id) DO UPDATE SET
+            request_message_id = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?23 ELSE request_message_id END,
+            request_from = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?24 ELSE request_from END,
+            originating_message_id = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?25 ELSE originating_message_id END,
+            originating_from = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?26 ELSE originating_from END,
             session_id = COALESCE(excluded.session_id, session_id),
             status = excluded.status,
             sub_status = excluded.sub_status,
@@ -453,6 +474,11 @@ fn write_status(
             obs.processing_time_ms,
             obs.payload,
             obs.at_ms,
+            request_message_id,
+            request_from,
+            originating_message_id,
+            originating_from,
+            authoritative,
         ],
     )
     .map_err(db("writing the status"))?;
@@ -464,22 +490,11 @@ fn write_status(
 /// always writes the lineage; any other message fills it only while it is
 /// unknown (a response's `ParentMessageId` is the request's `MessageId`).
 /// The lineage is written as one group, since `NULL` means `self`.
-fn write_coordinates(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<(), StoreError> {
-    use crate::status::MessageKind;
-    let (request_message_id, request_from) = match obs.kind {
-        MessageKind::EventRequest => (obs.message_id.as_ref(), obs.from.as_ref()),
-        kind if kind.is_request() => return Ok(()),
-        // A response's OriginatingFrom is the request's From (or, for an
-        // external publish, the lineage's own OriginatingFrom).
-        _ => (
-            obs.parent_message_id.as_ref(),
-            obs.originating_from.as_ref(),
-        ),
-    };
-    let Some(request_message_id) = request_message_id else {
-        return Ok(());
-    };
-    let authoritative = obs.kind == MessageKind::EventRequest;
+fn write_coordinates(
+    tx: &rusqlite::Transaction<'_>,
+    obs: &Observation,
+    coordinates: &Coordinates<'_>,
+) -> Result<(), StoreError> {
     exec(
         tx,
         "UPDATE events SET request_message_id = ?3, request_from = ?4, originating_message_id = ?5, originating_from = ?6
@@ -487,15 +502,47 @@ fn write_coordinates(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Resul
         params![
             obs.endpoint,
             obs.event_id,
-            request_message_id,
-            request_from,
-            obs.originating_message_id,
-            obs.originating_from,
-            authoritative,
+            coordinates.request_message_id,
+            coordinates.request_from,
+            coordinates.originating_message_id,
+            coordinates.originating_from,
+            coordinates.authoritative,
         ],
     )
     .map_err(db("writing the request coordinates"))?;
     Ok(())
+}
+
+/// What one message tells about the request the endpoint received.
+struct Coordinates<'a> {
+    request_message_id: &'a str,
+    request_from: Option<&'a str>,
+    originating_message_id: Option<&'a str>,
+    originating_from: Option<&'a str>,
+    /// The EventRequest copy itself: it overrides what responses supplied.
+    authoritative: bool,
+}
+
+impl<'a> Coordinates<'a> {
+    fn of(obs: &'a Observation) -> Option<Coordinates<'a>> {
+        let (request_message_id, request_from) = match obs.kind {
+            MessageKind::EventRequest => (obs.message_id.as_deref(), obs.from.as_deref()),
+            kind if kind.is_request() => return None,
+            // A response's OriginatingFrom is the request's From (or, for an
+            // external publish, the lineage's own OriginatingFrom).
+            _ => (
+                obs.parent_message_id.as_deref(),
+                obs.originating_from.as_deref(),
+            ),
+        };
+        Some(Coordinates {
+            request_message_id: request_message_id?,
+            request_from,
+            originating_message_id: obs.originating_message_id.as_deref(),
+            originating_from: obs.originating_from.as_deref(),
+            authoritative: obs.kind == MessageKind::EventRequest,
+        })
+    }
 }
 
 const EVENT_COLUMNS: &str = "endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
