@@ -99,8 +99,9 @@ impl Scratch {
         path
     }
 
-    /// Runs `nimbus` with `args` plus a private `--cache-dir`... for commands
-    /// that take one; use [`Scratch::run_raw`] for others.
+    /// Runs `nimbus` with `args` followed by a private `--cache-dir` (every
+    /// subcommand that loads components takes one); use [`Scratch::run_raw`]
+    /// for anything else, e.g. `--help`.
     pub fn run(&self, args: &[&str]) -> Run {
         let cache = self.path("cache");
         let mut all: Vec<&str> = args.to_vec();

@@ -10,30 +10,42 @@ mod support;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use nimbus_sandbox::{ErrorKind, Limits, Outcome};
 use support::{event, guest, sandbox};
 
-/// Sends every event's `message` field that contains `needle` to a channel.
+/// Signals, per event id, that the handler wrote a log line containing
+/// `needle` (the endless loop's "entering the loop").
 struct Signal {
     needle: &'static str,
-    sender: Mutex<mpsc::Sender<()>>,
+    waiting: Mutex<Vec<(String, mpsc::Sender<()>)>>,
     next_id: AtomicU64,
 }
 
-struct MessageVisitor(String);
+#[derive(Default)]
+struct Visitor {
+    message: String,
+    event_id: String,
+}
 
-impl tracing::field::Visit for MessageVisitor {
+impl tracing::field::Visit for Visitor {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "event_id" {
+            self.event_id = value.to_owned();
+        }
+    }
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = format!("{value:?}");
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "event_id" => self.event_id = format!("{value:?}").trim_matches('"').to_owned(),
+            _ => {}
         }
     }
 }
 
-impl tracing::Subscriber for Signal {
+impl tracing::Subscriber for &'static Signal {
     fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
         true
     }
@@ -43,26 +55,52 @@ impl tracing::Subscriber for Signal {
     fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
     fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
     fn event(&self, event: &tracing::Event<'_>) {
-        let mut visitor = MessageVisitor(String::new());
+        let mut visitor = Visitor::default();
         event.record(&mut visitor);
-        if visitor.0.contains(self.needle) {
-            let _ = self.sender.lock().expect("lock").send(());
+        if visitor.message.contains(self.needle) {
+            let waiting = self.waiting.lock().expect("lock");
+            for (event_id, sender) in waiting.iter() {
+                if *event_id == visitor.event_id {
+                    let _ = sender.send(());
+                }
+            }
         }
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
+/// A receiver that fires once the endless loop running `event_id` has
+/// entered its loop.
+fn loop_entered(event_id: &str) -> mpsc::Receiver<()> {
+    static SIGNAL: OnceLock<&'static Signal> = OnceLock::new();
+    let signal = SIGNAL.get_or_init(|| {
+        let signal: &'static Signal = Box::leak(Box::new(Signal {
+            needle: "endless-loop: entering the loop",
+            waiting: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
+        }));
+        tracing::subscriber::set_global_default(signal).expect("first subscriber");
+        signal
+    });
+    let (sender, receiver) = mpsc::channel();
+    signal
+        .waiting
+        .lock()
+        .expect("lock")
+        .push((event_id.to_owned(), sender));
+    receiver
+}
+
+fn loop_event(event_id: &str) -> nimbus_sandbox::Event {
+    let mut looping = event("Loop", "{}");
+    looping.event_id = event_id.to_owned();
+    looping
+}
+
 #[test]
 fn an_endless_loop_is_stopped_by_its_deadline_while_other_handlers_keep_serving() {
-    let (sender, entered) = mpsc::channel();
-    tracing::subscriber::set_global_default(Signal {
-        needle: "endless-loop: entering the loop",
-        sender: Mutex::new(sender),
-        next_id: AtomicU64::new(0),
-    })
-    .expect("first subscriber");
-
+    let entered = loop_entered("deadline-loop");
     let sandbox = sandbox();
     let load = |name: &str, limits: Limits| {
         let bytes = std::fs::read(guest(name)).expect("read guest");
@@ -89,7 +127,7 @@ fn an_endless_loop_is_stopped_by_its_deadline_while_other_handlers_keep_serving(
         let endless = Arc::clone(&endless);
         let loop_finished = Arc::clone(&loop_finished);
         std::thread::spawn(move || {
-            let invocation = endless.invoke(event("Loop", "{}"));
+            let invocation = endless.invoke(loop_event("deadline-loop"));
             loop_finished.store(true, Ordering::SeqCst);
             invocation
         })
@@ -122,4 +160,50 @@ fn an_endless_loop_is_stopped_by_its_deadline_while_other_handlers_keep_serving(
     let error = invocation.result.expect_err("the loop is stopped");
     assert_eq!(error.kind, ErrorKind::Failed);
     assert_eq!(error.detail.error_type, "Timeout", "{error}");
+}
+
+#[test]
+fn when_every_instance_slot_is_busy_the_event_is_transient_sandbox_busy() {
+    // A pool of one: while the endless loop holds the only slot, another
+    // event cannot get an instance. That is not the handler's fault, so it
+    // is `transient` (redeliver), not `failed`.
+    let entered = loop_entered("busy-loop");
+    let sandbox = support::sandbox_with(None, |config| config.max_concurrent_instances = 1);
+    let load = |name: &str, limits: Limits| {
+        let bytes = std::fs::read(guest(name)).expect("read guest");
+        Arc::new(
+            sandbox
+                .load_bytes(name, &bytes, limits, BTreeMap::new())
+                .expect("loads"),
+        )
+    };
+    let endless = load(
+        "endless-loop",
+        Limits {
+            timeout: Duration::from_secs(3),
+            ..Limits::default()
+        },
+    );
+    let noop = load("noop", Limits::default());
+    let looping = {
+        let endless = Arc::clone(&endless);
+        std::thread::spawn(move || endless.invoke(loop_event("busy-loop")))
+    };
+    entered
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the endless loop starts");
+    let busy = noop.invoke(event("Noop", "{}"));
+    let looped = looping.join().expect("loop thread");
+    assert_eq!(
+        looped.result.expect_err("stopped").detail.error_type,
+        "Timeout"
+    );
+    let error = busy.result.expect_err("no slot while the loop runs");
+    assert_eq!(error.kind, ErrorKind::Transient, "{error}");
+    assert_eq!(error.detail.error_type, "SandboxBusy", "{error}");
+    // The slot is free again once the loop is stopped.
+    assert_eq!(
+        noop.invoke(event("Noop", "{}")).result,
+        Ok(Outcome::Completed)
+    );
 }
