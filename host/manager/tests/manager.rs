@@ -652,3 +652,96 @@ async fn dead_letter_operations_name_what_is_missing() {
     );
     h.stop().await;
 }
+
+/// The whole path with the real provisioning: storefront publishes, the
+/// forwarder gives billing's copy a fresh EventId, the Resolver records it,
+/// and the Manager resubmits it by that id alone, with the shape of vector
+/// 08 (the EventId aside: the forwarding rule chose it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_alone() {
+    use nimbus_transport::provision::{Endpoint, Topology, provision};
+
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(
+        Broker::open(BrokerOptions::new(dir.path().join("broker")))
+            .await
+            .unwrap(),
+    );
+    let topology = Topology::new()
+        .endpoint(Endpoint::new("billing").consumes(["OrderPlaced"]))
+        .producer_topic("storefront");
+    provision(&*broker, &topology).await.unwrap();
+    let store = Arc::new(SqliteResolverStore::open(&dir.path().join("resolver.db")).unwrap());
+    let (tx, mut progress) = mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    let resolver = tokio::spawn(run_resolver(
+        Arc::clone(&broker),
+        Arc::clone(&store) as Arc<dyn ResolverStore>,
+        ResolverSettings {
+            session_idle_timeout: Duration::from_millis(50),
+            progress: Some(tx),
+            ..ResolverSettings::default()
+        },
+        shutdown.clone(),
+    ));
+
+    let publish = build::original_publish(&build::Publish {
+        event_type_id: "OrderPlaced".into(),
+        payload: r#"{"OrderId":"o-1001","Customer":"acme","Total":150.0}"#.into(),
+        session_id: Some(SESSION.into()),
+        correlation_id: Some("corr-7".into()),
+        message_id: Some("msg-pub-1".into()),
+        publisher: Some("storefront".into()),
+        ..build::Publish::default()
+    });
+    broker
+        .publish("storefront", vec![publish.to_transport()])
+        .await
+        .unwrap();
+    let recorded = tokio::time::timeout(PATIENCE, progress.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let Outcome::Recorded {
+        endpoint, event_id, ..
+    } = recorded.outcome
+    else {
+        panic!("expected the request copy recorded, got {recorded:?}");
+    };
+    assert_eq!(endpoint, "billing");
+
+    let manager = Manager::new(
+        Arc::clone(&broker),
+        Arc::clone(&store) as Arc<dyn ResolverStore>,
+    );
+    let sent = manager.resubmit(&event_id, None, None).await.unwrap();
+
+    let lock = broker
+        .accept_session(
+            &SubscriptionPath::new("billing", "billing"),
+            SessionSelector::Named(SESSION.into()),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    let original = lock.receive(PATIENCE).await.unwrap().unwrap();
+    assert_eq!(original.message.message_id.as_deref(), Some("msg-pub-1"));
+    lock.complete(original).await.unwrap();
+    let mut control = lock.receive(PATIENCE).await.unwrap().unwrap();
+    assert_eq!(
+        control.message.message_id.as_deref(),
+        Some(sent.message_id.as_str())
+    );
+    assert_eq!(
+        control.message.properties.remove("EventId"),
+        Some(PropertyValue::String(event_id.clone()))
+    );
+    control
+        .message
+        .properties
+        .insert("EventId".into(), PropertyValue::String(EVENT_ID.into()));
+    assert_is_vector(&control, "08-resubmission-request");
+    drop(lock);
+    shutdown.cancel();
+    resolver.await.unwrap().unwrap();
+}
