@@ -321,8 +321,6 @@ impl<T: Transport> Delivery<'_, T> {
         settled: Settled<'_>,
     ) -> Result<(), DeliveryError> {
         let topic = self.endpoint.name.clone();
-        let mut next = self.state.clone();
-        plan.apply(&mut next, settled.event_id, settled.replayed);
         let mut settlement = Settlement::new();
 
         // Transient: hold the session for the backoff, then hand the message
@@ -349,6 +347,10 @@ impl<T: Transport> Delivery<'_, T> {
             plan.response = Some(Response::DeadLetterNotification);
             plan.settle = Settle::DeadLetter;
         }
+        // After the transient decision: a replayed copy that is dead-lettered
+        // leaves the parked set, one that is abandoned stays in flight.
+        let mut next = self.state.clone();
+        plan.apply(&mut next, settled.event_id, settled.replayed);
 
         if let Some(response) = plan.response {
             let response = self.response(response, &settled, &received);

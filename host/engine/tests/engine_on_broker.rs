@@ -531,3 +531,30 @@ async fn without_an_inbox_a_redelivered_message_id_runs_again() {
     );
     h.shutdown.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_message_dead_lettered_after_transient_failures_leaves_the_parked_set() {
+    let h = start(RetryPolicies::default(), 3).await;
+    h.publish(event("s1", "e1", "A", "fail")).await;
+    h.publish(event("s1", "e2", "B", "transient")).await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("ErrorResponse", "e1"), ("DeferralResponse", "e2")])
+    );
+    h.publish(control(MessageType::SkipRequest, "s1", "e1"))
+        .await;
+    let (kind, event_id, response) = {
+        h.responses(1).await;
+        h.response().await
+    };
+    assert_eq!((kind.as_str(), event_id.as_str()), ("ErrorResponse", "e2"));
+    assert_eq!(
+        response.dead_letter_reason.as_deref(),
+        Some("MaxDeliveryCountExceeded")
+    );
+    // Nothing is parked any more, so a new event of the session runs at once.
+    h.publish(event("s1", "e3", "C", "complete")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "e3")]));
+    assert!(h.session_state("s1").await.is_empty());
+    h.shutdown.cancel();
+}
