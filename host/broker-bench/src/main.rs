@@ -16,16 +16,28 @@
 //! The run fails, rather than reports, if a session's messages arrive out
 //! of order or if anything published is not completed by the end.
 //!
+//! With the `compare` feature, `--system rabbitmq` and `--system jetstream`
+//! run the same closed loop against a RabbitMQ or NATS JetStream server
+//! (sessions become queues or subjects), measured and checked by the same
+//! code (`measure`), so the script can quote nimbus / other ratios from
+//! one run.
+//!
 //! Not part of the default build or CI: `scripts/bench-broker.sh` builds
 //! it in release and runs it.
 
+#[cfg(feature = "compare")]
+mod jetstream;
+mod measure;
+#[cfg(feature = "compare")]
+mod rabbitmq;
+
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use nimbus_broker::{Broker, BrokerOptions, Durability};
@@ -34,6 +46,8 @@ use nimbus_transport::{
     SubscriptionSettings, TopicSettings, Transport,
 };
 use tokio::sync::Semaphore;
+
+use crate::measure::{Outcome, Record, Window};
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
@@ -73,39 +87,35 @@ struct Args {
     /// on tmpfs, fsync costs nothing).
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Which system to load: the embedded broker, or (feature `compare`)
+    /// a running RabbitMQ or NATS JetStream server.
+    #[arg(long, value_enum, default_value_t = System::Nimbus)]
+    system: System,
+    /// RabbitMQ's AMQP address (`--system rabbitmq`).
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    amqp_url: String,
+    /// NATS server address (`--system jetstream`).
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// The server's process id, so its CPU time counts in `cpu us/msg`
+    /// (the embedded broker's is this process's own).
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// RabbitMQ prefetch (QoS) per consumer, and JetStream pull batch.
+    #[arg(long, default_value_t = 100)]
+    prefetch: u16,
 }
 
-/// What the consumers record: completions and their latencies, counted
-/// only while `measuring` is set.
-#[derive(Default)]
-struct Record {
-    measuring: AtomicBool,
-    completed: AtomicU64,
-    latencies_us: Mutex<Vec<u32>>,
-}
-
-impl Record {
-    fn complete(&self, published_at: Instant) {
-        if self.measuring.load(Ordering::Relaxed) {
-            let us = u32::try_from(published_at.elapsed().as_micros()).unwrap_or(u32::MAX);
-            self.completed.fetch_add(1, Ordering::Relaxed);
-            self.latencies_us
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(us);
-        }
-    }
-}
-
-struct Outcome {
-    rate: f64,
-    /// Process CPU time (all threads, user + system) per measured message.
-    cpu_us_per_message: Option<f64>,
-    p50_us: u32,
-    p99_us: u32,
-    max_us: u32,
-    measured: u64,
-    total: u64,
+/// The system under load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum System {
+    /// The embedded broker, in this process.
+    Nimbus,
+    /// RabbitMQ over AMQP 0-9-1: classic durable queues, persistent
+    /// messages, publisher confirms, manual acks.
+    Rabbitmq,
+    /// NATS JetStream: file storage, pull consumers, explicit acks.
+    Jetstream,
 }
 
 fn main() -> Result<()> {
@@ -127,7 +137,8 @@ fn main() -> Result<()> {
         }
     );
     println!(
-        "# {:<6} {:>8} {:>7} {:>12} {:>9} {:>9} {:>9} {:>10} {:>11} {:>14}",
+        "# {:<7} {:<8} {:>8} {:>7} {:>12} {:>9} {:>9} {:>9} {:>10} {:>11} {:>14}",
+        "system",
         "durab.",
         "sessions",
         "window",
@@ -140,16 +151,18 @@ fn main() -> Result<()> {
         "cpu-bound/s"
     );
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    for durability in &args.durability {
-        let level = match durability.as_str() {
-            "fsync" => Durability::Fsync,
-            "os" => Durability::Os,
-            other => bail!("unknown durability '{other}' (expected fsync or os)"),
-        };
+    // The durability column: the level for nimbus, what the other system
+    // was configured with otherwise (one level each, see the modules).
+    let levels: Vec<String> = match args.system {
+        System::Nimbus => args.durability.clone(),
+        System::Rabbitmq => vec!["durable".to_owned()],
+        System::Jetstream => vec!["file".to_owned()],
+    };
+    for durability in &levels {
         for &sessions in &args.sessions {
             ensure!(sessions > 0, "session count must be at least 1");
             let window = args.window.min(args.total_window / sessions).max(1);
-            let outcome = runtime.block_on(scenario(&args, level, sessions, window))?;
+            let outcome = runtime.block_on(run(&args, durability, sessions, window))?;
             let cpu = outcome
                 .cpu_us_per_message
                 .map_or_else(|| "-".to_owned(), |us| format!("{us:.1}"));
@@ -160,7 +173,8 @@ fn main() -> Result<()> {
                 |us| format!("{:.0}", cores as f64 * 1e6 / us),
             );
             println!(
-                "{:<8} {:>8} {:>7} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>10} {:>11} {:>14}",
+                "{:<9} {:<8} {:>8} {:>7} {:>12.0} {:>9.2} {:>9.2} {:>9.2} {:>10} {:>11} {:>14}",
+                system_name(args.system),
                 durability,
                 sessions,
                 window,
@@ -179,6 +193,37 @@ fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn system_name(system: System) -> &'static str {
+    match system {
+        System::Nimbus => "nimbus",
+        System::Rabbitmq => "rabbitmq",
+        System::Jetstream => "jetstream",
+    }
+}
+
+/// One scenario on the chosen system.
+async fn run(args: &Args, durability: &str, sessions: usize, window: usize) -> Result<Outcome> {
+    match args.system {
+        System::Nimbus => {
+            let level = match durability {
+                "fsync" => Durability::Fsync,
+                "os" => Durability::Os,
+                other => bail!("unknown durability '{other}' (expected fsync or os)"),
+            };
+            scenario(args, level, sessions, window).await
+        }
+        #[cfg(feature = "compare")]
+        System::Rabbitmq => rabbitmq::scenario(args, sessions, window).await,
+        #[cfg(feature = "compare")]
+        System::Jetstream => jetstream::scenario(args, sessions, window).await,
+        #[cfg(not(feature = "compare"))]
+        System::Rabbitmq | System::Jetstream => bail!(
+            "--system {} needs the `compare` feature (scripts/bench-broker.sh --compare)",
+            system_name(args.system)
+        ),
+    }
 }
 
 async fn scenario(
@@ -253,13 +298,9 @@ async fn scenario(
     }
 
     tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
-    record.measuring.store(true, Ordering::Relaxed);
-    let started = Instant::now();
-    let cpu_before = process_cpu();
+    let measuring = Window::open(&record, args.server_pid);
     tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
-    record.measuring.store(false, Ordering::Relaxed);
-    let cpu_after = process_cpu();
-    let elapsed = started.elapsed();
+    let closed = measuring.close(&record);
     stop.store(true, Ordering::Relaxed);
 
     for producer in producers {
@@ -269,38 +310,8 @@ async fn scenario(
     for consumer in consumers {
         completed += consumer.await.context("consumer task")??;
     }
-    let total = published.load(Ordering::Relaxed);
-    ensure!(
-        completed == total,
-        "{total} messages published but {completed} completed"
-    );
-
-    let measured = record.completed.load(Ordering::Relaxed);
-    let mut latencies = std::mem::take(
-        &mut *record
-            .latencies_us
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner),
-    );
-    ensure!(!latencies.is_empty(), "nothing completed while measuring");
-    latencies.sort_unstable();
-    let at = |q: f64| {
-        let i = ((latencies.len() as f64 - 1.0) * q).round() as usize;
-        latencies[i.min(latencies.len() - 1)]
-    };
     drop(broker);
-    let cpu_us_per_message = cpu_before
-        .zip(cpu_after)
-        .map(|(before, after)| (after - before).as_secs_f64() * 1e6 / measured as f64);
-    Ok(Outcome {
-        rate: measured as f64 / elapsed.as_secs_f64(),
-        cpu_us_per_message,
-        p50_us: at(0.50),
-        p99_us: at(0.99),
-        max_us: at(1.0),
-        measured,
-        total,
-    })
+    closed.outcome(&record, completed, published.load(Ordering::Relaxed))
 }
 
 /// Publishes to one session whatever the window allows, in batches, until
@@ -333,13 +344,10 @@ async fn produce(
                 Err(_) => break,
             }
         }
-        let now_us = u64::try_from(epoch.elapsed().as_micros()).unwrap_or(u64::MAX);
         let messages: Vec<Message> = (0..n)
             .map(|i| {
-                let mut body = vec![0u8; body_len.max(16)];
-                body[..8].copy_from_slice(&now_us.to_le_bytes());
-                body[8..16].copy_from_slice(&(next_index + i as u64).to_le_bytes());
-                let mut message = Message::new(body);
+                let mut message =
+                    Message::new(measure::body(body_len, epoch, next_index + i as u64));
                 message.session_id = Some(session_id.clone());
                 message
             })
@@ -382,16 +390,13 @@ async fn consume<L: SessionLock>(
         else {
             continue;
         };
-        let body = &message.message.body;
-        let stamp = u64::from_le_bytes(body[..8].try_into().context("short body")?);
-        let index = u64::from_le_bytes(body[8..16].try_into().context("short body")?);
+        let (published_at, index) = measure::parse_body(&message.message.body, epoch)?;
         ensure!(
             index == expected_index,
             "session {}: got message {index}, expected {expected_index}",
             lock.session_id()
         );
         expected_index += 1;
-        let published_at = epoch + Duration::from_micros(stamp);
         if to_complete.send((message, published_at)).is_err() {
             // The completer stopped on an error: report it.
             break;
@@ -429,21 +434,4 @@ async fn complete_all<L: SessionLock>(
         }
     }
     Ok(())
-}
-
-/// User + system CPU time of this process so far, from `/proc/self/stat`
-/// (Linux; clock ticks of 1/100 s, the kernel's `USER_HZ` on every common
-/// architecture). `None` elsewhere.
-fn process_cpu() -> Option<Duration> {
-    const TICKS_PER_SECOND: u64 = 100;
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may hold spaces) start at
-    // field 3 (state); utime and stime are fields 14 and 15.
-    let rest = stat.rsplit_once(") ")?.1;
-    let mut fields = rest.split_ascii_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(Duration::from_millis(
-        (utime + stime) * 1000 / TICKS_PER_SECOND,
-    ))
 }
