@@ -174,8 +174,10 @@ fn bench_dispatch() {
     let resident_variants: Vec<(String, _)> = [
         (0usize, true),
         (64 << 10, true),
+        (128 << 10, true),
         (1 << 20, true),
         (defaults.keep_resident_bytes, false),
+        (128 << 10, false),
     ]
     .into_iter()
     .map(|(bytes, pagemap)| {
@@ -313,7 +315,45 @@ fn bench_hot_swap() {
     let _ = Arc::clone(&registry);
 }
 
+/// `NIMBUS_BENCH_PROFILE=<guest>:<events>`: only invoke that guest, for a
+/// profiler (`perf record`, `valgrind --tool=callgrind`) to count where the
+/// per-event work goes. `NIMBUS_BENCH_CACHE=<dir>` keeps the compiled form
+/// there, so a run under valgrind does not compile with cranelift.
+fn profile(spec: &str) {
+    let (name, events) = spec
+        .split_once(':')
+        .expect("NIMBUS_BENCH_PROFILE=<guest>:<events>");
+    let events: usize = events.parse().expect("a number of events");
+    // A small pool: valgrind cannot reserve the default pool's address space.
+    let sandbox = Sandbox::new(SandboxConfig {
+        cache_dir: std::env::var_os("NIMBUS_BENCH_CACHE").map(PathBuf::from),
+        max_concurrent_instances: 2,
+        max_memory_bytes: Limits::default().memory_bytes,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let version = sandbox
+        .load_bytes(name, &guest(name), Limits::default(), BTreeMap::new())
+        .unwrap();
+    let event = if name == "noop" {
+        Event {
+            event_type: "Noop".into(),
+            ..order_event()
+        }
+    } else {
+        order_event()
+    };
+    assert_eq!(version.invoke(event.clone()).result, Ok(Outcome::Completed));
+    for _ in 0..events {
+        black_box(version.invoke(black_box(event.clone())));
+    }
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("NIMBUS_BENCH_PROFILE") {
+        profile(&spec);
+        return;
+    }
     // `cargo test --benches` runs bench binaries with `--bench` absent: keep it quick then.
     if !std::env::args().any(|a| a == "--bench") {
         println!("run with `cargo bench -p nimbus-sandbox --bench dispatch`");

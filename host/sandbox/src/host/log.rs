@@ -74,8 +74,10 @@ impl LogCapture {
 
 /// Emits one handler log record as a tracing event.
 pub(crate) fn emit(tags: &InvocationTags, record: &LogRecord) {
+    // Field values that need formatting are built inside `event!`, which
+    // evaluates them only when a subscriber wants the record: with none, a
+    // handler that logs per event paid for hex-formatting the digest anyway.
     let handler = &*tags.handler;
-    let version = tags.digest.short();
     let event_id = tags.event_id.as_str();
     let session_id = tags.session_id.as_str();
     let source = match record.source {
@@ -84,7 +86,6 @@ pub(crate) fn emit(tags: &InvocationTags, record: &LogRecord) {
         LogSource::Stderr => "stderr",
         LogSource::Sandbox => "sandbox",
     };
-    let fields = (!record.fields.is_empty()).then(|| format!("{:?}", record.fields));
     let message = record.message.as_str();
     macro_rules! at {
         ($level:expr) => {
@@ -92,11 +93,13 @@ pub(crate) fn emit(tags: &InvocationTags, record: &LogRecord) {
                 target: "nimbus::handler",
                 $level,
                 handler,
-                %version,
+                version = %tags.digest.short(),
                 event_id,
                 session_id,
                 source,
-                fields = fields.as_deref(),
+                fields = (!record.fields.is_empty())
+                    .then(|| format!("{:?}", record.fields))
+                    .as_deref(),
                 "{message}"
             )
         };
