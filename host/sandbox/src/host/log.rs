@@ -129,7 +129,82 @@ pub(crate) fn truncate(mut text: String, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::truncate;
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use super::{emit, truncate};
+    use crate::event::{Digest, LogLevel, LogRecord, LogSource};
+    use crate::state::InvocationTags;
+
+    /// Records every event's fields as strings.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<BTreeMap<String, String>>>>);
+
+    struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+    impl tracing::field::Visit for Fields<'_> {
+        fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+            self.0.insert(field.name().to_owned(), value.to_owned());
+        }
+
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0.insert(field.name().to_owned(), format!("{value:?}"));
+        }
+    }
+
+    impl tracing::Subscriber for Recorder {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut fields = BTreeMap::new();
+            event.record(&mut Fields(&mut fields));
+            self.0.lock().expect("recorder lock").push(fields);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    fn record(fields: Vec<(String, String)>) -> LogRecord {
+        LogRecord {
+            level: LogLevel::Info,
+            source: LogSource::Handler,
+            message: "order accepted".to_owned(),
+            fields,
+        }
+    }
+
+    // The version and fields are formatted lazily inside `event!`: a
+    // subscriber that listens must still get them.
+    #[test]
+    fn emitted_records_carry_version_and_fields() {
+        let digest = Digest::of(b"component");
+        let tags = InvocationTags {
+            handler: Arc::from("orders"),
+            digest,
+            event_id: "e-1".to_owned(),
+            session_id: "s-1".to_owned(),
+        };
+        let recorder = Recorder::default();
+        tracing::subscriber::with_default(recorder.clone(), || {
+            emit(&tags, &record(vec![("order".to_owned(), "o-1".to_owned())]));
+            emit(&tags, &record(Vec::new()));
+        });
+        let events = recorder.0.lock().expect("recorder lock").clone();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0]["version"], digest.short());
+        assert_eq!(events[0]["handler"], "orders");
+        assert_eq!(events[0]["event_id"], "e-1");
+        assert_eq!(events[0]["message"], "order accepted");
+        assert!(events[0]["fields"].contains("o-1"), "{events:?}");
+        assert_eq!(events[1]["version"], digest.short());
+        assert!(!events[1].contains_key("fields"), "{events:?}");
+    }
 
     #[test]
     fn truncation_respects_char_boundaries() {
