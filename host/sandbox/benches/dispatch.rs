@@ -335,6 +335,9 @@ fn profile(spec: &str) {
     let version = sandbox
         .load_bytes(name, &guest(name), Limits::default(), BTreeMap::new())
         .unwrap();
+    // What the instantiation has to link, per event.
+    eprintln!("{name} imports: {:?}", version.imports());
+    eprintln!("{name} exports: {:?}", version.exports());
     let event = if name == "noop" {
         Event {
             event_type: "Noop".into(),
