@@ -894,6 +894,12 @@ impl Admin for Flaky<'static> {
         self.mutate()?;
         self.broker.delete_rule(path, rule).await
     }
+    async fn list_sessions(
+        &self,
+        path: &SubscriptionPath,
+    ) -> Result<Vec<nimbus_transport::SessionInfo>, nimbus_transport::AdminError> {
+        self.broker.list_sessions(path).await
+    }
     async fn list_rules(
         &self,
         path: &SubscriptionPath,
