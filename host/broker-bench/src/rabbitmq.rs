@@ -14,14 +14,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
     ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, Consumer};
 use tokio::sync::Semaphore;
 
 use crate::Args;
@@ -144,10 +144,17 @@ struct Producer {
 }
 
 /// Publishes whatever the window allows, one message per publish (AMQP has
-/// no batch publish; the client pipelines them), and checks every publisher
-/// confirm, until stopped and everything is confirmed.
+/// no batch publish), and checks every publisher confirm, until stopped and
+/// everything is confirmed.
+///
+/// `basic_publish` resolves only once the client's I/O loop has written the
+/// frames; awaiting it before the next publish would cost one I/O loop
+/// round trip per message and measure the client, not the server. So each
+/// publish (and then its confirm) is a future of its own, polled once at
+/// once, which queues its frames in publish order, and then driven with the
+/// others.
 async fn produce(p: Producer, body_len: usize, epoch: Instant) -> Result<()> {
-    let mut confirms = FuturesUnordered::new();
+    let mut in_flight = FuturesUnordered::new();
     let mut next_index: u64 = 0;
     loop {
         let stopping = p.stop.load(Ordering::Relaxed);
@@ -159,25 +166,31 @@ async fn produce(p: Producer, body_len: usize, epoch: Instant) -> Result<()> {
                     continue;
                 }
                 permit.forget();
-                let confirm = p
-                    .channel
-                    .basic_publish(
-                        "".into(),
-                        p.queue.as_str().into(),
-                        BasicPublishOptions::default(),
-                        &measure::body(body_len, epoch, next_index),
-                        BasicProperties::default().with_delivery_mode(PERSISTENT),
-                    )
-                    .await
-                    .with_context(|| format!("publish to {}", p.queue))?;
-                confirms.push(confirm);
+                let channel = p.channel.clone();
+                let queue = p.queue.clone();
+                let body = measure::body(body_len, epoch, next_index);
+                let mut publish = Box::pin(async move {
+                    let confirm = channel
+                        .basic_publish(
+                            "".into(),
+                            queue.as_str().into(),
+                            BasicPublishOptions::default(),
+                            &body,
+                            BasicProperties::default().with_delivery_mode(PERSISTENT),
+                        )
+                        .await?;
+                    confirm.await
+                });
+                match (&mut publish).now_or_never() {
+                    Some(confirmation) => confirmed(confirmation, &p.queue)?,
+                    None => in_flight.push(publish),
+                }
                 next_index += 1;
                 p.sent.store(next_index, Ordering::Release);
                 p.published.fetch_add(1, Ordering::Relaxed);
             }
-            Some(confirm) = confirms.next(), if !confirms.is_empty() => {
-                let confirmation = confirm.context("publisher confirm")?;
-                ensure!(confirmation.is_ack(), "RabbitMQ nacked a publish to {}", p.queue);
+            Some(confirmation) = in_flight.next(), if !in_flight.is_empty() => {
+                confirmed(confirmation, &p.queue)?;
             }
             else => break,
         }
@@ -186,8 +199,20 @@ async fn produce(p: Producer, body_len: usize, epoch: Instant) -> Result<()> {
     Ok(())
 }
 
+/// Fails on a publish error or a negative publisher confirm.
+fn confirmed(confirmation: lapin::Result<Confirmation>, queue: &str) -> Result<()> {
+    let confirmation = confirmation.with_context(|| format!("publish to {queue}"))?;
+    ensure!(
+        confirmation.is_ack(),
+        "RabbitMQ nacked a publish to {queue}"
+    );
+    Ok(())
+}
+
 /// Receives one queue in order and acks each message; returns how many once
-/// the producer stopped and everything it sent was received.
+/// the producer stopped and everything it sent was received and acked.
+/// Acks run concurrently with the next deliveries, for the same reason
+/// publishes do (see `produce`).
 async fn consume(
     mut consumer: Consumer,
     queue: String,
@@ -198,28 +223,48 @@ async fn consume(
     epoch: Instant,
 ) -> Result<u64> {
     let mut expected_index: u64 = 0;
-    loop {
-        if producer_done.load(Ordering::Acquire) && expected_index >= sent.load(Ordering::Acquire) {
-            break;
-        }
-        let delivery = match tokio::time::timeout(Duration::from_millis(50), consumer.next()).await
-        {
-            Err(_) => continue,
-            Ok(None) => bail!("RabbitMQ cancelled the consumer of {queue}"),
-            Ok(Some(delivery)) => delivery.with_context(|| format!("receive from {queue}"))?,
-        };
-        let (published_at, index) = measure::parse_body(&delivery.data, epoch)?;
-        ensure!(
-            index == expected_index,
-            "queue {queue}: got message {index}, expected {expected_index}"
-        );
-        expected_index += 1;
-        delivery
-            .ack(BasicAckOptions::default())
-            .await
-            .with_context(|| format!("ack on {queue}"))?;
+    let mut acks = FuturesUnordered::new();
+    let acked = |result: lapin::Result<Instant>| -> Result<()> {
+        let published_at = result.with_context(|| format!("ack on {queue}"))?;
         record.complete(published_at);
         permits.add_permits(1);
+        Ok(())
+    };
+    loop {
+        if producer_done.load(Ordering::Acquire)
+            && expected_index >= sent.load(Ordering::Acquire)
+            && acks.is_empty()
+        {
+            break;
+        }
+        tokio::select! {
+            Some(result) = acks.next(), if !acks.is_empty() => acked(result)?,
+            next = tokio::time::timeout(Duration::from_millis(50), consumer.next()) => {
+                let delivery = match next {
+                    Err(_) => continue,
+                    Ok(None) => bail!("RabbitMQ cancelled the consumer of {queue}"),
+                    Ok(Some(delivery)) => {
+                        delivery.with_context(|| format!("receive from {queue}"))?
+                    }
+                };
+                let (published_at, index) = measure::parse_body(&delivery.data, epoch)?;
+                ensure!(
+                    index == expected_index,
+                    "queue {queue}: got message {index}, expected {expected_index}"
+                );
+                expected_index += 1;
+                let mut ack = Box::pin(async move {
+                    delivery
+                        .ack(BasicAckOptions::default())
+                        .await
+                        .map(|_| published_at)
+                });
+                match (&mut ack).now_or_never() {
+                    Some(result) => acked(result)?,
+                    None => acks.push(ack),
+                }
+            }
+        }
     }
     Ok(expected_index)
 }
