@@ -1,0 +1,274 @@
+//! What a bench run reports, and how it prints: one line per phase with
+//! the figures side by side, then the wasm/native ratios.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::load::Samples;
+use super::rig::Rig;
+use super::stats::{Ms, Percentiles, median_ms, process_cpu};
+use super::{BenchOptions, Mode};
+
+/// One measured phase.
+#[derive(Debug, Clone)]
+pub struct PhaseReport {
+    /// The open-loop rate offered, events/s (`None`: closed loop).
+    pub offered_rate: Option<f64>,
+    /// Events that ended (completed, skipped, blocked, parked or lost).
+    pub ended: usize,
+    /// From the first event published to the last status committed.
+    pub elapsed: Duration,
+    /// `ended / elapsed`.
+    pub throughput: f64,
+    /// End-to-end latency of the completed events.
+    pub completed: Percentiles,
+    /// End-to-end latency of failed events, to their skip.
+    pub skipped: Percentiles,
+    /// Failed events left blocking their session.
+    pub blocked: usize,
+    /// Events parked behind a blocked one.
+    pub parked: usize,
+    /// Events that ended dead-lettered or unsupported (a broken setup).
+    pub lost: usize,
+    /// Median enqueue-to-handler time the engine reported, ms.
+    pub queue_p50_ms: Option<i64>,
+    /// Median handler-entry-to-response time the engine reported, ms.
+    pub processing_p50_ms: Option<i64>,
+    /// Mean time inside one handler call.
+    pub handler_mean: Duration,
+    /// Process CPU time per ended event (Linux).
+    pub cpu_per_event: Option<Duration>,
+}
+
+impl PhaseReport {
+    /// Whether an open-loop phase kept up with the rate offered (ended at
+    /// 95 % of it or more); `None` for the closed loop.
+    pub fn kept_up(&self) -> Option<bool> {
+        self.offered_rate.map(|rate| self.throughput >= 0.95 * rate)
+    }
+}
+
+/// The two phases of one mode.
+#[derive(Debug, Clone)]
+pub struct ModeReport {
+    /// Wasm or native.
+    pub mode: Mode,
+    /// Closed loop: the throughput sustained.
+    pub closed: PhaseReport,
+    /// Open loop at half that (or the rate asked).
+    pub open: PhaseReport,
+}
+
+/// A whole run.
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    /// What ran.
+    pub options: BenchOptions,
+    /// The machine it ran on, for the record.
+    pub machine: String,
+    /// One per mode, in the order run.
+    pub modes: Vec<ModeReport>,
+}
+
+/// The counters at the start of a phase.
+pub(crate) struct Probe {
+    cpu: Option<Duration>,
+    handler: (u64, u64),
+}
+
+impl Probe {
+    pub(crate) fn now(rig: &Rig) -> Probe {
+        Probe {
+            cpu: process_cpu(),
+            handler: rig.clock.read(),
+        }
+    }
+
+    pub(crate) fn finish(
+        self,
+        rig: &Rig,
+        samples: Samples,
+        offered_rate: Option<f64>,
+    ) -> PhaseReport {
+        let ended = samples.completed.len()
+            + samples.skipped.len()
+            + samples.blocked
+            + samples.parked
+            + samples.lost.len();
+        let elapsed = match (samples.first_due, samples.last_end) {
+            (Some(first), Some(last)) => last.saturating_duration_since(first),
+            _ => Duration::ZERO,
+        };
+        let throughput = if elapsed.is_zero() {
+            0.0
+        } else {
+            ended as f64 / elapsed.as_secs_f64()
+        };
+        let (calls, nanos) = rig.clock.read();
+        let (calls, nanos) = (calls - self.handler.0, nanos - self.handler.1);
+        let handler_mean = Duration::from_nanos(nanos.checked_div(calls).unwrap_or(0));
+        let cpu_per_event = match (self.cpu, process_cpu(), u32::try_from(ended)) {
+            (Some(before), Some(after), Ok(n)) if n > 0 => Some((after - before) / n),
+            _ => None,
+        };
+        for (key, status) in samples.lost.iter().take(3) {
+            tracing::warn!(%key, status = status.as_str(), "a bench event ended neither completed nor failed");
+        }
+        PhaseReport {
+            offered_rate,
+            ended,
+            elapsed,
+            throughput,
+            completed: Percentiles::of(samples.completed),
+            skipped: Percentiles::of(samples.skipped),
+            blocked: samples.blocked,
+            parked: samples.parked,
+            lost: samples.lost.len(),
+            queue_p50_ms: median_ms(samples.queue_ms),
+            processing_p50_ms: median_ms(samples.processing_ms),
+            handler_mean,
+            cpu_per_event,
+        }
+    }
+}
+
+/// CPU count, model and load, as far as the system tells.
+pub(crate) fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned());
+    format!("{cpus} CPUs ({model}), load average {load} at the start")
+}
+
+fn opt_ms(value: Option<i64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn write_phase(f: &mut fmt::Formatter<'_>, mode: Mode, phase: &PhaseReport) -> fmt::Result {
+    let label = match phase.offered_rate {
+        None => "closed loop".to_owned(),
+        Some(rate) => format!("open @ {rate:.0}/s"),
+    };
+    let cpu = phase.cpu_per_event.map_or_else(
+        || "-".to_owned(),
+        |c| format!("{:.0}", c.as_secs_f64() * 1e6),
+    );
+    let kept_up = match phase.kept_up() {
+        None => "",
+        Some(true) => "  kept up",
+        Some(false) => "  FELL BEHIND",
+    };
+    writeln!(
+        f,
+        "{:<7}{label:<18}{:>10.0}{:>9}{:>9}{:>9}{:>9}{:>10.1}{:>8}{:>8}{kept_up}",
+        mode.name(),
+        phase.throughput,
+        Ms(phase.completed.p50).to_string(),
+        Ms(phase.completed.p99).to_string(),
+        Ms(phase.completed.max).to_string(),
+        cpu,
+        phase.handler_mean.as_secs_f64() * 1e6,
+        opt_ms(phase.queue_p50_ms),
+        opt_ms(phase.processing_p50_ms),
+    )?;
+    if phase.skipped.count + phase.blocked + phase.parked + phase.lost > 0 {
+        writeln!(
+            f,
+            "{:<25}failed then skipped: {} (p50 {} ms, p99 {} ms); left blocking: {}; parked behind them: {}; dead-lettered/unsupported: {}",
+            "",
+            phase.skipped.count,
+            Ms(phase.skipped.p50),
+            Ms(phase.skipped.p99),
+            phase.blocked,
+            phase.parked,
+            phase.lost,
+        )?;
+    }
+    Ok(())
+}
+
+impl fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.options;
+        writeln!(
+            f,
+            "nimbus bench: handler {}, {} sessions, {}-byte payloads, durability {}, {} events per phase (warm-up {}), window {}/session, failure rate {}",
+            match &o.handler {
+                super::HandlerChoice::Noop => "noop".to_owned(),
+                super::HandlerChoice::Orders => "orders".to_owned(),
+                super::HandlerChoice::Component(p) => p.display().to_string(),
+            },
+            o.sessions,
+            o.payload_bytes,
+            match o.durability {
+                nimbus_broker::Durability::Fsync => "fsync",
+                nimbus_broker::Durability::Os => "os",
+            },
+            o.events,
+            o.warmup,
+            o.window,
+            o.failure_rate,
+        )?;
+        writeln!(f, "machine: {}", self.machine)?;
+        writeln!(
+            f,
+            "latency: publish -> status committed by the Resolver (completed events only)\n"
+        )?;
+        writeln!(
+            f,
+            "{:<7}{:<18}{:>10}{:>9}{:>9}{:>9}{:>9}{:>10}{:>8}{:>8}",
+            "run",
+            "phase",
+            "events/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "cpu µs",
+            "handler µs",
+            "queue",
+            "proc"
+        )?;
+        for m in &self.modes {
+            write_phase(f, m.mode, &m.closed)?;
+            write_phase(f, m.mode, &m.open)?;
+        }
+        writeln!(
+            f,
+            "\ncpu µs: process CPU per event; handler µs: mean time in the handler call; queue/proc: median ms the engine reports from enqueue to handler entry / handler entry to response"
+        )?;
+        let wasm = self.modes.iter().find(|m| m.mode == Mode::Wasm);
+        let native = self.modes.iter().find(|m| m.mode == Mode::Native);
+        if let (Some(w), Some(n)) = (wasm, native) {
+            let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+            writeln!(
+                f,
+                "wasm / native: throughput {:.2}x, open-loop p99 {:.2}x, handler time {:.1}x, CPU per event {:.2}x",
+                ratio(w.closed.throughput, n.closed.throughput),
+                ratio(
+                    w.open.completed.p99.as_secs_f64(),
+                    n.open.completed.p99.as_secs_f64()
+                ),
+                ratio(
+                    w.closed.handler_mean.as_secs_f64(),
+                    n.closed.handler_mean.as_secs_f64()
+                ),
+                ratio(
+                    w.closed.cpu_per_event.map_or(0.0, |c| c.as_secs_f64()),
+                    n.closed.cpu_per_event.map_or(0.0, |c| c.as_secs_f64())
+                ),
+            )?;
+        }
+        Ok(())
+    }
+}

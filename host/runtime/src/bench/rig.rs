@@ -1,0 +1,150 @@
+//! The stack under test: the same parts `Host::start` wires (embedded broker,
+//! provisioned topology, one endpoint's session processor and replayer, the
+//! Resolver on SQLite, the Manager), in a temp dir, with the handlers given
+//! — the sandbox's registry or a native implementation — and the two probes
+//! of [`super::watch`] in place.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use nimbus_broker::{Broker, BrokerOptions, Durability};
+use nimbus_engine::{Endpoint, Handlers, Policies, ProcessorSettings, TransientBackoff};
+use nimbus_manager::Manager;
+use nimbus_resolver::{ResolverSettings, ResolverStore, SqliteResolverStore};
+use nimbus_transport::provision::{self, Topology};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::watch::{HandlerClock, Settled, Timed, WatchingStore};
+use crate::{Config, DEFAULT_PRODUCER};
+
+/// The endpoint the bench's events go to.
+pub(crate) const ENDPOINT: &str = "bench";
+
+/// What the rig needs to start.
+pub(crate) struct RigSpec<'a> {
+    pub(crate) dir: &'a Path,
+    pub(crate) durability: Durability,
+    pub(crate) event_type: &'a str,
+    pub(crate) handlers: Arc<dyn Handlers>,
+    pub(crate) engine_sessions: usize,
+}
+
+/// A running stack.
+pub(crate) struct Rig {
+    pub(crate) broker: Arc<Broker>,
+    pub(crate) manager: Arc<Manager<Broker>>,
+    pub(crate) clock: Arc<HandlerClock>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Rig {
+    /// Starts everything; `settled` hears each status the Resolver commits.
+    pub(crate) async fn start(
+        spec: RigSpec<'_>,
+        settled: mpsc::UnboundedSender<Settled>,
+    ) -> anyhow::Result<Rig> {
+        let broker = Arc::new(
+            Broker::open(BrokerOptions::new(spec.dir.join("broker")).durability(spec.durability))
+                .await
+                .context("opening the embedded broker")?,
+        );
+        // The host's defaults, so the bench runs what `nimbus run` runs
+        // with an empty configuration.
+        let config = Config::defaults(spec.dir).context("the default configuration")?;
+        let lock_duration = config.config.broker.lock_duration;
+        let max_delivery_count = config.config.broker.max_delivery_count;
+        let engine = &config.config.engine;
+        let topology = Topology::new()
+            .lock_duration(lock_duration)
+            .max_delivery_count(max_delivery_count)
+            .producer_topic(DEFAULT_PRODUCER)
+            .endpoint(
+                provision::Endpoint::new(ENDPOINT).consumes(vec![spec.event_type.to_owned()]),
+            );
+        provision::provision(&*broker, &topology)
+            .await
+            .context("provisioning the bench topology")?;
+
+        let sqlite: Arc<dyn ResolverStore> = Arc::new(
+            SqliteResolverStore::open(&spec.dir.join("resolver.db"))
+                .context("opening the resolver store")?,
+        );
+        let store: Arc<dyn ResolverStore> = Arc::new(WatchingStore::new(sqlite, settled));
+        let clock = Arc::new(HandlerClock::default());
+        let endpoint = Arc::new(Endpoint {
+            name: ENDPOINT.to_owned(),
+            handlers: Arc::new(Timed::new(spec.handlers, Arc::clone(&clock))),
+            policies: Arc::new(Policies::new(
+                config.retry.clone(),
+                config.classifier.clone(),
+                TransientBackoff {
+                    base: engine.transient_backoff,
+                    max: engine.transient_backoff_max,
+                },
+            )),
+            max_delivery_count,
+            renew_every: lock_duration / 3,
+            sdk_version: format!("nimbus {} (bench)", crate::VERSION),
+        });
+        let shutdown = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        tasks.spawn(nimbus_engine::run_endpoint(
+            Arc::clone(&broker),
+            endpoint,
+            ProcessorSettings {
+                max_concurrent_sessions: spec.engine_sessions,
+                session_idle_timeout: engine.session_idle_timeout,
+                ..ProcessorSettings::default()
+            },
+            shutdown.clone(),
+        ));
+        tasks.spawn(nimbus_engine::run_replayer(
+            Arc::clone(&broker),
+            ENDPOINT.to_owned(),
+            shutdown.clone(),
+        ));
+        let resolver_sessions = engine.resolver_sessions;
+        {
+            let broker = Arc::clone(&broker);
+            let store = Arc::clone(&store);
+            let shutdown = shutdown.clone();
+            tasks.spawn(async move {
+                let settings = ResolverSettings {
+                    max_concurrent_sessions: resolver_sessions,
+                    ..ResolverSettings::default()
+                };
+                if let Err(e) =
+                    nimbus_resolver::run_resolver(broker, store, settings, shutdown).await
+                {
+                    tracing::error!(error = %e, "the bench's Resolver stopped");
+                }
+            });
+        }
+        let manager = Arc::new(Manager::new(Arc::clone(&broker), store));
+        Ok(Rig {
+            broker,
+            manager,
+            clock,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// Stops every part and waits for it (bounded: a stuck part is left
+    /// behind with a warning rather than hanging the bench).
+    pub(crate) async fn stop(self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        if tokio::time::timeout(Duration::from_secs(10), self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("the bench stack did not stop within 10s");
+        }
+    }
+}
