@@ -4,6 +4,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::cli_ops::{
+    ApiArgs, CheckConfigArgs, DlqCommand, EventArgs, EventsArgs, HandoffCommand, PublishArgs,
+    ResubmitArgs, RunArgs, SessionsArgs, SkipArgs,
+};
+
 /// nimbus: event handlers as sandboxed WebAssembly components, with NimBus
 /// delivery semantics.
 #[derive(Debug, Parser)]
@@ -13,20 +18,58 @@ pub(crate) struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,
 
+    #[command(flatten)]
+    pub(crate) api: ApiArgs,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Inspect handler components and handlers directories.
+    /// Run the host: embedded broker, handlers with hot swap, session
+    /// processors, Resolver and the HTTP API, until Ctrl-C or SIGTERM.
+    Run(RunArgs),
+    /// Validate a configuration file without starting anything.
+    Check(CheckConfigArgs),
+    /// Publish an event to the running host; prints its message id.
+    Publish(PublishArgs),
+    /// List events from the running host's Resolver.
+    Events(EventsArgs),
+    /// Show one event: status, error, handler version, full history.
+    Event(EventArgs),
+    /// Run the handler on an event again (its recorded or an edited payload).
+    Resubmit(ResubmitArgs),
+    /// Settle an event as Skipped without running the handler, unblocking
+    /// its session.
+    Skip(SkipArgs),
+    /// Complete or fail the external job of an event pending a handoff.
     #[command(subcommand)]
-    Handlers(HandlersCommand),
+    Handoff(HandoffCommand),
+    /// List sessions with their state: which event blocks them, how many
+    /// events are parked.
+    Sessions(SessionsArgs),
+    /// Dead-lettered messages: list and replay.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+    /// The running host's handlers (versions serving, last swap, load
+    /// errors); `handlers check` and `handlers list` inspect files instead.
+    Handlers(HandlersArgs),
     /// Run one event through its handler in the sandbox and print the result
     /// as JSON. Exit code 0 when the handler completed or handed off, 3 when
     /// it returned an error (including Trap, Timeout, MemoryLimit, Panic),
     /// 1 when the event could not be run at all.
     Invoke(InvokeArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct HandlersArgs {
+    #[command(subcommand)]
+    pub(crate) command: Option<HandlersCommand>,
+    /// Print JSON instead of a table (the running host's handlers).
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -6,7 +6,9 @@
 //! Errors are `anyhow` here, at the edge, with context naming the file,
 //! directory or event type involved.
 
+mod api_client;
 mod cli;
+mod cli_ops;
 mod commands;
 mod output;
 

@@ -7,10 +7,12 @@
 //! decision: everything the engine needs from outside — handlers, transport —
 //! arrives through the engine's traits, so this crate only adapts and wires.
 
+pub mod api;
 pub mod config;
 pub mod handlers;
 mod host;
 
+pub use api::{ApiError, ApiState, router, serve};
 pub use config::{Config, ConfigError, ValidConfig};
 pub use handlers::SandboxHandlers;
 pub use host::{DEFAULT_PRODUCER, Host, VERSION};

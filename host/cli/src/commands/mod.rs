@@ -8,14 +8,23 @@ use nimbus_sandbox::{Sandbox, SandboxConfig};
 
 use crate::cli::{CacheArgs, Cli, Command, HandlersCommand};
 
+mod client;
 mod handlers;
 mod invoke;
+mod run;
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let api = cli.api;
     match cli.command {
-        Command::Handlers(HandlersCommand::Check(args)) => handlers::check(&args),
-        Command::Handlers(HandlersCommand::List(args)) => handlers::list(&args),
+        Command::Run(args) => run::run(&args),
+        Command::Check(args) => run::check(&args),
+        Command::Handlers(args) => match args.command {
+            Some(HandlersCommand::Check(args)) => handlers::check(&args),
+            Some(HandlersCommand::List(args)) => handlers::list(&args),
+            None => client::handlers(&api, args.json),
+        },
         Command::Invoke(args) => invoke::run(&args),
+        command => client::run(&api, command),
     }
 }
 

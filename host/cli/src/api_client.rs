@@ -1,0 +1,130 @@
+//! A small blocking client of the running host's HTTP API: JSON in and out,
+//! every failure turned into a message an operator can act on (which URL
+//! could not be reached, what the API refused and why).
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use serde_json::Value;
+
+use crate::cli_ops::ApiArgs;
+
+/// Where the API listens when nothing says otherwise (the default
+/// `[api] listen`).
+const DEFAULT_API: &str = "http://127.0.0.1:7300";
+
+/// How long one request may take; operator calls are quick, but a dead-
+/// letter listing reads whole queues.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Query parameters: absent values are left out.
+pub(crate) type Query<'a> = [(&'a str, Option<String>)];
+
+/// The API of one running host.
+pub(crate) struct ApiClient {
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl ApiClient {
+    /// The client for `--api` / `NIMBUS_API`, else `./nimbus.toml`'s
+    /// `[api] listen`, else the default address.
+    pub(crate) fn new(args: &ApiArgs) -> anyhow::Result<ApiClient> {
+        let base = match &args.api {
+            Some(url) => url.trim().trim_end_matches('/').to_owned(),
+            None => from_local_config()?.unwrap_or_else(|| DEFAULT_API.to_owned()),
+        };
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            bail!("--api '{base}' is not an http:// URL (e.g. {DEFAULT_API})");
+        }
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .build()
+            .into();
+        Ok(ApiClient { base, agent })
+    }
+
+    /// `GET path?query`.
+    pub(crate) fn get(&self, path: &str, query: &Query<'_>) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self.agent.get(&url);
+        for (key, value) in query {
+            if let Some(value) = value {
+                request = request.query(*key, value);
+            }
+        }
+        self.finish(&url, request.call())
+    }
+
+    /// `POST path` with a JSON body.
+    pub(crate) fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let response = self
+            .agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .send(body.to_string());
+        self.finish(&url, response)
+    }
+
+    fn finish(
+        &self,
+        url: &str,
+        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> anyhow::Result<Value> {
+        let mut response = response.map_err(|e| match e {
+            ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+                anyhow!(
+                    "cannot reach the nimbus host at {}: {e}. Is `nimbus run` running there? \
+                     Point --api (or NIMBUS_API) at its API.",
+                    self.base
+                )
+            }
+            other => anyhow!("request to {url} failed: {other}"),
+        })?;
+        let status = response.status();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .with_context(|| format!("reading the answer of {url}"))?;
+        let value: Option<Value> = serde_json::from_str(&text).ok();
+        if status.is_success() {
+            return value.ok_or_else(|| {
+                anyhow!("{url} answered {status} with a body that is not JSON: {text}")
+            });
+        }
+        let message = value
+            .as_ref()
+            .and_then(|v| v.get("error"))
+            .and_then(Value::as_str)
+            .map_or_else(|| text.trim().to_owned(), str::to_owned);
+        bail!("the host refused the request ({status}): {message}")
+    }
+}
+
+/// `[api] listen` of `./nimbus.toml`, if there is one.
+fn from_local_config() -> anyhow::Result<Option<String>> {
+    let path = Path::new("nimbus.toml");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let config = nimbus_runtime::Config::load(path)
+        .map_err(|e| anyhow!("{e}"))
+        .context("reading ./nimbus.toml to find the API (or pass --api)")?;
+    Ok(Some(format!("http://{}", config.config.api.listen)))
+}
+
+/// `segment` made safe for a URL path (ids may hold anything).
+pub(crate) fn path_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,203 @@
+//! Arguments of the commands that run the host (`run`, `check`) and of the
+//! client commands that talk to a running host over its HTTP API.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+/// Where the running host's API is.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ApiArgs {
+    /// The running host's API [default: NIMBUS_API, else `[api] listen` of
+    /// ./nimbus.toml, else http://127.0.0.1:7300].
+    #[arg(long, global = true, value_name = "URL", env = "NIMBUS_API")]
+    pub(crate) api: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The configuration file [default: ./nimbus.toml if present, else
+    /// built-in defaults rooted at the current directory].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckConfigArgs {
+    /// The configuration file [default: ./nimbus.toml].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PublishArgs {
+    /// The event type (the handlers that consume it receive the event).
+    #[arg(long, value_name = "TYPE")]
+    pub(crate) event_type: String,
+    /// The event as JSON, or `@path` to read it from a file (`@-` for stdin).
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub(crate) data: String,
+    /// The session (events of one session are handled in order) [default: a
+    /// fresh one].
+    #[arg(long, value_name = "ID")]
+    pub(crate) session: Option<String>,
+    /// The correlation id [default: a fresh one].
+    #[arg(long, value_name = "ID")]
+    pub(crate) correlation_id: Option<String>,
+    /// The message id [default: a fresh one].
+    #[arg(long, value_name = "ID")]
+    pub(crate) message_id: Option<String>,
+    /// The producer topic to publish to [default: publisher].
+    #[arg(long, value_name = "PRODUCER")]
+    pub(crate) from: Option<String>,
+    /// Print the whole answer as JSON instead of the message id.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EventsArgs {
+    /// Only events at this endpoint.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: Option<String>,
+    /// Only events with this status (Pending, Completed, Failed, Deferred,
+    /// Skipped, Unsupported, DeadLettered).
+    #[arg(long, value_name = "STATUS")]
+    pub(crate) status: Option<String>,
+    /// Only events of this session.
+    #[arg(long, value_name = "ID")]
+    pub(crate) session: Option<String>,
+    /// At most this many events, most recently updated first.
+    #[arg(long, value_name = "N")]
+    pub(crate) limit: Option<usize>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EventArgs {
+    /// The event id.
+    #[arg(value_name = "ID")]
+    pub(crate) id: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ResubmitArgs {
+    /// The event id.
+    #[arg(value_name = "ID")]
+    pub(crate) id: String,
+    /// An edited event as JSON (or `@path`) replacing the recorded one.
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub(crate) data: Option<String>,
+    /// The endpoint, when the event is at several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SkipArgs {
+    /// The event id.
+    #[arg(value_name = "ID")]
+    pub(crate) id: String,
+    /// The endpoint, when the event is at several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum HandoffCommand {
+    /// The external job of an event pending a handoff finished: the event
+    /// becomes Completed and its session moves on.
+    Complete(HandoffCompleteArgs),
+    /// The external job failed: the event becomes Failed and its session
+    /// stays blocked until a resubmit or skip.
+    Fail(HandoffFailArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HandoffCompleteArgs {
+    /// The event id.
+    #[arg(value_name = "ID")]
+    pub(crate) id: String,
+    /// What the job reported, as JSON (or `@path`).
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub(crate) details: Option<String>,
+    /// The endpoint, when the event is at several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HandoffFailArgs {
+    /// The event id.
+    #[arg(value_name = "ID")]
+    pub(crate) id: String,
+    /// Why the job failed.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) error: String,
+    /// The error type [default: HandoffFailed].
+    #[arg(long, value_name = "TYPE")]
+    pub(crate) error_type: Option<String>,
+    /// The endpoint, when the event is at several.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SessionsArgs {
+    /// Only this endpoint's sessions.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: Option<String>,
+    /// Only sessions blocked by a failed or handed-off event.
+    #[arg(long)]
+    pub(crate) blocked: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DlqCommand {
+    /// List dead-lettered messages (nothing is removed).
+    List(DlqListArgs),
+    /// Move dead-lettered messages back to their subscription.
+    Replay(DlqReplayArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DlqListArgs {
+    /// Only this endpoint's dead letters.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["sequence", "message_id", "all"])))]
+pub(crate) struct DlqReplayArgs {
+    /// The endpoint.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: String,
+    /// The dead-lettered message's sequence number (see `nimbus dlq list`).
+    #[arg(long, value_name = "N")]
+    pub(crate) sequence: Option<i64>,
+    /// The dead-lettered message's message id.
+    #[arg(long, value_name = "ID")]
+    pub(crate) message_id: Option<String>,
+    /// Every dead-lettered message of the endpoint.
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Only this subscription's dead-letter queue (the endpoint's own, or
+    /// `Resolver`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) subscription: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

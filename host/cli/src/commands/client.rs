@@ -1,0 +1,467 @@
+//! The client commands: each one request to the running host's HTTP API,
+//! printed as a table (or text) for people, or as the API's JSON with
+//! `--json` for scripts.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use serde_json::{Value, json};
+
+use crate::api_client::{ApiClient, path_segment};
+use crate::cli::Command;
+use crate::cli_ops::{ApiArgs, DlqCommand, HandoffCommand};
+use crate::output::print_json;
+
+pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::new(api)?;
+    match command {
+        Command::Publish(args) => {
+            let data = json_arg("--data", &args.data)?;
+            let answer = client.post(
+                "/api/publish",
+                &json!({
+                    "event_type": &args.event_type,
+                    "data": data,
+                    "session_id": args.session,
+                    "correlation_id": args.correlation_id,
+                    "message_id": args.message_id,
+                    "from": args.from,
+                }),
+            )?;
+            if args.json {
+                print_json(&answer)?;
+            } else {
+                println!("{}", text(&answer["message_id"]));
+                if answer["consumed_by"].as_array().is_some_and(Vec::is_empty) {
+                    eprintln!(
+                        "note: no handler consumes {} now; the event reaches no endpoint",
+                        text(&json!(args.event_type))
+                    );
+                }
+            }
+        }
+        Command::Events(args) => {
+            let events = client.get(
+                "/api/events",
+                &[
+                    ("endpoint", args.endpoint),
+                    ("status", args.status),
+                    ("session", args.session),
+                    ("limit", args.limit.map(|n| n.to_string())),
+                ],
+            )?;
+            if args.json {
+                print_json(&events)?;
+            } else {
+                print!("{}", events_table(&events));
+            }
+        }
+        Command::Event(args) => {
+            let event = client.get(&format!("/api/events/{}", path_segment(&args.id)), &[])?;
+            if args.json {
+                print_json(&event)?;
+            } else {
+                print!("{}", event_text(&event));
+            }
+        }
+        Command::Resubmit(args) => {
+            let data = args
+                .data
+                .as_deref()
+                .map(|d| json_arg("--data", d))
+                .transpose()?;
+            let sent = client.post(
+                &operation_path(&args.id, "resubmit"),
+                &json!({ "endpoint": args.endpoint, "data": data }),
+            )?;
+            print_sent(&sent);
+        }
+        Command::Skip(args) => {
+            let sent = client.post(
+                &operation_path(&args.id, "skip"),
+                &json!({ "endpoint": args.endpoint }),
+            )?;
+            print_sent(&sent);
+        }
+        Command::Handoff(HandoffCommand::Complete(args)) => {
+            let details = args
+                .details
+                .as_deref()
+                .map(|d| json_arg("--details", d))
+                .transpose()?;
+            let sent = client.post(
+                &operation_path(&args.id, "handoff/complete"),
+                &json!({ "endpoint": args.endpoint, "details": details }),
+            )?;
+            print_sent(&sent);
+        }
+        Command::Handoff(HandoffCommand::Fail(args)) => {
+            let sent = client.post(
+                &operation_path(&args.id, "handoff/fail"),
+                &json!({
+                    "endpoint": args.endpoint,
+                    "error": args.error,
+                    "error_type": args.error_type,
+                }),
+            )?;
+            print_sent(&sent);
+        }
+        Command::Sessions(args) => {
+            let sessions = client.get(
+                "/api/sessions",
+                &[
+                    ("endpoint", args.endpoint),
+                    ("blocked", args.blocked.then(|| "true".to_owned())),
+                ],
+            )?;
+            if args.json {
+                print_json(&sessions)?;
+            } else {
+                print!("{}", sessions_table(&sessions));
+            }
+        }
+        Command::Dlq(DlqCommand::List(args)) => {
+            let listed = client.get("/api/dlq", &[("endpoint", args.endpoint)])?;
+            if args.json {
+                print_json(&listed)?;
+            } else {
+                print!("{}", dead_letters_table(&listed));
+            }
+        }
+        Command::Dlq(DlqCommand::Replay(args)) => {
+            let answer = client.post(
+                "/api/dlq/replay",
+                &json!({
+                    "endpoint": args.endpoint,
+                    "subscription": args.subscription,
+                    "sequence_number": args.sequence,
+                    "message_id": args.message_id,
+                    "all": args.all,
+                }),
+            )?;
+            if args.json {
+                print_json(&answer)?;
+            } else {
+                let replayed = answer["replayed"].as_array().map_or(0, Vec::len);
+                println!("replayed {replayed} dead-lettered message(s)");
+                print!("{}", dead_letters_table(&answer["replayed"]));
+            }
+        }
+        other => bail!("{other:?} is not a client command"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `nimbus handlers` (no subcommand): the running host's handlers.
+pub(crate) fn handlers(api: &ApiArgs, as_json: bool) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::new(api)?;
+    let handlers = client.get("/api/handlers", &[])?;
+    if as_json {
+        print_json(&handlers)?;
+    } else {
+        print!("{}", handlers_table(&handlers));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn operation_path(id: &str, operation: &str) -> String {
+    format!("/api/events/{}/{operation}", path_segment(id))
+}
+
+/// A JSON argument given inline or as `@file` (`@-` for stdin).
+fn json_arg(flag: &str, value: &str) -> anyhow::Result<Value> {
+    let text = match value.strip_prefix('@') {
+        Some("-") => std::io::read_to_string(std::io::stdin())
+            .with_context(|| format!("reading {flag} from stdin"))?,
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading {flag} from {path}"))?
+        }
+        None => value.to_owned(),
+    };
+    serde_json::from_str(&text).with_context(|| format!("{flag} is not valid JSON"))
+}
+
+fn print_sent(sent: &Value) {
+    println!(
+        "sent {} {} for event {} at {}",
+        text(&sent["message_type"]),
+        text(&sent["message_id"]),
+        text(&sent["event_id"]),
+        text(&sent["endpoint"])
+    );
+    for note in sent["notes"].as_array().into_iter().flatten() {
+        eprintln!("note: {}", text(note));
+    }
+}
+
+/// A JSON value as plain text; `-` for null.
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Milliseconds since the epoch as RFC 3339 (seconds).
+fn time_ms(value: &Value) -> String {
+    match value.as_u64() {
+        Some(ms) => {
+            humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+        }
+        None => text(value),
+    }
+}
+
+/// The short form of a version digest (hex), as `git` shortens commits.
+fn short_version(value: &Value) -> String {
+    text(value).chars().take(12).collect()
+}
+
+/// Rows under a header, columns padded to their widest cell.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (i, (cell, &width)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                let _ = write!(text, "{cell:<width$}  ");
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+fn events_table(events: &Value) -> String {
+    let rows: Vec<Vec<String>> = events
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let mut status = text(&e["status"]);
+            if let Some(sub) = e["sub_status"].as_str() {
+                let _ = write!(status, "/{sub}");
+            }
+            vec![
+                text(&e["event_id"]),
+                text(&e["endpoint"]),
+                text(&e["session_id"]),
+                status,
+                text(&e["event_type"]),
+                text(&e["retry_count"]),
+                time_ms(&e["updated_ms"]),
+                text(&e["error_type"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no events\n".to_owned();
+    }
+    table(
+        &[
+            "EVENT", "ENDPOINT", "SESSION", "STATUS", "TYPE", "RETRIES", "UPDATED", "ERROR",
+        ],
+        &rows,
+    )
+}
+
+fn event_text(event: &Value) -> String {
+    let mut out = String::new();
+    for at in event["endpoints"].as_array().into_iter().flatten() {
+        let r = &at["record"];
+        let mut status = text(&r["status"]);
+        if let Some(sub) = r["sub_status"].as_str() {
+            let _ = write!(status, " ({sub})");
+        }
+        let _ = writeln!(out, "event     {}", text(&r["event_id"]));
+        let _ = writeln!(out, "endpoint  {}", text(&r["endpoint"]));
+        let _ = writeln!(out, "status    {status}");
+        let _ = writeln!(out, "type      {}", text(&r["event_type"]));
+        let _ = writeln!(out, "session   {}", text(&r["session_id"]));
+        let _ = writeln!(out, "correlation {}", text(&r["correlation_id"]));
+        let _ = writeln!(out, "handler   {}", text(&r["handler_version"]));
+        let _ = writeln!(out, "retries   {}", text(&r["retry_count"]));
+        if !r["error_type"].is_null() || !r["error_text"].is_null() {
+            let _ = writeln!(
+                out,
+                "error     {}: {}",
+                text(&r["error_type"]),
+                text(&r["error_text"])
+            );
+        }
+        if !r["dead_letter_reason"].is_null() {
+            let _ = writeln!(
+                out,
+                "dead-letter {}: {}",
+                text(&r["dead_letter_reason"]),
+                text(&r["dead_letter_description"])
+            );
+        }
+        if !r["external_job_id"].is_null() {
+            let _ = writeln!(
+                out,
+                "handoff   job {} (expected by {}): {}",
+                text(&r["external_job_id"]),
+                text(&r["expected_by"]),
+                text(&r["handoff_reason"])
+            );
+        }
+        let _ = writeln!(out, "payload   {}", text(&r["payload"]));
+        let _ = writeln!(out, "history:");
+        let rows: Vec<Vec<String>> = at["history"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|h| {
+                let mut error = text(&h["error_text"]);
+                if let Some(refused) = h["refused"].as_str() {
+                    error = format!("(refused: {refused}) {error}");
+                }
+                vec![
+                    time_ms(&h["at_ms"]),
+                    text(&h["message_type"]),
+                    text(&h["status"]),
+                    text(&h["from"]),
+                    text(&h["retry_count"]),
+                    short_version(&h["handler_version"]),
+                    error,
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "AT", "MESSAGE", "STATUS", "FROM", "RETRY", "HANDLER", "ERROR",
+            ],
+            &rows,
+        ));
+        out.push('\n');
+    }
+    out
+}
+
+fn sessions_table(sessions: &Value) -> String {
+    let rows: Vec<Vec<String>> = sessions
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            vec![
+                text(&s["endpoint"]),
+                text(&s["session_id"]),
+                text(&s["blocked_by"]),
+                text(&s["parked"]),
+                text(&s["active_messages"]),
+                if s["locked"] == true { "yes" } else { "no" }.to_owned(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no sessions\n".to_owned();
+    }
+    table(
+        &[
+            "ENDPOINT",
+            "SESSION",
+            "BLOCKED BY",
+            "PARKED",
+            "MESSAGES",
+            "LOCKED",
+        ],
+        &rows,
+    )
+}
+
+fn dead_letters_table(listed: &Value) -> String {
+    let rows: Vec<Vec<String>> = listed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            vec![
+                text(&d["endpoint"]),
+                text(&d["subscription"]),
+                text(&d["sequence_number"]),
+                text(&d["message_type"]),
+                text(&d["event_id"]),
+                text(&d["session_id"]),
+                text(&d["delivery_count"]),
+                text(&d["reason"]),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no dead-lettered messages\n".to_owned();
+    }
+    table(
+        &[
+            "ENDPOINT",
+            "QUEUE",
+            "SEQ",
+            "MESSAGE",
+            "EVENT",
+            "SESSION",
+            "DELIVERIES",
+            "REASON",
+        ],
+        &rows,
+    )
+}
+
+fn handlers_table(handlers: &Value) -> String {
+    let rows: Vec<Vec<String>> = handlers["handlers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| {
+            let types: Vec<String> = h["event_types"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(text)
+                .collect();
+            vec![
+                text(&h["endpoint"]),
+                text(&h["handler"]),
+                short_version(&h["version"]),
+                types.join(","),
+                text(&h["last_swap"]),
+                text(&h["load_error"]),
+            ]
+        })
+        .collect();
+    let mut out = if rows.is_empty() {
+        "no handlers\n".to_owned()
+    } else {
+        table(
+            &[
+                "ENDPOINT",
+                "HANDLER",
+                "VERSION",
+                "EVENT TYPES",
+                "LAST SWAP",
+                "LOAD ERROR",
+            ],
+            &rows,
+        )
+    };
+    for problem in handlers["problems"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "problem: {}", text(problem));
+    }
+    out
+}

@@ -1,0 +1,112 @@
+//! `nimbus run` and `nimbus check`: load and validate the configuration
+//! (nothing starts when a key is wrong), then run the host and its API
+//! until Ctrl-C or SIGTERM, shutting down in two stages: stop taking work,
+//! then drain in-flight deliveries within the configured grace.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, anyhow};
+use nimbus_runtime::{ApiState, Config, Host, VERSION, ValidConfig};
+
+use crate::cli_ops::{CheckConfigArgs, RunArgs};
+
+/// The configuration file read when `--config` is not given.
+const DEFAULT_CONFIG: &str = "nimbus.toml";
+
+/// Loads `path`, or `./nimbus.toml` when present, else the defaults rooted
+/// at the current directory. The error names the file and the key.
+fn load(path: Option<&Path>) -> anyhow::Result<(ValidConfig, String)> {
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let file: Option<PathBuf> = match path {
+        Some(path) => Some(cwd.join(path)),
+        None => Some(cwd.join(DEFAULT_CONFIG)).filter(|p| p.is_file()),
+    };
+    match file {
+        Some(file) => {
+            let config = Config::load(&file).map_err(|e| anyhow!("{e}"))?;
+            Ok((config, file.display().to_string()))
+        }
+        None => {
+            let config = Config::defaults(&cwd).map_err(|e| anyhow!("{e}"))?;
+            Ok((
+                config,
+                format!(
+                    "built-in defaults (no {DEFAULT_CONFIG} in {})",
+                    cwd.display()
+                ),
+            ))
+        }
+    }
+}
+
+pub(crate) fn check(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
+    let (config, source) = load(args.config.as_deref())?;
+    let host = &config.config.host;
+    println!("{source}: valid");
+    println!("  api:      http://{}", config.config.api.listen);
+    println!("  data:     {}", host.data_dir.display());
+    println!("  handlers: {}", host.handlers_dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let (config, source) = load(args.config.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config, source))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
+    let listen = config.config.api.listen;
+    // Bind before anything starts: a taken port stops the host cleanly.
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen} ([api] listen in {source})"))?;
+    let address = listener
+        .local_addr()
+        .context("reading the API's bound address")?;
+    let data_dir = config.config.host.data_dir.clone();
+    let handlers_dir = config.config.host.handlers_dir.clone();
+    let host = Host::start(config).await?;
+
+    let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
+    let router = nimbus_runtime::router(ApiState::new(&host));
+    let mut api = tokio::spawn(nimbus_runtime::serve(listener, router, async move {
+        let _ = api_stopped.await;
+    }));
+
+    println!("nimbus {VERSION} running ({source})");
+    println!("API:      http://{address}");
+    println!("data:     {}", data_dir.display());
+    println!("handlers: {}", handlers_dir.display());
+    println!("Stop with Ctrl-C or SIGTERM: in-flight deliveries finish first.");
+
+    let outcome = tokio::select! {
+        signal = shutdown_signal() => {
+            eprintln!("{}; shutting down", signal?);
+            let _ = stop_api.send(());
+            api.await.context("the API task failed")?.context("serving the API")
+        }
+        served = &mut api => {
+            served.context("the API task failed")?.context("serving the API")
+        }
+    };
+    // Stage two: the host stops taking sessions and drains within its grace.
+    host.shutdown().await;
+    eprintln!("nimbus stopped");
+    outcome
+}
+
+/// Waits for Ctrl-C or SIGTERM; says which.
+async fn shutdown_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    tokio::select! {
+        ctrl_c = tokio::signal::ctrl_c() => ctrl_c.map(|()| "Ctrl-C").context("listening for Ctrl-C"),
+        _ = term.recv() => Ok("SIGTERM"),
+    }
+}

@@ -1,0 +1,46 @@
+//! Request parsing with errors in the API's shape (axum's own rejections
+//! are plain text).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use crate::api::ApiError;
+
+/// The JSON body as `T`; an empty body is `T::default()` when `optional`.
+pub(crate) fn json<T: DeserializeOwned + Default>(
+    body: &Bytes,
+    optional: bool,
+) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return if optional {
+            Ok(T::default())
+        } else {
+            Err(ApiError::bad_request("the request needs a JSON body"))
+        };
+    }
+    // The path names the field at fault (`endpoint: invalid type ...`).
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not valid: {e}")))
+}
+
+/// The query string as `T`, refusing it with a 400 that names the problem.
+pub(crate) struct ApiQuery<T>(pub(crate) T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| ApiQuery(q))
+            .map_err(|e| ApiError::bad_request(e.body_text()))
+    }
+}
+
+/// An optional text field: absent and blank are the same.
+pub(crate) fn given(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.trim().is_empty())
+}

@@ -1,0 +1,141 @@
+//! API errors: a 4xx that names the problem, or a generic 5xx whose cause is
+//! only logged.
+
+use axum::Json;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use nimbus_manager::ManagerError;
+
+/// What the body of an internal error says: nothing internal.
+const INTERNAL_MESSAGE: &str = "internal error in the nimbus host; the host log has the cause";
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is wrong; the message names what and is returned.
+    #[error("{message}")]
+    Client {
+        /// The HTTP status (4xx).
+        status: StatusCode,
+        /// What is wrong.
+        message: String,
+    },
+    /// The host failed; the cause is logged, not returned.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// 400 Bad Request naming the problem.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::Client {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+
+    /// 404 Not Found naming what is missing.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::Client {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+        }
+    }
+
+    /// 409 Conflict: the request is well formed but the state forbids it.
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError::Client {
+            status: StatusCode::CONFLICT,
+            message: message.into(),
+        }
+    }
+
+    /// An internal failure with its cause (logged, never returned).
+    pub fn internal(cause: impl Into<String>) -> ApiError {
+        ApiError::Internal(cause.into())
+    }
+}
+
+impl From<ManagerError> for ApiError {
+    fn from(e: ManagerError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            ManagerError::UnknownEvent { .. }
+            | ManagerError::NotAtEndpoint { .. }
+            | ManagerError::UnknownEndpoint { .. }
+            | ManagerError::DeadLetterNotFound { .. } => ApiError::not_found(message),
+            ManagerError::NotJson { .. }
+            | ManagerError::MissingErrorText
+            | ManagerError::AmbiguousEndpoint { .. }
+            | ManagerError::AmbiguousDeadLetter { .. } => ApiError::bad_request(message),
+            ManagerError::NotPendingHandoff { .. }
+            | ManagerError::MissingCoordinate { .. }
+            | ManagerError::MissingPayload { .. } => ApiError::conflict(message),
+            _ => ApiError::internal(message),
+        }
+    }
+}
+
+/// The cause of a 5xx, carried from the handler to the logging middleware
+/// in the response's extensions.
+#[derive(Clone, Debug)]
+struct InternalCause(String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::Client { status, message } => {
+                (status, Json(serde_json::json!({ "error": message }))).into_response()
+            }
+            ApiError::Internal(cause) => {
+                let mut response = (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    Json(serde_json::json!({ "error": INTERNAL_MESSAGE })),
+                )
+                    .into_response();
+                response.extensions_mut().insert(InternalCause(cause));
+                response
+            }
+        }
+    }
+}
+
+/// Logs every 5xx with the request and its cause; 4xx are the caller's
+/// business and logged at debug only.
+pub(crate) async fn log_internal_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    let status = response.status();
+    if status.is_server_error() {
+        let cause = response
+            .extensions()
+            .get::<InternalCause>()
+            .map_or("(no cause recorded)", |c| c.0.as_str());
+        tracing::error!(%method, %path, %status, cause, "API request failed");
+    } else if status.is_client_error() {
+        tracing::debug!(%method, %path, %status, "API request refused");
+    }
+    response
+}
+
+pub(crate) async fn not_found(request: Request) -> ApiError {
+    ApiError::not_found(format!(
+        "no route {} {}; see the README's HTTP API section",
+        request.method(),
+        request.uri().path()
+    ))
+}
+
+pub(crate) async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::Client {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        message: format!(
+            "method {} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    }
+}

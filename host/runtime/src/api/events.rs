@@ -1,0 +1,176 @@
+//! Events: the Resolver's records, and the operator operations on one
+//! event (resubmit, skip, complete or fail its handoff) through the Manager.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use nimbus_manager::Sent;
+use nimbus_resolver::{EventDetail, EventFilter, EventRecord, ResolverStore as _, Status};
+use serde::{Deserialize, Serialize};
+
+use crate::api::body::{ApiQuery, given, json};
+use crate::api::{ApiError, ApiState};
+
+/// The most records one listing returns when the caller sets no limit.
+const DEFAULT_LIMIT: usize = 1000;
+
+/// `GET /api/events` filters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventsQuery {
+    endpoint: Option<String>,
+    status: Option<String>,
+    session: Option<String>,
+    limit: Option<usize>,
+}
+
+pub(crate) async fn list(
+    State(state): State<ApiState>,
+    ApiQuery(query): ApiQuery<EventsQuery>,
+) -> Result<Json<Vec<EventRecord>>, ApiError> {
+    let status = given(query.status)
+        .map(|s| s.parse::<Status>())
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("status: {e}")))?;
+    if query.limit == Some(0) {
+        return Err(ApiError::bad_request("limit: must be at least 1"));
+    }
+    let filter = EventFilter {
+        endpoint: given(query.endpoint),
+        status,
+        session_id: given(query.session),
+        limit: Some(query.limit.unwrap_or(DEFAULT_LIMIT)),
+    };
+    let records = state.read_store(move |store| store.events(&filter)).await?;
+    Ok(Json(records))
+}
+
+/// One event at every endpoint that has it.
+#[derive(Debug, Serialize)]
+pub(crate) struct EventView {
+    event_id: String,
+    endpoints: Vec<EventDetail>,
+}
+
+pub(crate) async fn detail(
+    State(state): State<ApiState>,
+    Path(event_id): Path<String>,
+) -> Result<Json<EventView>, ApiError> {
+    let id = event_id.clone();
+    let endpoints = state.read_store(move |store| store.event(&id)).await?;
+    if endpoints.is_empty() {
+        return Err(ApiError::not_found(format!(
+            "no event '{event_id}' is known to the Resolver"
+        )));
+    }
+    Ok(Json(EventView {
+        event_id,
+        endpoints,
+    }))
+}
+
+/// `POST .../resubmit`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResubmitRequest {
+    endpoint: Option<String>,
+    /// The edited event, as JSON (any value), replacing the recorded one.
+    data: Option<serde_json::Value>,
+}
+
+pub(crate) async fn resubmit(
+    State(state): State<ApiState>,
+    Path(event_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Sent>, ApiError> {
+    let request: ResubmitRequest = json(&body, true)?;
+    let edited = request.data.map(|d| d.to_string());
+    let sent = state
+        .manager
+        .resubmit(
+            &event_id,
+            given(request.endpoint).as_deref(),
+            edited.as_deref(),
+        )
+        .await?;
+    Ok(Json(sent))
+}
+
+/// `POST .../skip`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SkipRequest {
+    endpoint: Option<String>,
+}
+
+pub(crate) async fn skip(
+    State(state): State<ApiState>,
+    Path(event_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Sent>, ApiError> {
+    let request: SkipRequest = json(&body, true)?;
+    let sent = state
+        .manager
+        .skip(&event_id, given(request.endpoint).as_deref())
+        .await?;
+    Ok(Json(sent))
+}
+
+/// `POST .../handoff/complete`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompleteHandoffRequest {
+    endpoint: Option<String>,
+    /// What the external job reported, as JSON (any value).
+    details: Option<serde_json::Value>,
+}
+
+pub(crate) async fn complete_handoff(
+    State(state): State<ApiState>,
+    Path(event_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Sent>, ApiError> {
+    let request: CompleteHandoffRequest = json(&body, true)?;
+    let details = request.details.map(|d| d.to_string());
+    let sent = state
+        .manager
+        .complete_handoff(
+            &event_id,
+            given(request.endpoint).as_deref(),
+            details.as_deref(),
+        )
+        .await?;
+    Ok(Json(sent))
+}
+
+/// `POST .../handoff/fail`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FailHandoffRequest {
+    endpoint: Option<String>,
+    error: Option<String>,
+    error_type: Option<String>,
+}
+
+pub(crate) async fn fail_handoff(
+    State(state): State<ApiState>,
+    Path(event_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Sent>, ApiError> {
+    let request: FailHandoffRequest = json(&body, false)?;
+    let Some(error) = given(request.error) else {
+        return Err(ApiError::bad_request(
+            "error is missing: failing a handoff needs a text saying why",
+        ));
+    };
+    let sent = state
+        .manager
+        .fail_handoff(
+            &event_id,
+            given(request.endpoint).as_deref(),
+            &error,
+            given(request.error_type).as_deref(),
+        )
+        .await?;
+    Ok(Json(sent))
+}

@@ -1,0 +1,76 @@
+//! The operator HTTP API: JSON in and out, built in one function
+//! ([`router`]) that `nimbus run` serves and tests drive in-process
+//! (STYLE habit 18).
+//!
+//! Every route is a thin adapter over a part that already exists: publishes
+//! go through the wire builder to a producer topic, reads come from the
+//! Resolver store, operator operations go through the Manager as control
+//! messages, session listings come from the transport's `Admin`. Errors
+//! split in two (decision 0080): bad input is a 4xx whose `{"error": ...}`
+//! names the problem and is not logged as an error; an internal failure is
+//! a generic 5xx, logged with its cause by the middleware and never shown.
+
+mod body;
+mod dlq;
+mod error;
+mod events;
+mod handler_status;
+mod publish;
+mod sessions;
+mod state;
+
+#[cfg(test)]
+mod tests;
+
+use axum::Router;
+use axum::routing::{get, post};
+
+pub use error::ApiError;
+pub use state::ApiState;
+
+/// The API's routes over `state`.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/api/publish", post(publish::publish))
+        .route("/api/events", get(events::list))
+        .route("/api/events/{event_id}", get(events::detail))
+        .route("/api/events/{event_id}/resubmit", post(events::resubmit))
+        .route("/api/events/{event_id}/skip", post(events::skip))
+        .route(
+            "/api/events/{event_id}/handoff/complete",
+            post(events::complete_handoff),
+        )
+        .route(
+            "/api/events/{event_id}/handoff/fail",
+            post(events::fail_handoff),
+        )
+        .route("/api/sessions", get(sessions::list))
+        .route("/api/dlq", get(dlq::list))
+        .route("/api/dlq/replay", post(dlq::replay))
+        .route("/api/handlers", get(handler_status::list))
+        .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(axum::middleware::from_fn(error::log_internal_errors))
+        .with_state(state)
+}
+
+async fn health() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({ "status": "ok", "version": crate::VERSION }))
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then stops
+/// taking connections and lets requests in flight finish.
+///
+/// # Errors
+///
+/// When accepting connections fails for good.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

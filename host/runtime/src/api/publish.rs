@@ -1,0 +1,104 @@
+//! `POST /api/publish`: an original publish, as an external producer would
+//! send it, to a producer topic.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use nimbus_transport::{PublishError, Transport as _};
+use nimbus_wire::build::{self, Publish};
+use serde::{Deserialize, Serialize};
+
+use crate::api::body::{given, json};
+use crate::api::{ApiError, ApiState};
+use crate::host::DEFAULT_PRODUCER;
+
+/// The request body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PublishRequest {
+    event_type: String,
+    data: Option<serde_json::Value>,
+    session_id: Option<String>,
+    correlation_id: Option<String>,
+    message_id: Option<String>,
+    from: Option<String>,
+}
+
+/// The answer: where the event went and who consumes its type now.
+#[derive(Debug, Serialize)]
+pub(crate) struct Published {
+    message_id: String,
+    session_id: String,
+    correlation_id: String,
+    topic: String,
+    /// Endpoints whose handlers consume the event type now; empty means
+    /// nothing will handle it (it is accepted all the same, as on the bus).
+    consumed_by: Vec<String>,
+}
+
+pub(crate) async fn publish(
+    State(state): State<ApiState>,
+    body: Bytes,
+) -> Result<Json<Published>, ApiError> {
+    let request: PublishRequest = json(&body, false)?;
+    let event_type = request.event_type.trim();
+    if event_type.is_empty() {
+        return Err(ApiError::bad_request("event_type must not be empty"));
+    }
+    let Some(data) = request.data else {
+        return Err(ApiError::bad_request(
+            "data is missing: give the event as JSON (any JSON value)",
+        ));
+    };
+    let snapshot = state.registry.snapshot();
+    let topic = given(request.from).unwrap_or_else(|| DEFAULT_PRODUCER.to_owned());
+    if !state.producers.contains(&topic) && !snapshot.endpoints().any(|e| e == topic) {
+        let mut known: Vec<String> = state.producers.iter().cloned().collect();
+        known.extend(snapshot.endpoints().map(str::to_owned));
+        return Err(ApiError::bad_request(format!(
+            "unknown producer '{topic}': publish from one of {} (or add it to [host] producers)",
+            known.join(", ")
+        )));
+    }
+    let message = build::original_publish(&Publish {
+        event_type_id: event_type.to_owned(),
+        payload: data.to_string(),
+        session_id: given(request.session_id),
+        correlation_id: given(request.correlation_id),
+        message_id: given(request.message_id),
+        publisher: Some(topic.clone()),
+        ..Publish::default()
+    });
+    let published = Published {
+        message_id: message.message_id.clone().unwrap_or_default(),
+        session_id: message.session_id.clone().unwrap_or_default(),
+        correlation_id: message.correlation_id.clone().unwrap_or_default(),
+        consumed_by: snapshot
+            .endpoints_for(event_type)
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        topic,
+    };
+    state
+        .broker
+        .publish(&published.topic, vec![message.to_transport()])
+        .await
+        .map_err(|e| match e {
+            PublishError::TopicNotFound { .. } => ApiError::bad_request(format!(
+                "producer topic '{}' is not provisioned yet: {e}",
+                published.topic
+            )),
+            PublishError::InvalidMessage { .. } => {
+                ApiError::bad_request(format!("the message is not valid: {e}"))
+            }
+            other => ApiError::internal(format!("publishing to '{}': {other}", published.topic)),
+        })?;
+    tracing::info!(
+        message_id = %published.message_id,
+        topic = %published.topic,
+        event_type,
+        "event published through the API"
+    );
+    Ok(Json(published))
+}

@@ -1,0 +1,101 @@
+//! `GET /api/sessions`: each endpoint's sessions with their state, so an
+//! operator sees which event blocks a session and how much is parked.
+
+use axum::Json;
+use axum::extract::State;
+use nimbus_transport::{Admin as _, AdminError, SessionInfo, SubscriptionPath};
+use nimbus_wire::SessionState;
+use serde::{Deserialize, Serialize};
+
+use crate::api::body::{ApiQuery, given};
+use crate::api::{ApiError, ApiState};
+
+/// Filters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SessionsQuery {
+    endpoint: Option<String>,
+    /// Only sessions blocked by an event.
+    #[serde(default)]
+    blocked: Option<bool>,
+}
+
+/// One session of one endpoint.
+#[derive(Debug, Serialize, PartialEq)]
+pub(crate) struct SessionView {
+    endpoint: String,
+    session_id: String,
+    /// The event that blocks the session (its owner: resubmit or skip it to
+    /// unblock), or `None`.
+    blocked_by: Option<String>,
+    /// How many events are parked behind the block.
+    parked: u32,
+    /// Messages in the endpoint's subscription for this session.
+    active_messages: u64,
+    /// Whether a session processor holds the session now.
+    locked: bool,
+    /// Set when the state blob is not NimBus session state (shown raw).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_error: Option<String>,
+}
+
+impl SessionView {
+    fn new(endpoint: &str, info: SessionInfo) -> SessionView {
+        let (state, state_error) = match info.state.as_deref() {
+            None | Some([]) => (SessionState::default(), None),
+            Some(blob) => match SessionState::from_bytes(blob) {
+                Ok(state) => (state, None),
+                Err(e) => (
+                    SessionState::default(),
+                    Some(format!("{e}: {}", String::from_utf8_lossy(blob))),
+                ),
+            },
+        };
+        SessionView {
+            endpoint: endpoint.to_owned(),
+            session_id: info.session_id,
+            blocked_by: state.blocked_by().map(str::to_owned),
+            parked: state.deferred_count,
+            active_messages: info.active_messages,
+            locked: info.locked,
+            state_error,
+        }
+    }
+}
+
+pub(crate) async fn list(
+    State(state): State<ApiState>,
+    ApiQuery(query): ApiQuery<SessionsQuery>,
+) -> Result<Json<Vec<SessionView>>, ApiError> {
+    let endpoints = match given(query.endpoint) {
+        Some(endpoint) => vec![endpoint],
+        None => state
+            .registry
+            .snapshot()
+            .endpoints()
+            .map(str::to_owned)
+            .collect(),
+    };
+    let only_blocked = query.blocked.unwrap_or(false);
+    let mut sessions = Vec::new();
+    for endpoint in endpoints {
+        let path = SubscriptionPath::new(endpoint.as_str(), endpoint.as_str());
+        let listed = state
+            .broker
+            .list_sessions(&path)
+            .await
+            .map_err(|e| match e {
+                AdminError::NotFound { .. } => ApiError::not_found(format!(
+                    "no endpoint '{endpoint}' (no subscription {path})"
+                )),
+                other => ApiError::internal(format!("listing the sessions of {path}: {other}")),
+            })?;
+        sessions.extend(
+            listed
+                .into_iter()
+                .map(|info| SessionView::new(&endpoint, info))
+                .filter(|s| !only_blocked || s.blocked_by.is_some()),
+        );
+    }
+    Ok(Json(sessions))
+}

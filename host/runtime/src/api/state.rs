@@ -1,0 +1,70 @@
+//! What the routes share: handles on the running host's parts.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use nimbus_broker::Broker;
+use nimbus_manager::Manager;
+use nimbus_resolver::{ResolverStore, SqliteResolverStore};
+use nimbus_sandbox::Registry;
+
+use crate::host::{DEFAULT_PRODUCER, Host};
+
+/// The state every route handler gets; cheap to clone.
+#[derive(Clone)]
+pub struct ApiState {
+    pub(crate) broker: Arc<Broker>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) store: Arc<SqliteResolverStore>,
+    pub(crate) manager: Arc<Manager<Broker>>,
+    /// Producer topics named in the configuration (plus the default one);
+    /// endpoint topics are producers too, looked up live.
+    pub(crate) producers: Arc<BTreeSet<String>>,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("producers", &self.producers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiState {
+    /// The API over a running host.
+    pub fn new(host: &Host) -> ApiState {
+        let store: Arc<dyn ResolverStore> = host.resolver().clone();
+        let mut producers: BTreeSet<String> = host
+            .config()
+            .config
+            .host
+            .producers
+            .iter()
+            .cloned()
+            .collect();
+        producers.insert(DEFAULT_PRODUCER.to_owned());
+        ApiState {
+            broker: Arc::clone(host.broker()),
+            registry: Arc::clone(host.registry()),
+            store: Arc::clone(host.resolver()),
+            manager: Arc::new(Manager::new(Arc::clone(host.broker()), store)),
+            producers: Arc::new(producers),
+        }
+    }
+
+    /// Runs a blocking Resolver-store read off the async workers.
+    pub(crate) async fn read_store<R: Send + 'static>(
+        &self,
+        read: impl FnOnce(&SqliteResolverStore) -> Result<R, nimbus_resolver::StoreError>
+        + Send
+        + 'static,
+    ) -> Result<R, crate::api::ApiError> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || read(&store))
+            .await
+            .map_err(|e| {
+                crate::api::ApiError::internal(format!("Resolver store read panicked: {e}"))
+            })?
+            .map_err(|e| crate::api::ApiError::internal(format!("reading the Resolver store: {e}")))
+    }
+}

@@ -1,0 +1,570 @@
+//! The API in-process (`tower::ServiceExt::oneshot`) on a real host: the
+//! embedded broker on a temp dir, the `orders` example component, the
+//! Resolver and the Manager. Waits poll with a generous deadline; nothing
+//! asserts a duration.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+use crate::{ApiState, Config, Host, router};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn guest(name: &str) -> PathBuf {
+    let dirs = [
+        std::env::var_os("NIMBUS_GUESTS_DIR").map(PathBuf::from),
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map(|t| PathBuf::from(t).join("wasm32-wasip2/release")),
+        Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/wasm32-wasip2/release")),
+    ];
+    dirs.into_iter()
+        .flatten()
+        .map(|d| d.join(format!("{name}.wasm")))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "guest component {name}.wasm is missing: run scripts/build-guests.sh (same \
+                 CARGO_TARGET_DIR) or set NIMBUS_GUESTS_DIR"
+            )
+        })
+}
+
+/// A host on `root` with `orders` serving endpoint `billing` and
+/// `erp_import` serving endpoint `erp`.
+async fn start(root: &Path) -> Host {
+    for (endpoint, name) in [("billing", "orders"), ("erp", "erp_import")] {
+        let dir = root.join("handlers").join(endpoint);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(guest(name), dir.join(format!("{name}.wasm"))).unwrap();
+    }
+    let text = r#"
+[broker]
+durability = "os"
+lock_duration = "5s"
+[engine]
+session_idle_timeout = "200ms"
+shutdown_grace = "10s"
+[sandbox]
+timeout = "20s"
+"#;
+    let config = Config::parse(text, &root.join("nimbus.toml"), root).unwrap();
+    Host::start(config).await.unwrap()
+}
+
+struct Api(axum::Router);
+
+impl Api {
+    async fn call(&self, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
+            .unwrap();
+        let response = self.0.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let value = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            panic!(
+                "{uri}: the body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&bytes)
+            )
+        });
+        (status, value)
+    }
+
+    async fn get(&self, uri: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, uri, None).await
+    }
+
+    async fn post(&self, uri: &str, body: &Value) -> (StatusCode, Value) {
+        self.call(Method::POST, uri, Some(&body.to_string())).await
+    }
+
+    async fn ok(&self, method: Method, uri: &str, body: Option<&Value>) -> Value {
+        let text = body.map(Value::to_string);
+        let (status, value) = self.call(method, uri, text.as_deref()).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {value}");
+        value
+    }
+
+    async fn publish(&self, event_type: &str, session: &str, data: Value) -> String {
+        let published = self
+            .ok(
+                Method::POST,
+                "/api/publish",
+                Some(&json!({"event_type": event_type, "session_id": session, "data": data})),
+            )
+            .await;
+        published["message_id"].as_str().unwrap().to_owned()
+    }
+
+    /// Polls until the event published as `message_id` at `endpoint` has
+    /// `status`; returns its record.
+    async fn wait_status(
+        &self,
+        endpoint: &str,
+        session: &str,
+        message_id: &str,
+        status: &str,
+    ) -> Value {
+        let started = Instant::now();
+        loop {
+            let events = self
+                .ok(
+                    Method::GET,
+                    &format!("/api/events?endpoint={endpoint}&session={session}"),
+                    None,
+                )
+                .await;
+            let found = events
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["request_message_id"] == message_id)
+                .cloned();
+            if let Some(record) = &found
+                && record["status"] == status
+            {
+                return record.clone();
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{message_id} at {endpoint} never became {status}: {found:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn order(id: &str, fail: bool) -> Value {
+    json!({"OrderId": id, "Customer": "acme", "Total": 10.0, "Fail": fail,
+           "Lines": [{"Sku": "A-1", "Quantity": 1, "UnitPrice": 10.0}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_flow_publish_block_skip_resubmit_handoff() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+
+    let health = api.ok(Method::GET, "/health", None).await;
+    assert_eq!(health, json!({"status": "ok", "version": crate::VERSION}));
+
+    let handlers = api.ok(Method::GET, "/api/handlers", None).await;
+    let orders = handlers["handlers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["endpoint"] == "billing")
+        .cloned()
+        .unwrap();
+    assert_eq!(orders["handler"], "orders");
+    assert_eq!(orders["event_types"], json!(["OrderPlaced"]));
+    let version = orders["version"].as_str().unwrap();
+    assert!(
+        version.len() == 64 && version.chars().all(|c| c.is_ascii_hexdigit()),
+        "{version}"
+    );
+    assert!(orders["load_error"].is_null());
+
+    // Publish -> Completed with the serving handler version.
+    let published = api
+        .ok(
+            Method::POST,
+            "/api/publish",
+            Some(&json!({"event_type": "OrderPlaced", "session_id": "s-ok", "data": order("o-1", false)})),
+        )
+        .await;
+    assert_eq!(published["topic"], "publisher");
+    assert_eq!(published["consumed_by"], json!(["billing"]));
+    let ok_id = published["message_id"].as_str().unwrap();
+    let done = api.wait_status("billing", "s-ok", ok_id, "Completed").await;
+    assert_eq!(done["handler_version"].as_str(), orders["version"].as_str());
+
+    // The detail has the event at its endpoint with its history.
+    let event_id = done["event_id"].as_str().unwrap();
+    let detail = api
+        .ok(Method::GET, &format!("/api/events/{event_id}"), None)
+        .await;
+    assert_eq!(detail["event_id"], event_id);
+    let at = &detail["endpoints"][0];
+    assert_eq!(at["record"]["endpoint"], "billing");
+    let history: Vec<&str> = at["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["status"].as_str().unwrap())
+        .collect();
+    assert!(history.contains(&"Completed"), "{history:?}");
+
+    // A failing event blocks its session; the next one is parked.
+    let failing = api
+        .publish("OrderPlaced", "s-block", order("o-2", true))
+        .await;
+    let failed = api
+        .wait_status("billing", "s-block", &failing, "Failed")
+        .await;
+    assert_eq!(failed["error_type"], "OrderRejected");
+    let parked = api
+        .publish("OrderPlaced", "s-block", order("o-3", false))
+        .await;
+    api.wait_status("billing", "s-block", &parked, "Deferred")
+        .await;
+    let failed_id = failed["event_id"].as_str().unwrap();
+    let sessions = api
+        .ok(
+            Method::GET,
+            "/api/sessions?endpoint=billing&blocked=true",
+            None,
+        )
+        .await;
+    let blocked = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == "s-block")
+        .cloned()
+        .unwrap_or_else(|| panic!("s-block is not listed as blocked: {sessions}"));
+    assert_eq!(blocked["blocked_by"], failed_id);
+    assert_eq!(blocked["parked"], 1);
+    assert!(
+        sessions
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| !s["blocked_by"].is_null()),
+        "blocked=true lists only blocked sessions: {sessions}"
+    );
+
+    // Skip: Skipped, and the parked one runs.
+    let sent = api
+        .ok(Method::POST, &format!("/api/events/{failed_id}/skip"), None)
+        .await;
+    assert_eq!(sent["message_type"], "SkipRequest");
+    assert!(sent["message_id"].as_str().is_some_and(|id| !id.is_empty()));
+    api.wait_status("billing", "s-block", &failing, "Skipped")
+        .await;
+    api.wait_status("billing", "s-block", &parked, "Completed")
+        .await;
+    let sessions = api
+        .ok(
+            Method::GET,
+            "/api/sessions?endpoint=billing&blocked=true",
+            None,
+        )
+        .await;
+    assert!(
+        sessions
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["session_id"] != "s-block"),
+        "s-block is unblocked: {sessions}"
+    );
+
+    // Resubmit with an edited payload.
+    let failing = api
+        .publish("OrderPlaced", "s-fix", order("o-4", true))
+        .await;
+    let failed = api
+        .wait_status("billing", "s-fix", &failing, "Failed")
+        .await;
+    let failed_id = failed["event_id"].as_str().unwrap();
+    let sent = api
+        .ok(
+            Method::POST,
+            &format!("/api/events/{failed_id}/resubmit"),
+            Some(&json!({"endpoint": "billing", "data": order("o-4", false)})),
+        )
+        .await;
+    assert_eq!(sent["message_type"], "ResubmissionRequest");
+    api.wait_status("billing", "s-fix", &failing, "Completed")
+        .await;
+
+    // Handoff: pending with sub-status Handoff, then completed.
+    let import = json!({"ImportId": "imp-1", "Entity": "Customers", "Rows": 10});
+    let handed = api
+        .publish("ErpImportRequested", "s-erp", import.clone())
+        .await;
+    let pending = api.wait_status("erp", "s-erp", &handed, "Pending").await;
+    let pending = if pending["sub_status"] == "Handoff" {
+        pending
+    } else {
+        let started = Instant::now();
+        loop {
+            let r = api.wait_status("erp", "s-erp", &handed, "Pending").await;
+            if r["sub_status"] == "Handoff" {
+                break r;
+            }
+            assert!(started.elapsed() < DEADLINE, "never handed off: {r}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let erp_id = pending["event_id"].as_str().unwrap();
+    let sent = api
+        .ok(
+            Method::POST,
+            &format!("/api/events/{erp_id}/handoff/complete"),
+            Some(&json!({"details": {"rows_imported": 10}})),
+        )
+        .await;
+    assert_eq!(sent["message_type"], "HandoffCompletedRequest");
+    api.wait_status("erp", "s-erp", &handed, "Completed").await;
+
+    // Handoff failed: Failed with the operator's error.
+    let handed = api.publish("ErpImportRequested", "s-erp2", import).await;
+    let started = Instant::now();
+    let pending = loop {
+        let r = api.wait_status("erp", "s-erp2", &handed, "Pending").await;
+        if r["sub_status"] == "Handoff" {
+            break r;
+        }
+        assert!(started.elapsed() < DEADLINE, "never handed off: {r}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let erp_id = pending["event_id"].as_str().unwrap();
+    api.ok(
+        Method::POST,
+        &format!("/api/events/{erp_id}/handoff/fail"),
+        Some(&json!({"error": "DMF job 42 failed", "error_type": "DmfFailed"})),
+    )
+    .await;
+    let failed = api.wait_status("erp", "s-erp2", &handed, "Failed").await;
+    assert_eq!(failed["error_type"], "DmfFailed");
+    assert_eq!(failed["error_text"], "DMF job 42 failed");
+
+    // Nothing is dead-lettered in this flow.
+    let dlq = api.ok(Method::GET, "/api/dlq?endpoint=billing", None).await;
+    assert_eq!(dlq, json!([]));
+
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_a_4xx_that_names_the_problem() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+
+    let cases: Vec<(Method, &str, Option<&str>, StatusCode, &str)> = vec![
+        (
+            Method::POST,
+            "/api/publish",
+            Some(r#"{"data": {}}"#),
+            StatusCode::BAD_REQUEST,
+            "event_type",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
+            Some(r#"{"event_type": "OrderPlaced"}"#),
+            StatusCode::BAD_REQUEST,
+            "data is missing",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
+            Some(r#"{"event_type": " ", "data": 1}"#),
+            StatusCode::BAD_REQUEST,
+            "event_type must not be empty",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
+            Some("{not json"),
+            StatusCode::BAD_REQUEST,
+            "not valid",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
+            None,
+            StatusCode::BAD_REQUEST,
+            "needs a JSON body",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
+            Some(r#"{"event_type": "T", "data": 1, "sesion_id": "x"}"#),
+            StatusCode::BAD_REQUEST,
+            "sesion_id",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
+            Some(r#"{"event_type": "T", "data": 1, "from": "nowhere"}"#),
+            StatusCode::BAD_REQUEST,
+            "unknown producer 'nowhere'",
+        ),
+        (
+            Method::GET,
+            "/api/events?status=Bogus",
+            None,
+            StatusCode::BAD_REQUEST,
+            "unknown status 'Bogus'",
+        ),
+        (
+            Method::GET,
+            "/api/events?limit=many",
+            None,
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::GET,
+            "/api/events?limit=0",
+            None,
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::GET,
+            "/api/events/no-such-event",
+            None,
+            StatusCode::NOT_FOUND,
+            "no-such-event",
+        ),
+        (
+            Method::POST,
+            "/api/events/no-such-event/resubmit",
+            None,
+            StatusCode::NOT_FOUND,
+            "no-such-event",
+        ),
+        (
+            Method::POST,
+            "/api/events/no-such-event/skip",
+            Some(r#"{"endpoint": 3}"#),
+            StatusCode::BAD_REQUEST,
+            "endpoint",
+        ),
+        (
+            Method::POST,
+            "/api/events/no-such-event/handoff/fail",
+            Some("{}"),
+            StatusCode::BAD_REQUEST,
+            "error is missing",
+        ),
+        (
+            Method::GET,
+            "/api/sessions?endpoint=nowhere",
+            None,
+            StatusCode::NOT_FOUND,
+            "nowhere",
+        ),
+        (
+            Method::GET,
+            "/api/sessions?blocked=maybe",
+            None,
+            StatusCode::BAD_REQUEST,
+            "blocked",
+        ),
+        (
+            Method::GET,
+            "/api/dlq?endpoint=nowhere",
+            None,
+            StatusCode::NOT_FOUND,
+            "nowhere",
+        ),
+        (
+            Method::POST,
+            "/api/dlq/replay",
+            Some(r#"{"endpoint": "billing"}"#),
+            StatusCode::BAD_REQUEST,
+            "exactly one of",
+        ),
+        (
+            Method::POST,
+            "/api/dlq/replay",
+            Some(r#"{"endpoint": "billing", "sequence_number": 1, "all": true}"#),
+            StatusCode::BAD_REQUEST,
+            "exactly one of",
+        ),
+        (
+            Method::POST,
+            "/api/dlq/replay",
+            Some(r#"{"all": true}"#),
+            StatusCode::BAD_REQUEST,
+            "endpoint is missing",
+        ),
+        (
+            Method::POST,
+            "/api/dlq/replay",
+            Some(r#"{"endpoint": "billing", "sequence_number": 99}"#),
+            StatusCode::NOT_FOUND,
+            "sequence number 99",
+        ),
+        (
+            Method::GET,
+            "/api/nothing",
+            None,
+            StatusCode::NOT_FOUND,
+            "no route GET /api/nothing",
+        ),
+        (
+            Method::DELETE,
+            "/api/events",
+            None,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "DELETE",
+        ),
+    ];
+    for (method, uri, body, want_status, want_text) in cases {
+        let (status, value) = api.call(method.clone(), uri, body).await;
+        assert_eq!(status, want_status, "{method} {uri} {body:?}: {value}");
+        let error = value["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{uri}: no error: {value}"));
+        assert!(
+            error.contains(want_text),
+            "{method} {uri}: '{error}' does not name '{want_text}'"
+        );
+    }
+
+    // A handoff operation on an event that is not pending a handoff is refused.
+    let message_id = api
+        .publish("OrderPlaced", "s-done", order("o-9", false))
+        .await;
+    let done = api
+        .wait_status("billing", "s-done", &message_id, "Completed")
+        .await;
+    let (status, value) = api
+        .post(
+            &format!(
+                "/api/events/{}/handoff/complete",
+                done["event_id"].as_str().unwrap()
+            ),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{value}");
+    assert!(
+        value["error"]
+            .as_str()
+            .unwrap()
+            .contains("not pending a handoff"),
+        "{value}"
+    );
+
+    // Publishing from an endpoint's topic is allowed (it is a producer).
+    let (status, value) = api
+        .post(
+            "/api/publish",
+            &json!({"event_type": "Noted", "data": {}, "from": "billing"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+    assert_eq!(value["topic"], "billing");
+    assert_eq!(value["consumed_by"], json!([]));
+
+    host.shutdown().await;
+}

@@ -1,0 +1,215 @@
+//! A `nimbus run` child process on a scratch area, for the black-box tests
+//! of the host and the client commands: it is started with a free port
+//! (`[api] listen = "127.0.0.1:0"`, the bound address read from what
+//! `nimbus run` prints), driven only through the `nimbus` CLI, and killed
+//! when dropped, even when the test fails.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::{Run, Scratch, nimbus_bin};
+
+/// How long any wait may take before the test fails. Generous on purpose:
+/// tests run on a shared 2-core box; none measures time.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// The configuration the tests run with, plus `extra` TOML.
+pub fn config_text(extra: &str) -> String {
+    format!(
+        r#"
+[host]
+data_dir = "data"
+handlers_dir = "handlers"
+
+[api]
+listen = "127.0.0.1:0"
+
+[broker]
+durability = "os"
+lock_duration = "5s"
+
+[engine]
+session_idle_timeout = "200ms"
+shutdown_grace = "10s"
+
+[sandbox]
+timeout = "20s"
+
+{extra}
+"#
+    )
+}
+
+/// A running `nimbus run`.
+pub struct RunningHost {
+    child: Child,
+    /// The API's base URL, e.g. `http://127.0.0.1:41234`.
+    pub api: String,
+    stderr_path: PathBuf,
+    stdout_lines: mpsc::Receiver<String>,
+}
+
+impl RunningHost {
+    /// Writes `nimbus.toml` into the scratch root and starts `nimbus run`
+    /// on it; returns once the API address is printed.
+    ///
+    /// # Panics
+    /// When the host does not start within [`DEADLINE`], with its stderr.
+    pub fn start(scratch: &Scratch, extra_config: &str) -> RunningHost {
+        let config = scratch.write("nimbus.toml", config_text(extra_config).as_bytes());
+        let stderr_path = scratch.path("nimbus-run.stderr");
+        let stderr = std::fs::File::create(&stderr_path).expect("create the stderr file");
+        let mut child = Command::new(nimbus_bin())
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn nimbus run");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut host = RunningHost {
+            child,
+            api: String::new(),
+            stderr_path,
+            stdout_lines: lines,
+        };
+        let started = Instant::now();
+        loop {
+            let left = DEADLINE.saturating_sub(started.elapsed());
+            match host.stdout_lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(url) = line.strip_prefix("API:") {
+                        host.api = url.trim().to_owned();
+                        return host;
+                    }
+                }
+                Err(_) => panic!(
+                    "nimbus run did not print its API address; stderr:\n{}",
+                    host.stderr()
+                ),
+            }
+        }
+    }
+
+    /// What the host logged so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Runs `nimbus --api <this host> args...`.
+    pub fn cli(&self, args: &[&str]) -> Run {
+        let output = Command::new(nimbus_bin())
+            .arg("--api")
+            .arg(&self.api)
+            .args(args)
+            .env_remove("NIMBUS_API")
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run nimbus");
+        Run { output }
+    }
+
+    /// Runs a CLI command that must succeed and print JSON.
+    #[track_caller]
+    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+        let run = self.cli(args);
+        run.expect_code(0);
+        run.json()
+    }
+
+    /// Polls `check` until it returns `Some`; panics with `what` and the
+    /// host's log after [`DEADLINE`].
+    #[track_caller]
+    pub fn eventually<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+        let started = Instant::now();
+        loop {
+            if let Some(found) = check() {
+                return found;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "never happened: {what}; host stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The event published as `message_id` in `session`, once its status is
+    /// `status` (polls `nimbus events --session S --json`).
+    #[track_caller]
+    pub fn wait_status(&self, session: &str, message_id: &str, status: &str) -> serde_json::Value {
+        let started = Instant::now();
+        loop {
+            let events = self.cli_json(&["events", "--session", session, "--json"]);
+            let record = events
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["request_message_id"] == message_id)
+                .cloned();
+            if let Some(record) = &record
+                && record["status"] == status
+            {
+                return record.clone();
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{message_id} in session {session} never became {status}; last record: \
+                 {record:#?}; host stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns its exit
+    /// code and everything it printed to stdout after starting.
+    ///
+    /// # Panics
+    /// When it does not exit within [`DEADLINE`].
+    pub fn terminate(mut self) -> (Option<i32>, String) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+        let started = Instant::now();
+        loop {
+            if let Some(exit) = self.child.try_wait().expect("wait for nimbus run") {
+                let rest: Vec<String> = self.stdout_lines.try_iter().collect();
+                return (exit.code(), rest.join("\n"));
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "nimbus run did not exit after SIGTERM; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for RunningHost {
+    fn drop(&mut self) {
+        // Killing an exited child is a harmless error.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

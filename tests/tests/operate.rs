@@ -1,0 +1,305 @@
+//! Operating a running host through the `nimbus` binary only: `nimbus run`
+//! on a scratch directory with a free port, then the client commands
+//! (publish, events, event, sessions, skip, resubmit, handoff, handlers,
+//! dlq) against it. Every host is killed when its test ends, pass or fail.
+//! Waits poll with a generous deadline; nothing asserts a duration.
+
+use nimbus_blackbox_tests::Scratch;
+use nimbus_blackbox_tests::running::RunningHost;
+use serde_json::{Value, json};
+
+fn order(id: &str, fail: bool) -> String {
+    json!({"OrderId": id, "Customer": "acme", "Total": 10.0, "Fail": fail,
+           "Lines": [{"Sku": "A-1", "Quantity": 1, "UnitPrice": 10.0}]})
+    .to_string()
+}
+
+/// Publishes through the CLI; returns the message id it printed.
+#[track_caller]
+fn publish(host: &RunningHost, event_type: &str, session: &str, data: &str) -> String {
+    let run = host.cli(&[
+        "publish",
+        "--event-type",
+        event_type,
+        "--session",
+        session,
+        "--data",
+        data,
+    ]);
+    run.expect_code(0);
+    let id = run.stdout().trim().to_owned();
+    assert!(
+        !id.is_empty() && !id.contains('\n'),
+        "publish prints one id: {id:?}"
+    );
+    id
+}
+
+fn id(record: &Value) -> String {
+    record["event_id"].as_str().expect("event id").to_owned()
+}
+
+/// The blocked sessions of `endpoint` as (session, blocked by, parked).
+fn blocked_sessions(host: &RunningHost, endpoint: &str) -> Vec<(String, String, u64)> {
+    host.cli_json(&["sessions", "--endpoint", endpoint, "--blocked", "--json"])
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| {
+            (
+                s["session_id"].as_str().unwrap_or_default().to_owned(),
+                s["blocked_by"].as_str().unwrap_or_default().to_owned(),
+                s["parked"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_published_event_completes_a_failed_one_blocks_until_skipped_and_sigterm_exits_cleanly() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+
+    // The host's handlers, as the API reports them.
+    let handlers = host.cli_json(&["handlers", "--json"]);
+    let orders = &handlers["handlers"][0];
+    assert_eq!(orders["endpoint"], "billing");
+    assert_eq!(orders["event_types"], json!(["OrderPlaced"]));
+    let version = orders["version"]
+        .as_str()
+        .expect("a version serves")
+        .to_owned();
+    let table = host.cli(&["handlers"]);
+    table.expect_code(0);
+    assert!(table.stdout().contains("billing") && table.stdout().contains("OrderPlaced"));
+
+    // Publish, watch it complete, read it back with its history.
+    let ok = publish(&host, "OrderPlaced", "s-ok", &order("o-1", false));
+    let done = host.wait_status("s-ok", &ok, "Completed");
+    assert_eq!(done["handler_version"], version.as_str());
+    let event = host.cli_json(&["event", &id(&done), "--json"]);
+    let history = event["endpoints"][0]["history"]
+        .as_array()
+        .expect("history");
+    assert!(
+        history.iter().any(|h| h["status"] == "Completed"),
+        "{history:#?}"
+    );
+    let text = host.cli(&["event", &id(&done)]);
+    text.expect_code(0);
+    assert!(text.stdout().contains("Completed"), "{}", text.stdout());
+    assert!(text.stdout().contains(&version), "{}", text.stdout());
+    let listed = host.cli(&["events", "--endpoint", "billing"]);
+    listed.expect_code(0);
+    assert!(listed.stdout().contains(&id(&done)), "{}", listed.stdout());
+
+    // A failing event blocks its session; the next one is parked behind it.
+    let failing = publish(&host, "OrderPlaced", "s-block", &order("o-2", true));
+    let failed = host.wait_status("s-block", &failing, "Failed");
+    assert_eq!(failed["error_type"], "OrderRejected");
+    let parked = publish(&host, "OrderPlaced", "s-block", &order("o-3", false));
+    host.wait_status("s-block", &parked, "Deferred");
+    assert_eq!(
+        blocked_sessions(&host, "billing"),
+        vec![("s-block".to_owned(), id(&failed), 1)]
+    );
+    let sessions = host.cli(&["sessions", "--blocked"]);
+    sessions.expect_code(0);
+    assert!(
+        sessions.stdout().contains(&id(&failed)),
+        "{}",
+        sessions.stdout()
+    );
+
+    // Skip: the failed event is Skipped and the parked one runs.
+    let skip = host.cli(&["skip", &id(&failed)]);
+    skip.expect_code(0);
+    assert!(skip.stdout().contains("SkipRequest"), "{}", skip.stdout());
+    host.wait_status("s-block", &failing, "Skipped");
+    host.wait_status("s-block", &parked, "Completed");
+    assert!(blocked_sessions(&host, "billing").is_empty());
+
+    // An API refusal is a clear message and a non-zero exit.
+    let unknown = host.cli(&["skip", "no-such-event"]);
+    unknown.expect_code(1);
+    assert!(
+        unknown.stderr().contains("no event 'no-such-event'"),
+        "{}",
+        unknown.stderr()
+    );
+    let bad_status = host.cli(&["events", "--status", "Done"]);
+    bad_status.expect_code(1);
+    assert!(
+        bad_status.stderr().contains("unknown status 'Done'"),
+        "{}",
+        bad_status.stderr()
+    );
+    let bad_data = host.cli(&["publish", "--event-type", "OrderPlaced", "--data", "{oops"]);
+    bad_data.expect_code(1);
+    assert!(
+        bad_data.stderr().contains("--data is not valid JSON"),
+        "{}",
+        bad_data.stderr()
+    );
+    let dlq = host.cli_json(&["dlq", "list", "--endpoint", "billing", "--json"]);
+    assert_eq!(dlq, json!([]));
+
+    // SIGTERM: the host drains and exits 0.
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn a_failed_event_is_fixed_by_dropping_in_a_new_version_and_resubmitting() {
+    let scratch = Scratch::new();
+    scratch.install("app", "swap", "swap-v1");
+    let host = RunningHost::start(&scratch, "");
+    let v1 = host.cli_json(&["handlers", "--json"])["handlers"][0]["version"].clone();
+
+    let buggy = publish(&host, "Swap", "s-swap", r#"{"Bug":true}"#);
+    let failed = host.wait_status("s-swap", &buggy, "Failed");
+    assert_eq!(failed["error_type"], "SwapV1Bug");
+    assert_eq!(failed["handler_version"], v1);
+    let behind = publish(&host, "Swap", "s-swap", "{}");
+    host.wait_status("s-swap", &behind, "Deferred");
+
+    // Drop in the fixed version (write beside, then rename: never half a file).
+    let partial = scratch.path("handlers/app/.swap.wasm.partial");
+    std::fs::copy(nimbus_blackbox_tests::guest("swap-v2"), &partial).expect("copy v2");
+    std::fs::rename(&partial, scratch.path("handlers/app/swap.wasm")).expect("swap in v2");
+    let v2 = host.eventually("the fixed version serves", || {
+        let version = host.cli_json(&["handlers", "--json"])["handlers"][0]["version"].clone();
+        (version != v1 && !version.is_null()).then_some(version)
+    });
+
+    let resubmit = host.cli(&["resubmit", &id(&failed)]);
+    resubmit.expect_code(0);
+    assert!(
+        resubmit.stdout().contains("ResubmissionRequest"),
+        "{}",
+        resubmit.stdout()
+    );
+    let fixed = host.wait_status("s-swap", &buggy, "Completed");
+    assert_eq!(fixed["handler_version"], v2);
+    let after = host.wait_status("s-swap", &behind, "Completed");
+    assert_eq!(after["handler_version"], v2);
+}
+
+#[test]
+fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
+    let scratch = Scratch::new();
+    scratch.install("erp", "import", "erp-import");
+    let host = RunningHost::start(&scratch, "");
+    let import = r#"{"ImportId":"imp-1","Entity":"Customers","Rows":10}"#;
+
+    let first = publish(&host, "ErpImportRequested", "s-erp-1", import);
+    let handed = host.eventually("the import is handed off", || {
+        let r = host.wait_status("s-erp-1", &first, "Pending");
+        (r["sub_status"] == "Handoff").then_some(r)
+    });
+    // A handoff operation on the wrong event is refused with the reason.
+    let wrong = host.cli(&["handoff", "fail", "no-such-event", "--error", "x"]);
+    wrong.expect_code(1);
+    assert!(
+        wrong.stderr().contains("no-such-event"),
+        "{}",
+        wrong.stderr()
+    );
+    let complete = host.cli(&[
+        "handoff",
+        "complete",
+        &id(&handed),
+        "--details",
+        r#"{"RowsImported":10}"#,
+    ]);
+    complete.expect_code(0);
+    host.wait_status("s-erp-1", &first, "Completed");
+
+    let second = publish(&host, "ErpImportRequested", "s-erp-2", import);
+    let handed = host.eventually("the second import is handed off", || {
+        let r = host.wait_status("s-erp-2", &second, "Pending");
+        (r["sub_status"] == "Handoff").then_some(r)
+    });
+    let fail = host.cli(&[
+        "handoff",
+        "fail",
+        &id(&handed),
+        "--error",
+        "DMF job failed: 3 rows rejected",
+        "--error-type",
+        "DmfRejected",
+    ]);
+    fail.expect_code(0);
+    let failed = host.wait_status("s-erp-2", &second, "Failed");
+    assert_eq!(failed["error_type"], "DmfRejected");
+    assert_eq!(failed["error_text"], "DMF job failed: 3 rows rejected");
+    assert_eq!(
+        blocked_sessions(&host, "erp"),
+        vec![("s-erp-2".to_owned(), id(&failed), 0)]
+    );
+}
+
+#[test]
+fn a_bad_configuration_key_stops_the_host_before_it_starts_and_names_the_key() {
+    let scratch = Scratch::new();
+    let config = scratch.write("nimbus.toml", b"[engine]\nmax_concurrent_sesions = 4\n");
+    let config = config.to_str().expect("utf-8 path");
+    let run = scratch.run_raw(&["run", "--config", config]);
+    run.expect_code(1);
+    assert!(
+        run.stderr().contains("max_concurrent_sesions"),
+        "{}",
+        run.stderr()
+    );
+    assert!(
+        !scratch.path("data").exists(),
+        "nothing started: no data directory"
+    );
+
+    let check = scratch.run_raw(&["check", "--config", config]);
+    check.expect_code(1);
+    assert!(
+        check.stderr().contains("max_concurrent_sesions"),
+        "{}",
+        check.stderr()
+    );
+
+    let invalid = scratch.write("invalid.toml", b"[broker]\nmax_delivery_count = 0\n");
+    let check = scratch.run_raw(&["check", "--config", invalid.to_str().expect("utf-8")]);
+    check.expect_code(1);
+    assert!(
+        check.stderr().contains("broker.max_delivery_count"),
+        "{}",
+        check.stderr()
+    );
+
+    let good = scratch.write("good.toml", b"[api]\nlisten = \"127.0.0.1:7399\"\n");
+    let check = scratch.run_raw(&["check", "--config", good.to_str().expect("utf-8")]);
+    check.expect_code(0);
+    assert!(check.stdout().contains("valid"), "{}", check.stdout());
+    assert!(
+        check.stdout().contains("127.0.0.1:7399"),
+        "{}",
+        check.stdout()
+    );
+}
+
+#[test]
+fn an_unreachable_host_is_a_clear_error_naming_the_url() {
+    let scratch = Scratch::new();
+    // Port 9 (discard) on loopback: nothing listens there in a test box.
+    let run = scratch.run_raw(&["--api", "http://127.0.0.1:9", "events"]);
+    run.expect_code(1);
+    let stderr = run.stderr();
+    assert!(stderr.contains("cannot reach the nimbus host"), "{stderr}");
+    assert!(stderr.contains("http://127.0.0.1:9"), "{stderr}");
+
+    let bad_url = scratch.run_raw(&["--api", "localhost:7300", "events"]);
+    bad_url.expect_code(1);
+    assert!(
+        bad_url.stderr().contains("not an http:// URL"),
+        "{}",
+        bad_url.stderr()
+    );
+}
