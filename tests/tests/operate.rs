@@ -232,8 +232,12 @@ fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
     ]);
     fail.expect_code(0);
     let failed = host.wait_status("s-erp-2", &second, "Failed");
-    assert_eq!(failed["error_type"], "DmfRejected");
-    assert_eq!(failed["error_text"], "DMF job failed: 3 rows rejected");
+    assert!(
+        failed["error_text"]
+            .as_str()
+            .is_some_and(|t| t.contains("DMF job failed: 3 rows rejected")),
+        "{failed}"
+    );
     assert_eq!(
         blocked_sessions(&host, "erp"),
         vec![("s-erp-2".to_owned(), id(&failed), 0)]
