@@ -187,7 +187,12 @@ impl Rng {
 fn run_child_round(root: &Path, round: u32, rng: &mut Rng) -> Vec<EventKey> {
     let exe = std::env::current_exe().expect("test binary");
     let mut child = Command::new(exe)
-        .args(["--exact", "crash_child_host", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "crash_child_host",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ROOT_VAR, root)
         .env(ROUND_VAR, round.to_string())
         .env("RUST_LOG", "off")
@@ -484,9 +489,10 @@ async fn every_event_reaches_one_terminal_status_in_order_across_sigkills() {
 
     // After shutdown: no session state left blocked or counting parked
     // messages.
-    let broker = Broker::open(BrokerOptions::new(root.join("data/broker")).durability(Durability::Os))
-        .await
-        .expect("reopen the broker");
+    let broker =
+        Broker::open(BrokerOptions::new(root.join("data/broker")).durability(Durability::Os))
+            .await
+            .expect("reopen the broker");
     let inbox = SubscriptionPath::new(ENDPOINT, ENDPOINT);
     for session in 0..SESSIONS {
         let lock = broker
