@@ -60,6 +60,11 @@ pub(crate) enum Command {
     /// it returned an error (including Trap, Timeout, MemoryLimit, Panic),
     /// 1 when the event could not be run at all.
     Invoke(InvokeArgs),
+    /// Load-test the whole stack (embedded broker, engine, handler, Resolver)
+    /// in a temp dir: events/s and end-to-end latency p50/p99/max, closed
+    /// loop then open loop at half the throughput; `--native` adds the same
+    /// load through a native handler for the sandbox's cost as a ratio.
+    Bench(crate::commands::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]

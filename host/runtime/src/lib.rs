@@ -8,6 +8,7 @@
 //! arrives through the engine's traits, so this crate only adapts and wires.
 
 pub mod api;
+pub mod bench;
 pub mod config;
 pub mod handlers;
 mod host;

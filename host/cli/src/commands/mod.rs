@@ -8,6 +8,7 @@ use nimbus_sandbox::{Sandbox, SandboxConfig};
 
 use crate::cli::{CacheArgs, Cli, Command, HandlersCommand};
 
+pub(crate) mod bench;
 mod client;
 mod handlers;
 mod invoke;
@@ -24,6 +25,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             None => client::handlers(&api, args.json),
         },
         Command::Invoke(args) => invoke::run(&args),
+        Command::Bench(args) => bench::run(&args),
         command => client::run(&api, command),
     }
 }

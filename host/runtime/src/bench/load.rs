@@ -372,6 +372,8 @@ async fn drain(tracker: &Tracker) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
     use super::*;
 
     fn source(failure_rate: f64) -> EventSource {

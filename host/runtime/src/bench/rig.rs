@@ -90,6 +90,8 @@ impl Rig {
             max_delivery_count,
             renew_every: lock_duration / 3,
             sdk_version: format!("nimbus {} (bench)", crate::VERSION),
+            // The host's default: no inbox.
+            inbox_retention: None,
         });
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();

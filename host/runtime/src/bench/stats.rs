@@ -71,6 +71,8 @@ pub(crate) fn process_cpu() -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
     use super::*;
 
     fn ms(values: &[u64]) -> Vec<Duration> {

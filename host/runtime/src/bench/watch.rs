@@ -3,9 +3,8 @@
 //! end of "end to end"), and a [`Handlers`] wrapper that times the handler
 //! call (the sandbox's share of the time).
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use nimbus_engine::{HandlerEvent, HandlerReport, Handlers};
@@ -142,34 +141,5 @@ impl Handlers for Timed {
         self.clock.calls.fetch_add(1, Ordering::Relaxed);
         self.clock.nanos.fetch_add(nanos, Ordering::Relaxed);
         report
-    }
-}
-
-/// Bench events in flight, by key: when each was published.
-#[derive(Debug, Default)]
-pub(crate) struct InFlight {
-    started: Mutex<HashMap<String, Instant>>,
-}
-
-impl InFlight {
-    pub(crate) fn insert(&self, key: String, at: Instant) {
-        self.started
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, at);
-    }
-
-    pub(crate) fn remove(&self, key: &str) -> Option<Instant> {
-        self.started
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key)
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.started
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
     }
 }

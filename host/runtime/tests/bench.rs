@@ -1,0 +1,101 @@
+//! `nimbus bench` on the real stack: every event it publishes ends, and ends
+//! the way the load said (completed, failed then skipped, or blocking its
+//! session), through the native handlers and through the real `noop` and
+//! `orders` components. Counts only: speed is for the bench itself to report.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::path::{Path, PathBuf};
+
+use nimbus_runtime::bench::{self, BenchOptions, Durability, HandlerChoice, Mode, OnFailure};
+
+fn guests_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("NIMBUS_GUESTS_DIR") {
+        return PathBuf::from(dir);
+    }
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+        .join("wasm32-wasip2/release")
+}
+
+fn small(handler: HandlerChoice, modes: Vec<Mode>) -> BenchOptions {
+    BenchOptions {
+        sessions: 4,
+        events: 60,
+        warmup: 8,
+        payload_bytes: 300,
+        handler,
+        guests_dir: guests_dir(),
+        durability: Durability::Os,
+        modes,
+        // A fixed open-loop rate, so the test does not depend on the
+        // machine's speed for what it publishes.
+        rate: Some(500.0),
+        ..BenchOptions::default()
+    }
+}
+
+async fn run(options: &BenchOptions) -> bench::BenchReport {
+    bench::run(options, &|_: &str| {}).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_completes_through_wasm_and_native_noop() {
+    let report = run(&small(HandlerChoice::Noop, vec![Mode::Wasm, Mode::Native])).await;
+    assert_eq!(report.modes.len(), 2);
+    for mode in &report.modes {
+        for phase in [&mode.closed, &mode.open] {
+            assert_eq!(phase.completed.count, 60, "{:?}", mode.mode);
+            assert_eq!(phase.ended, 60);
+            assert_eq!((phase.blocked, phase.parked, phase.lost), (0, 0, 0));
+            assert!(phase.throughput > 0.0);
+            assert!(phase.completed.p50 <= phase.completed.p99);
+            assert!(phase.completed.p99 <= phase.completed.max);
+        }
+    }
+    assert_eq!(report.modes[1].open.offered_rate, Some(500.0));
+    let printed = report.to_string();
+    assert!(printed.contains("wasm / native"), "{printed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_orders_are_skipped_through_the_manager() {
+    let options = BenchOptions {
+        failure_rate: 0.1,
+        on_failure: OnFailure::Skip,
+        ..small(HandlerChoice::Orders, vec![Mode::Wasm, Mode::Native])
+    };
+    let report = run(&options).await;
+    for mode in &report.modes {
+        for phase in [&mode.closed, &mode.open] {
+            assert_eq!(phase.completed.count, 54, "{:?}", mode.mode);
+            assert_eq!(phase.skipped.count, 6, "{:?}", mode.mode);
+            assert_eq!((phase.blocked, phase.parked, phase.lost), (0, 0, 0));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_orders_left_blocking_park_what_follows() {
+    let options = BenchOptions {
+        failure_rate: 0.1,
+        on_failure: OnFailure::Block,
+        ..small(HandlerChoice::Orders, vec![Mode::Native])
+    };
+    let report = run(&options).await;
+    let mode = &report.modes[0];
+    // Failing events are numbers 9, 19, ..., 59. Closed loop, one in
+    // flight per session: a session that fails stops taking events, so the
+    // four sessions block on the first four failures and the run ends at
+    // event 39, with nothing parked.
+    assert_eq!(mode.closed.blocked, 4);
+    assert_eq!(mode.closed.completed.count, 36);
+    assert_eq!(mode.closed.parked, 0);
+    // Open loop, round robin: the failures fall in sessions 1 and 3
+    // (n % 4); each blocks at its first failure (9 and 19) and every later
+    // event of the session parks behind it, failing ones included.
+    assert_eq!(mode.open.blocked, 2);
+    assert_eq!(mode.open.parked, 12 + 10);
+    assert_eq!(mode.open.completed.count, 36);
+}
