@@ -81,10 +81,6 @@ impl Api {
         (status, value)
     }
 
-    async fn get(&self, uri: &str) -> (StatusCode, Value) {
-        self.call(Method::GET, uri, None).await
-    }
-
     async fn post(&self, uri: &str, body: &Value) -> (StatusCode, Value) {
         self.call(Method::POST, uri, Some(&body.to_string())).await
     }
