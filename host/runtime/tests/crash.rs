@@ -233,7 +233,7 @@ fn run_child_round(root: &Path, round: u32, rng: &mut Rng) -> Vec<EventKey> {
     }
     // Kill somewhere between mid-publish and well after: handlers running,
     // settlements committing, retries scheduled, sessions parking.
-    let run_for = Duration::from_millis(100 + rng.next() % 2_500);
+    let run_for = Duration::from_millis(rng.next() % 2_500);
     let deadline = Instant::now() + run_for;
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         match rx.recv_timeout(left) {

@@ -37,11 +37,14 @@ const SWAP: &str = "swap";
 const ALPHA: &str = "alpha";
 const BETA: &str = "beta";
 
+/// Each tap by (topic, event type): its subscription and what it has seen.
+type Taps = BTreeMap<(String, String), (SubscriptionPath, Vec<NimbusMessage>)>;
+
 /// The host every test of this file shares, with its runtime and taps.
 struct Shared {
     runtime: tokio::runtime::Runtime,
     host: Host,
-    taps: tokio::sync::Mutex<BTreeMap<(String, String), (SubscriptionPath, Vec<NimbusMessage>)>>,
+    taps: tokio::sync::Mutex<Taps>,
     _root: tempfile::TempDir,
 }
 
