@@ -36,7 +36,9 @@ demo=${NIMBUS_DEMO_DIR:-$root/target/demo}
 api_addr=${NIMBUS_DEMO_API:-127.0.0.1:7300}
 api="http://$api_addr"
 target=${CARGO_TARGET_DIR:-$root/target}
-nimbus=$target/release/nimbus
+# The dev profile optimises dependencies (wasmtime, SQLite), so this build is
+# quick and shares its artifacts with the test build.
+nimbus=$target/debug/nimbus
 pidfile=$demo/nimbus.pid
 log=$demo/nimbus.log
 
@@ -93,7 +95,7 @@ fi
 say "1/6 Building the example handlers (wasm32-wasip2) and the nimbus binary"
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
 cargo build --release --target wasm32-wasip2 -p orders -p erp-import -p notifier
-cargo build --release -p nimbus-cli
+cargo build -p nimbus-cli
 [ -x "$nimbus" ] || die "$nimbus was not built"
 wasm=$target/wasm32-wasip2/release
 
