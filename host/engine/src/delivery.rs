@@ -58,9 +58,9 @@ impl std::fmt::Debug for Endpoint {
 /// (its lock lapses and it is redelivered); the session should be dropped.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DeliveryError {
-    #[error("settling message '{message_id}' failed: {source}")]
+    // The transport's error already names the message or session.
+    #[error("settling failed: {source}")]
     Settle {
-        message_id: String,
         #[source]
         source: SettleError,
     },
@@ -614,25 +614,15 @@ impl<T: Transport> Delivery<'_, T> {
         settlement: Settlement,
         next: Option<SessionState>,
     ) -> Result<(), DeliveryError> {
-        let message_id = settlement_message_id(&settlement);
         self.lock
             .settle(settlement)
             .await
-            .map_err(|source| DeliveryError::Settle { message_id, source })?;
+            .map_err(|source| DeliveryError::Settle { source })?;
         if let Some(next) = next {
             *self.state = next;
         }
         Ok(())
     }
-}
-
-fn settlement_message_id(settlement: &Settlement) -> String {
-    settlement
-        .clone()
-        .into_parts()
-        .outcome
-        .and_then(|(m, _)| m.message.message_id)
-        .unwrap_or_default()
 }
 
 /// What a settlement knows about the delivery it settles.
