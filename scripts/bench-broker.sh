@@ -6,7 +6,7 @@
 #
 #   scripts/bench-broker.sh                 # the full matrix
 #   scripts/bench-broker.sh --seconds 10    # any broker-bench option
-#   BENCH_FEATURES=mimalloc scripts/bench-broker.sh
+#   BENCH_ALLOCATOR=system scripts/bench-broker.sh   # glibc malloc, for A/B
 #   scripts/bench-broker.sh --compare       # against RabbitMQ and NATS JetStream
 #
 # `--compare` (never in CI) installs rabbitmq-server and nats-server with
@@ -30,13 +30,17 @@ if [[ "${1:-}" == "--compare" ]]; then
     shift
 fi
 
-# BENCH_FEATURES=mimalloc measures with mimalloc as the global allocator
-# (the nimbus binary ships with the system allocator).
-features="${BENCH_FEATURES:-}"
-if $compare; then
-    features="${features:+$features,}compare"
+# mimalloc is the global allocator, as in the nimbus binary (decision record
+# 0022); BENCH_ALLOCATOR=system measures with glibc's allocator instead.
+features=""
+default_features=()
+if [[ "${BENCH_ALLOCATOR:-mimalloc}" == "system" ]]; then
+    default_features=(--no-default-features)
 fi
-cargo build --release --quiet -p nimbus-broker-bench --bin broker-bench ${features:+--features "$features"}
+if $compare; then
+    features="compare"
+fi
+cargo build --release --quiet -p nimbus-broker-bench --bin broker-bench "${default_features[@]}" ${features:+--features "$features"}
 bench="$target/release/broker-bench"
 
 machine_state() {

@@ -131,9 +131,9 @@ fn main() -> Result<()> {
     println!(
         "# allocator: {}",
         if cfg!(feature = "mimalloc") {
-            "mimalloc (feature `mimalloc`)"
+            "mimalloc"
         } else {
-            "system"
+            "system (built with --no-default-features)"
         }
     );
     println!(

@@ -16,6 +16,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// The broker and engine allocate per message; mimalloc cuts the CPU per
+/// message by about a third against glibc's allocator (decision record 0022).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit code when the command itself failed (bad input, unreadable file,
 /// invalid component).
 const EXIT_ERROR: u8 = 1;
