@@ -28,6 +28,7 @@ mod watch;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use nimbus_engine::Handlers;
@@ -255,6 +256,7 @@ async fn phases(
         .await
         .context("warm-up")?;
         tracker.take();
+        between_phases(rig, progress).await;
     }
     progress(&format!("{name}: closed loop ({} events)", options.events));
     let start = report::Probe::now(rig);
@@ -269,6 +271,7 @@ async fn phases(
     .await
     .context("closed loop")?;
     let closed = start.finish(rig, tracker.take(), None);
+    between_phases(rig, progress).await;
     let rate = options.rate.unwrap_or(closed.throughput / 2.0);
     progress(&format!(
         "{name}: open loop at {rate:.0} events/s ({} events)",
@@ -280,6 +283,21 @@ async fn phases(
         .context("open loop")?;
     let open = start.finish(rig, tracker.take(), Some(rate));
     Ok(ModeReport { mode, closed, open })
+}
+
+/// Waits until the stack has let go of the last phase's sessions. Each
+/// phase publishes to sessions of its own (a session left blocked by one
+/// phase must not park the next one's events); a worker holds a session
+/// until it has been quiet for the idle timeout, so without this pause the
+/// next phase's first events would wait for that timeout and its latency
+/// would measure the phase change, not the stack.
+async fn between_phases(rig: &Rig, progress: &dyn Fn(&str)) {
+    let pause = rig.session_release + Duration::from_millis(250);
+    progress(&format!(
+        "letting the last phase's sessions go ({} ms)",
+        pause.as_millis()
+    ));
+    tokio::time::sleep(pause).await;
 }
 
 /// The event type and the handlers of a mode.

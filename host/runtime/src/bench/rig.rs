@@ -38,6 +38,10 @@ pub(crate) struct Rig {
     pub(crate) broker: Arc<Broker>,
     pub(crate) manager: Arc<Manager<Broker>>,
     pub(crate) clock: Arc<HandlerClock>,
+    /// How long the engine and the Resolver hold a session that has gone
+    /// quiet: each phase publishes to sessions of its own, and until the
+    /// last phase's sessions are released they hold every worker.
+    pub(crate) session_release: Duration,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -111,6 +115,9 @@ impl Rig {
             shutdown.clone(),
         ));
         let resolver_sessions = engine.resolver_sessions;
+        let session_release = engine
+            .session_idle_timeout
+            .max(ResolverSettings::default().session_idle_timeout);
         {
             let broker = Arc::clone(&broker);
             let store = Arc::clone(&store);
@@ -132,6 +139,7 @@ impl Rig {
             broker,
             manager,
             clock,
+            session_release,
             shutdown,
             tasks,
         })
