@@ -36,25 +36,15 @@ pub(crate) struct Outbox {
     pub(crate) bytes: usize,
 }
 
-/// Everything one store holds for one event.
-pub(crate) struct InvocationState {
+/// The guest's WASI context and the captured streams it writes to.
+pub(crate) struct Stdio {
     wasi: WasiCtx,
-    table: ResourceTable,
-    pub(crate) limiter: HandlerLimiter,
-    pub(crate) log: LogCapture,
-    pub(crate) panic_message: Option<String>,
-    pub(crate) outbox: Outbox,
-    pub(crate) config: Arc<BTreeMap<String, String>>,
     pub(crate) stdout: CapturedOutput,
     pub(crate) stderr: CapturedOutput,
 }
 
-impl InvocationState {
-    pub(crate) fn new(
-        tags: InvocationTags,
-        limits: &Limits,
-        config: Arc<BTreeMap<String, String>>,
-    ) -> Self {
+impl Stdio {
+    fn new() -> Self {
         let stdout = CapturedOutput::default();
         let stderr = CapturedOutput::default();
         // Nothing granted: no preopened directories, no environment, no
@@ -68,6 +58,35 @@ impl InvocationState {
             .build();
         Self {
             wasi,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+/// Everything one store holds for one event.
+pub(crate) struct InvocationState {
+    /// Built on the guest's first WASI call, not with the store: most events
+    /// never touch WASI, and building the context (it seeds its random
+    /// generators from the OS) and the two capture buffers was a measurable
+    /// share of the per-event cost (docs/decisions/0003-dispatch-cost.md).
+    pub(crate) stdio: Option<Stdio>,
+    table: ResourceTable,
+    pub(crate) limiter: HandlerLimiter,
+    pub(crate) log: LogCapture,
+    pub(crate) panic_message: Option<String>,
+    pub(crate) outbox: Outbox,
+    pub(crate) config: Arc<BTreeMap<String, String>>,
+}
+
+impl InvocationState {
+    pub(crate) fn new(
+        tags: InvocationTags,
+        limits: &Limits,
+        config: Arc<BTreeMap<String, String>>,
+    ) -> Self {
+        Self {
+            stdio: None,
             table: ResourceTable::new(),
             limiter: HandlerLimiter::new(limits),
             log: LogCapture {
@@ -78,8 +97,6 @@ impl InvocationState {
             panic_message: None,
             outbox: Outbox::default(),
             config,
-            stdout,
-            stderr,
         }
     }
 
@@ -106,7 +123,7 @@ impl InvocationState {
 impl WasiView for InvocationState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: &mut self.stdio.get_or_insert_with(Stdio::new).wasi,
             table: &mut self.table,
         }
     }

@@ -272,9 +272,13 @@ impl HandlerVersion {
 
 /// Turns captured stdout/stderr into log records (also emitted to tracing).
 fn collect_stdio(state: &mut InvocationState) {
+    // No WASI call, no context: nothing was written.
+    let Some(stdio) = state.stdio.take() else {
+        return;
+    };
     for (output, source, level) in [
-        (state.stdout.clone(), LogSource::Stdout, LogLevel::Info),
-        (state.stderr.clone(), LogSource::Stderr, LogLevel::Warn),
+        (stdio.stdout, LogSource::Stdout, LogLevel::Info),
+        (stdio.stderr, LogSource::Stderr, LogLevel::Warn),
     ] {
         let (lines, dropped) = output.take_lines();
         for line in lines {
