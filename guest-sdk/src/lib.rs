@@ -156,6 +156,13 @@
 // path the `export!` macro uses from a handler's crate.
 extern crate self as nimbus_guest;
 
+// The guest's global allocator (wasm32 only; natively only its tests).
+#[cfg(any(test, all(target_arch = "wasm32", not(target_feature = "atomics"))))]
+#[allow(
+    unsafe_code,
+    reason = "a global allocator hands out raw memory; each unsafe block says why it holds"
+)]
+mod arena;
 mod context;
 mod dispatch;
 mod error;

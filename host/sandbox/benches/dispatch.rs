@@ -12,7 +12,10 @@
 //!
 //! A plain harness (no criterion): it prints medians and ratios from one
 //! run, which is what the project reports. Guests come from
-//! `scripts/build-guests.sh` (or `NIMBUS_GUESTS_DIR`).
+//! `scripts/build-guests.sh` (or `NIMBUS_GUESTS_DIR`);
+//! `NIMBUS_BENCH_COMPARE_DIR=<dir>` adds `orders` and `noop` from another
+//! build of the guests (another SDK allocator, another profile) to the same
+//! interleaved run, so a guest-side change is measured side by side.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
 #![allow(missing_docs, reason = "benchmark harness")]
@@ -95,7 +98,11 @@ fn guests_dir() -> PathBuf {
 }
 
 fn guest(name: &str) -> Vec<u8> {
-    let path = guests_dir().join(format!("{}.wasm", name.replace('-', "_")));
+    guest_from(&guests_dir(), name)
+}
+
+fn guest_from(dir: &Path, name: &str) -> Vec<u8> {
+    let path = dir.join(format!("{}.wasm", name.replace('-', "_")));
     std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e}: run scripts/build-guests.sh (same CARGO_TARGET_DIR) first",
@@ -189,6 +196,26 @@ fn bench_dispatch() {
         (label, load(&sandbox_with(bytes, pagemap), "orders"))
     })
     .collect();
+    // `NIMBUS_BENCH_COMPARE_DIR=<dir>`: the same two guests from another
+    // build (e.g. another allocator or profile), run interleaved with these.
+    let compare_dir = std::env::var_os("NIMBUS_BENCH_COMPARE_DIR").map(PathBuf::from);
+    let compared: Vec<(String, _)> = compare_dir
+        .iter()
+        .flat_map(|dir| {
+            ["orders", "noop"].map(|name| {
+                let version = default_sandbox
+                    .load_bytes(
+                        name,
+                        &guest_from(dir, name),
+                        Limits::default(),
+                        BTreeMap::new(),
+                    )
+                    .unwrap();
+                let build = dir.file_name().unwrap_or(dir.as_os_str()).to_string_lossy();
+                (format!("{name:<6} from compare dir {build}"), version)
+            })
+        })
+        .collect();
     let event = order_event();
     let noop_event = Event {
         event_type: "Noop".into(),
@@ -209,6 +236,7 @@ fn bench_dispatch() {
         .iter()
         .map(|_| Samples::default())
         .collect();
+    let mut compared_samples: Vec<Samples> = compared.iter().map(|_| Samples::default()).collect();
     for _ in 0..BATCHES {
         wasm.measure(|| {
             black_box(orders.invoke(black_box(event.clone())));
@@ -222,6 +250,16 @@ fn bench_dispatch() {
             black_box(native_orders(&payload, None));
         });
         for ((_, version), samples) in resident_variants.iter().zip(&mut variants) {
+            samples.measure(|| {
+                black_box(version.invoke(black_box(event.clone())));
+            });
+        }
+        for ((label, version), samples) in compared.iter().zip(&mut compared_samples) {
+            let event = if label.starts_with("noop") {
+                &noop_event
+            } else {
+                &event
+            };
             samples.measure(|| {
                 black_box(version.invoke(black_box(event.clone())));
             });
@@ -248,6 +286,10 @@ fn bench_dispatch() {
     for ((label, _), samples) in resident_variants.iter().zip(&variants) {
         let (wall, cpu) = samples.medians();
         println!("  wasm orders, {label:<32} {wall:8.2}  {cpu:8.2}");
+    }
+    for ((label, _), samples) in compared.iter().zip(&compared_samples) {
+        let (wall, cpu) = samples.medians();
+        println!("  wasm {label:<38} {wall:8.2}  {cpu:8.2}");
     }
 }
 
