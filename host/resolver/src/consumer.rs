@@ -2,28 +2,42 @@
 //! message in the store.
 //!
 //! Sessions are processed concurrently (each worker holds one session at a
-//! time), messages one at a time per session, so the Resolver sees each
-//! session's messages in the order the engine sent them. Records of
-//! different sessions share store commits (see `recorder`). A message is
-//! completed only after the store has committed it; a store failure abandons
-//! it after a backoff, so the bus redelivers it (and, at the subscription's
-//! max delivery count, dead-letters it: never lost, never looping). A message
-//! that cannot be recorded is dead-lettered at once with the defect named.
+//! time). Within a session a worker pipelines: it takes the first message
+//! (waiting up to the idle timeout), then every further message already
+//! there (up to [`ResolverSettings::max_in_flight_per_session`]), submits all
+//! their records to the recorder as one run, in session order, and once the
+//! run committed issues their completes together, so they share the
+//! broker's commit. While those completes are applied, the next batch of
+//! the session is received and recorded. Records of different sessions,
+//! and the pipelined records of one, share store commits (see `recorder`).
+//!
+//! What holds: a message is completed only after the store has committed
+//! its record. The store sees each session's messages in the order the
+//! engine sent them. A store failure abandons the failed message after a
+//! backoff, so the bus redelivers it (and, at the subscription's max
+//! delivery count, dead-letters it: never lost, never looping); the
+//! session's later messages in hand are not recorded ahead of it but
+//! released with the session, without a delivery counted, to follow it in
+//! order. A message that cannot be recorded is dead-lettered at once with
+//! the defect named. At shutdown, records in flight finish and are settled;
+//! a message waiting out a backoff is released without a delivery counted.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use nimbus_transport::{
     AcceptSessionError, ErrorKind, Properties, ReceivedMessage, SessionLock, SessionSelector,
-    SubscriptionPath, Transport,
+    Settlement, SubscriptionPath, Transport,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::decode::{Decoded, UNRECORDABLE_REASON, decode};
-use crate::recorder::Recorder;
-use crate::store::{Recorded, ResolverStore, StoreError};
+use crate::observation::Observation;
+use crate::recorder::{Answer, Recorder};
+use crate::store::{Heartbeat, Recorded, ResolverStore, StoreError};
 
 /// How the consumer runs.
 #[derive(Debug, Clone)]
@@ -42,9 +56,12 @@ pub struct ResolverSettings {
     pub store_backoff: Duration,
     /// The cap of the store backoff (keep it well under the lock duration).
     pub max_store_backoff: Duration,
-    /// At most this many messages (of different sessions) share one store
-    /// commit.
+    /// At most this many messages share one store commit.
     pub max_batch: usize,
+    /// At most this many messages of one session are in flight at once
+    /// (received, their records submitted, not yet settled). `1` processes
+    /// a session one message at a time.
+    pub max_in_flight_per_session: usize,
     /// Where to report each settled message (tests, metrics); `None` for
     /// nowhere.
     pub progress: Option<mpsc::UnboundedSender<Progress>>,
@@ -63,6 +80,7 @@ impl Default for ResolverSettings {
             store_backoff: Duration::from_millis(500),
             max_store_backoff: Duration::from_secs(10),
             max_batch: 256,
+            max_in_flight_per_session: 64,
             progress: None,
         }
     }
@@ -100,7 +118,10 @@ pub enum Outcome {
     Ignored(&'static str),
     /// Dead-lettered: it cannot be recorded (the description).
     DeadLettered(String),
-    /// The store failed; the message was abandoned for redelivery.
+    /// The store failed to record it, or an earlier message of its session
+    /// (the text says which, ending in `(released: why)` for a message
+    /// released unsettled, without a delivery counted): the bus redelivers
+    /// it.
     Abandoned(String),
     /// Settling failed (the lock was lost); the bus redelivers the message
     /// and the store recognises it.
@@ -220,106 +241,338 @@ async fn worker<T: Transport>(
 }
 
 /// Processes one session's messages in order until it is idle, the lock is
-/// lost, or shutdown.
+/// lost, a message is abandoned, or shutdown.
+///
+/// Two stages overlap: while one batch's settlements are applied (waiting
+/// for the broker's commit), the next batch is received and recorded. Each
+/// batch is settled only after its own records committed, so this changes
+/// no guarantee; it only keeps a session's next record from waiting on the
+/// previous one's complete.
 async fn drain<T: Transport>(context: &Context<T>, session: T::Session, stop: &CancellationToken) {
+    let mut ready = Vec::new();
     loop {
-        let next = tokio::select! {
-            () = stop.cancelled() => break,
-            next = session.receive(context.settings.session_idle_timeout) => next,
-        };
-        match next {
-            Ok(Some(message)) => {
-                if !handle(context, &session, message, stop).await {
-                    break;
-                }
+        let (lock_held, staged) = tokio::join!(
+            settle_together(context, &session, std::mem::take(&mut ready)),
+            async {
+                let batch = next_batch(context, &session, stop).await?;
+                Some(record(context, batch).await)
+            },
+        );
+        let Some(staged) = staged else { break };
+        match staged.failure {
+            None if lock_held => ready = staged.decided,
+            None => {
+                // Recorded, but the lock is gone: the bus redelivers them and
+                // the store recognises them; settling reports each.
+                settle_together(context, &session, staged.decided).await;
+                break;
             }
-            Ok(None) => break,
-            Err(e) => {
-                tracing::warn!(session = session.session_id(), error = %e, "resolver: receive failed; releasing the session");
+            Some((message, error)) => {
+                let held = settle_together(context, &session, staged.decided).await;
+                let lock_held = lock_held && held;
+                abandon(
+                    context,
+                    &session,
+                    message,
+                    staged.behind,
+                    &error,
+                    lock_held,
+                    stop,
+                )
+                .await;
                 break;
             }
         }
     }
+    settle_together(context, &session, ready).await;
     session.close().await;
 }
 
-/// Records and settles one message. `false` when the session should be
-/// released (its lock is gone).
-async fn handle<T: Transport>(
+/// The session's next messages: the first one waited for (up to the idle
+/// timeout), then those already there, up to the in-flight cap. `None` when
+/// the session is idle, its lock is gone, or shutdown.
+async fn next_batch<T: Transport>(
     context: &Context<T>,
     session: &T::Session,
-    message: ReceivedMessage,
     stop: &CancellationToken,
-) -> bool {
-    let message_id = message.message.message_id.clone();
-    let sequence_number = message.sequence_number;
-    let (outcome, settled) = match decode(&message) {
-        Err(unrecordable) => {
-            let description =
-                nimbus_wire::dead_letter::truncate_description(&unrecordable.0).into_owned();
-            tracing::warn!(
-                message_id = message_id.as_deref().unwrap_or_default(),
-                reason = %unrecordable.0,
-                "resolver: dead-lettering a message it cannot record"
-            );
-            let settled = session
-                .dead_letter(message, UNRECORDABLE_REASON.to_owned(), description.clone())
-                .await;
-            (Outcome::DeadLettered(description), settled)
+) -> Option<Vec<ReceivedMessage>> {
+    let next = tokio::select! {
+        () = stop.cancelled() => return None,
+        next = session.receive(context.settings.session_idle_timeout) => next,
+    };
+    let first = match next {
+        Ok(Some(message)) => message,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(session = session.session_id(), error = %e, "resolver: receive failed; releasing the session");
+            return None;
         }
-        Ok(Decoded::Skip(why)) => (Outcome::Ignored(why), session.complete(message).await),
-        Ok(Decoded::Heartbeat(heartbeat)) => {
-            let store = Arc::clone(&context.store);
-            let endpoint = heartbeat.endpoint.clone();
-            match blocking(move || store.record_heartbeat(&heartbeat)).await {
-                Ok(()) => (
-                    Outcome::Heartbeat { endpoint },
-                    session.complete(message).await,
-                ),
-                Err(e) => abandon(context, session, message, e, stop).await,
+    };
+    let most = context.settings.max_in_flight_per_session.max(1);
+    let mut batch = vec![first];
+    while batch.len() < most {
+        match session.receive(Duration::ZERO).await {
+            Ok(Some(message)) => batch.push(message),
+            Ok(None) => break,
+            // The next waiting receive meets it again and releases the
+            // session; what is in hand is still settled first.
+            Err(e) => {
+                tracing::debug!(session = session.session_id(), error = %e, "resolver: receive failed while gathering");
+                break;
             }
         }
+    }
+    Some(batch)
+}
+
+/// One received message, decoded.
+enum Step {
+    /// An event, its observation added to the session's run.
+    Record {
+        message: ReceivedMessage,
+        endpoint: String,
+        event_id: String,
+    },
+    Heartbeat {
+        message: ReceivedMessage,
+        heartbeat: Heartbeat,
+    },
+    Skip {
+        message: ReceivedMessage,
+        why: &'static str,
+    },
+    Unrecordable {
+        message: ReceivedMessage,
+        description: String,
+    },
+}
+
+impl Step {
+    fn into_message(self) -> ReceivedMessage {
+        match self {
+            Step::Record { message, .. }
+            | Step::Heartbeat { message, .. }
+            | Step::Skip { message, .. }
+            | Step::Unrecordable { message, .. } => message,
+        }
+    }
+}
+
+/// A settlement decided for one message, with what to report once it is
+/// applied.
+struct Decided {
+    message_id: Option<String>,
+    sequence_number: i64,
+    settlement: Settlement,
+    outcome: Outcome,
+}
+
+impl Decided {
+    fn new(
+        message: ReceivedMessage,
+        settlement: impl FnOnce(ReceivedMessage) -> Settlement,
+        outcome: Outcome,
+    ) -> Decided {
+        Decided {
+            message_id: message.message.message_id.clone(),
+            sequence_number: message.sequence_number,
+            settlement: settlement(message),
+            outcome,
+        }
+    }
+}
+
+/// A batch after recording: how to settle each message up to the first
+/// failure, and that failure with the messages behind it.
+struct Staged {
+    decided: Vec<Decided>,
+    failure: Option<(ReceivedMessage, StoreError)>,
+    behind: Vec<ReceivedMessage>,
+}
+
+/// Records one session's batch of messages, in order, and decides how to
+/// settle each, stopping at the first message the store failed.
+async fn record<T>(context: &Context<T>, batch: Vec<ReceivedMessage>) -> Staged {
+    // The events' records go to the recorder as one run, so they share a
+    // commit (with other sessions' runs too).
+    let mut run = Vec::new();
+    let steps: Vec<Step> = batch
+        .into_iter()
+        .map(|message| prepare(message, &mut run))
+        .collect();
+    let answers = if run.is_empty() {
+        Vec::new()
+    } else {
+        let committed = match context.recorder.submit(run).await {
+            Ok(submitted) => submitted.committed().await,
+            Err(e) => Err(e),
+        };
+        // The recorder is gone: the first event fails with why.
+        committed.unwrap_or_else(|e| vec![Some(Err(e))])
+    };
+    let mut answers = answers.into_iter();
+    let mut decided = Vec::with_capacity(steps.len());
+    let mut steps = steps.into_iter();
+    for step in steps.by_ref() {
+        match decide(context, step, &mut answers).await {
+            Ok(settle) => decided.push(settle),
+            Err(failed) => {
+                return Staged {
+                    decided,
+                    failure: Some(failed),
+                    behind: steps.map(Step::into_message).collect(),
+                };
+            }
+        }
+    }
+    Staged {
+        decided,
+        failure: None,
+        behind: Vec::new(),
+    }
+}
+
+/// Decodes `message`; an event's observation joins `run`.
+fn prepare(message: ReceivedMessage, run: &mut Vec<Observation>) -> Step {
+    match decode(&message) {
         Ok(Decoded::Event(observation)) => {
             let endpoint = observation.endpoint.clone();
             let event_id = observation.event_id.clone();
-            match context.recorder.record(*observation).await {
-                Ok(recorded) => (
-                    Outcome::Recorded {
-                        endpoint,
-                        event_id,
-                        recorded,
-                    },
-                    session.complete(message).await,
-                ),
-                Err(e) => abandon(context, session, message, e, stop).await,
+            run.push(*observation);
+            Step::Record {
+                message,
+                endpoint,
+                event_id,
             }
         }
-    };
-    let keep_session = match settled {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!(error = %e, "resolver: settling failed; the message will be redelivered");
-            let lost = matches!(e.kind(), ErrorKind::SessionLockLost);
-            report(
-                context,
-                message_id,
-                sequence_number,
-                Outcome::SettleFailed(e.to_string()),
+        Ok(Decoded::Heartbeat(heartbeat)) => Step::Heartbeat { message, heartbeat },
+        Ok(Decoded::Skip(why)) => Step::Skip { message, why },
+        Err(unrecordable) => {
+            tracing::warn!(
+                message_id = message.message.message_id.as_deref().unwrap_or_default(),
+                reason = %unrecordable.0,
+                "resolver: dead-lettering a message it cannot record"
             );
-            return !lost;
+            let description =
+                nimbus_wire::dead_letter::truncate_description(&unrecordable.0).into_owned();
+            Step::Unrecordable {
+                message,
+                description,
+            }
         }
-    };
-    report(context, message_id, sequence_number, outcome);
-    keep_session
+    }
 }
 
+/// How to settle one message (an event takes the next of the run's
+/// `answers`); the message and the store's error when it was not recorded.
+async fn decide<T>(
+    context: &Context<T>,
+    step: Step,
+    answers: &mut impl Iterator<Item = Answer>,
+) -> Result<Decided, (ReceivedMessage, StoreError)> {
+    match step {
+        Step::Record {
+            message,
+            endpoint,
+            event_id,
+        } => match answers.next().flatten() {
+            Some(Ok(recorded)) => Ok(Decided::new(
+                message,
+                Settlement::complete,
+                Outcome::Recorded {
+                    endpoint,
+                    event_id,
+                    recorded,
+                },
+            )),
+            Some(Err(e)) => Err((message, e)),
+            // Only records behind a failed one go unanswered, and the walk
+            // stops at that failure; this is a recorder defect, so the
+            // message goes back to the bus.
+            None => Err((
+                message,
+                StoreError::Panicked("the recorder gave no answer for the message".to_owned()),
+            )),
+        },
+        Step::Heartbeat { message, heartbeat } => {
+            let store = Arc::clone(&context.store);
+            let endpoint = heartbeat.endpoint.clone();
+            match blocking(move || store.record_heartbeat(&heartbeat)).await {
+                Ok(()) => Ok(Decided::new(
+                    message,
+                    Settlement::complete,
+                    Outcome::Heartbeat { endpoint },
+                )),
+                Err(e) => Err((message, e)),
+            }
+        }
+        Step::Skip { message, why } => Ok(Decided::new(
+            message,
+            Settlement::complete,
+            Outcome::Ignored(why),
+        )),
+        Step::Unrecordable {
+            message,
+            description,
+        } => {
+            let reported = description.clone();
+            Ok(Decided::new(
+                message,
+                |m| Settlement::dead_letter(m, UNRECORDABLE_REASON.to_owned(), description),
+                Outcome::DeadLettered(reported),
+            ))
+        }
+    }
+}
+
+/// Applies the settlements at once, so the broker can commit them together,
+/// and reports each. `false` when the session lock is gone.
+async fn settle_together<T: Transport>(
+    context: &Context<T>,
+    session: &T::Session,
+    decided: Vec<Decided>,
+) -> bool {
+    let mut reports = Vec::with_capacity(decided.len());
+    let mut settlements = Vec::with_capacity(decided.len());
+    for d in decided {
+        reports.push((d.message_id, d.sequence_number, d.outcome));
+        settlements.push(session.settle(d.settlement));
+    }
+    let results = join_all(settlements).await;
+    let mut lock_held = true;
+    for ((message_id, sequence_number, outcome), result) in reports.into_iter().zip(results) {
+        match result {
+            Ok(_) => report(context, message_id, sequence_number, outcome),
+            Err(e) => {
+                tracing::warn!(error = %e, "resolver: settling failed; the message will be redelivered");
+                if matches!(e.kind(), ErrorKind::SessionLockLost) {
+                    lock_held = false;
+                }
+                report(
+                    context,
+                    message_id,
+                    sequence_number,
+                    Outcome::SettleFailed(e.to_string()),
+                );
+            }
+        }
+    }
+    lock_held
+}
+
+/// Abandons `message` after the store backoff and leaves `behind` (the
+/// session's later messages in hand) unsettled: releasing the session
+/// returns them without a delivery counted, so they are redelivered after
+/// `message`, and only its own delivery count grows towards dead-lettering.
 async fn abandon<T: Transport>(
     context: &Context<T>,
     session: &T::Session,
     message: ReceivedMessage,
-    error: StoreError,
+    behind: Vec<ReceivedMessage>,
+    error: &StoreError,
+    lock_held: bool,
     stop: &CancellationToken,
-) -> (Outcome, Result<(), nimbus_transport::SettleError>) {
+) {
     let settings = &context.settings;
     let doublings = message.delivery_count.saturating_sub(1).min(16);
     let backoff = settings
@@ -329,22 +582,51 @@ async fn abandon<T: Transport>(
     tracing::warn!(
         error = %error,
         delivery = message.delivery_count,
+        behind = behind.len(),
         backoff_ms = backoff.as_millis(),
         "resolver: the store failed; abandoning the message for redelivery"
     );
-    // Holding the message through the backoff keeps the session's order:
-    // nothing behind it is recorded first.
+    let released = |message: ReceivedMessage, why: &str| {
+        report(
+            context,
+            message.message.message_id.clone(),
+            message.sequence_number,
+            Outcome::Abandoned(format!("{error} (released: {why})")),
+        );
+    };
+    if !lock_held {
+        // The bus redelivers all of them already.
+        released(message, "the session lock was lost");
+        behind
+            .into_iter()
+            .for_each(|later| released(later, "the session lock was lost"));
+        return;
+    }
+    // Holding the messages through the backoff keeps the session's order:
+    // nothing behind the failed one is recorded first.
     tokio::select! {
         () = stop.cancelled() => {
-            // Shutting down: leave it unsettled. Closing the session
-            // releases it without counting a delivery.
-            drop(message);
-            return (Outcome::Abandoned(format!("{error} (released at shutdown)")), Ok(()));
+            // Shutting down: leave them unsettled. Closing the session
+            // releases them without counting a delivery.
+            released(message, "shutdown");
+            behind.into_iter().for_each(|later| released(later, "shutdown"));
+            return;
         }
         () = tokio::time::sleep(backoff) => {}
     }
-    let settled = session.abandon(message, Properties::new()).await;
-    (Outcome::Abandoned(error.to_string()), settled)
+    let message_id = message.message.message_id.clone();
+    let sequence_number = message.sequence_number;
+    let outcome = match session.abandon(message, Properties::new()).await {
+        Ok(()) => Outcome::Abandoned(error.to_string()),
+        Err(e) => {
+            tracing::warn!(error = %e, "resolver: abandoning failed; the message will be redelivered");
+            Outcome::SettleFailed(e.to_string())
+        }
+    };
+    report(context, message_id, sequence_number, outcome);
+    behind.into_iter().for_each(|later| {
+        released(later, "an earlier message of its session was not recorded");
+    });
 }
 
 /// Runs a synchronous store call off the async workers.

@@ -1,10 +1,18 @@
 //! Group commit for the consumer: observations from every session worker
 //! queue here and are recorded in batches, one store transaction each.
 //!
-//! Each worker still waits for its own message's commit before settling it,
-//! so nothing is completed before it is durable; batching only lets
-//! concurrent sessions share a commit (and its fsync). While one batch
-//! commits, the next one gathers.
+//! A worker submits the records of every message of its session it has in
+//! hand as one run ([`Recorder::submit`]), and settles each message only
+//! after the run's answer came back, so nothing is completed before it is
+//! durable. A batch takes whole runs, so the runs of concurrent sessions
+//! share a commit (and its fsync). While one batch commits, the next one
+//! gathers.
+//!
+//! Order: the queue is FIFO and a run is recorded in its order, so a
+//! session's records reach the store in the order the worker received them.
+//! When a batch fails and is recorded again one by one, a run stops at its
+//! first failure: the later records of that run are not attempted, so none
+//! can be recorded ahead of an earlier message of its session.
 
 use std::sync::Arc;
 
@@ -13,76 +21,150 @@ use tokio::sync::{mpsc, oneshot};
 use crate::observation::Observation;
 use crate::store::{Recorded, ResolverStore, StoreError};
 
-type Reply = oneshot::Sender<Result<Recorded, StoreError>>;
+/// The outcome of one record; `None` when it was not attempted because an
+/// earlier record of its run failed.
+pub(crate) type Answer = Option<Result<Recorded, StoreError>>;
+
+/// One session's records, in order, and where to send their answers.
+struct Run {
+    observations: Vec<Observation>,
+    reply: oneshot::Sender<Vec<Answer>>,
+}
+
+/// A run queued for commit: await [`Submitted::committed`] for its answers.
+pub(crate) struct Submitted(oneshot::Receiver<Vec<Answer>>);
+
+impl Submitted {
+    /// One answer per record of the run, in order, once its transaction
+    /// ended.
+    pub(crate) async fn committed(self) -> Result<Vec<Answer>, StoreError> {
+        self.0
+            .await
+            .map_err(|_| StoreError::Panicked("the recorder dropped a run".to_owned()))
+    }
+}
 
 /// The sending side: cheap to share between workers.
 #[derive(Clone)]
 pub(crate) struct Recorder {
-    jobs: mpsc::Sender<(Observation, Reply)>,
+    runs: mpsc::Sender<Run>,
 }
 
 impl Recorder {
-    /// Starts the batching task on the current runtime. It ends when every
+    /// Starts the batching task on the current runtime; a batch takes whole
+    /// runs until it holds at least `max_batch` records. It ends when every
     /// `Recorder` clone is dropped.
     pub(crate) fn start(store: Arc<dyn ResolverStore>, max_batch: usize) -> Recorder {
         let max_batch = max_batch.max(1);
-        let (jobs, queue) = mpsc::channel(max_batch.saturating_mul(4));
+        let (runs, queue) = mpsc::channel(max_batch);
         tokio::spawn(run(store, queue, max_batch));
-        Recorder { jobs }
+        Recorder { runs }
     }
 
-    /// Records `observation` and waits for its commit.
-    pub(crate) async fn record(&self, observation: Observation) -> Result<Recorded, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send((observation, reply))
+    /// Queues a run of records (waiting only while the queue is full) and
+    /// returns the handle to its answers.
+    pub(crate) async fn submit(
+        &self,
+        observations: Vec<Observation>,
+    ) -> Result<Submitted, StoreError> {
+        let (reply, answers) = oneshot::channel();
+        self.runs
+            .send(Run {
+                observations,
+                reply,
+            })
             .await
             .map_err(|_| StoreError::Panicked("the recorder stopped".to_owned()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Panicked("the recorder dropped a message".to_owned()))?
+        Ok(Submitted(answers))
+    }
+
+    /// Records `observation` on its own and waits for its commit.
+    #[cfg(test)]
+    pub(crate) async fn record(&self, observation: Observation) -> Result<Recorded, StoreError> {
+        let answers = self.submit(vec![observation]).await?.committed().await?;
+        answers
+            .into_iter()
+            .next()
+            .flatten()
+            .unwrap_or_else(|| Err(StoreError::Panicked("no answer".to_owned())))
     }
 }
 
-async fn run(
-    store: Arc<dyn ResolverStore>,
-    mut queue: mpsc::Receiver<(Observation, Reply)>,
-    max_batch: usize,
-) {
-    let mut batch = Vec::with_capacity(max_batch);
-    while queue.recv_many(&mut batch, max_batch).await > 0 {
-        let (observations, replies): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut batch).into_iter().unzip();
+async fn run(store: Arc<dyn ResolverStore>, mut queue: mpsc::Receiver<Run>, max_batch: usize) {
+    while let Some(first) = queue.recv().await {
+        let mut records = first.observations.len();
+        let mut runs = vec![first];
+        while records < max_batch {
+            match queue.try_recv() {
+                Ok(next) => {
+                    records += next.observations.len();
+                    runs.push(next);
+                }
+                Err(_) => break,
+            }
+        }
+        let (work, replies): (Vec<_>, Vec<_>) =
+            runs.into_iter().map(|r| (r.observations, r.reply)).unzip();
+        let lengths: Vec<usize> = work.iter().map(Vec::len).collect();
         let store = Arc::clone(&store);
-        let results = tokio::task::spawn_blocking(move || commit(&*store, &observations))
+        let answers = tokio::task::spawn_blocking(move || commit(&*store, work))
             .await
-            .unwrap_or_else(|join| replies_failed(replies.len(), &join.to_string()));
-        for (reply, result) in replies.into_iter().zip(results) {
+            .unwrap_or_else(|join| {
+                let why = join.to_string();
+                lengths
+                    .iter()
+                    .map(|&n| {
+                        (0..n)
+                            .map(|_| Some(Err(StoreError::Panicked(why.clone()))))
+                            .collect()
+                    })
+                    .collect()
+            });
+        for (reply, answers) in replies.into_iter().zip(answers) {
             // A worker that stopped waiting has nothing to settle.
-            let _ = reply.send(result);
+            let _ = reply.send(answers);
         }
     }
 }
 
-/// Records a batch in one transaction; if that fails, each observation on
-/// its own, so one bad observation cannot fail the others.
-fn commit(
-    store: &dyn ResolverStore,
-    observations: &[Observation],
-) -> Vec<Result<Recorded, StoreError>> {
-    match store.record_batch(observations) {
-        Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
-        Err(error) if observations.len() == 1 => vec![Err(error)],
-        Err(error) => {
-            tracing::warn!(%error, batch = observations.len(), "resolver: batch failed; recording one by one");
-            observations.iter().map(|o| store.record(o)).collect()
+/// Records a batch of runs in one transaction; if that fails, each record
+/// on its own, so one bad observation cannot fail the others (except the
+/// later records of its own run, which are not attempted).
+fn commit(store: &dyn ResolverStore, runs: Vec<Vec<Observation>>) -> Vec<Vec<Answer>> {
+    let lengths: Vec<usize> = runs.iter().map(Vec::len).collect();
+    let all: Vec<Observation> = runs.into_iter().flatten().collect();
+    let error = match store.record_batch(&all) {
+        Ok(outcomes) => {
+            let mut outcomes = outcomes.into_iter();
+            return lengths
+                .iter()
+                .map(|&n| outcomes.by_ref().take(n).map(|o| Some(Ok(o))).collect())
+                .collect();
         }
+        Err(error) => error,
+    };
+    if all.len() == 1 {
+        return vec![vec![Some(Err(error))]];
     }
-}
-
-fn replies_failed(n: usize, why: &str) -> Vec<Result<Recorded, StoreError>> {
-    (0..n)
-        .map(|_| Err(StoreError::Panicked(why.to_owned())))
+    tracing::warn!(%error, batch = all.len(), "resolver: batch failed; recording one by one");
+    let mut observations = all.iter();
+    lengths
+        .iter()
+        .map(|&n| {
+            let mut failed = false;
+            observations
+                .by_ref()
+                .take(n)
+                .map(|observation| {
+                    if failed {
+                        return None;
+                    }
+                    let result = store.record(observation);
+                    failed = result.is_err();
+                    Some(result)
+                })
+                .collect()
+        })
         .collect()
 }
 
@@ -93,11 +175,13 @@ mod tests {
     use crate::status::{MessageKind, Status};
     use crate::store::{EventDetail, EventFilter, EventRecord, Heartbeat};
 
-    /// A store whose batches always fail, and whose single records fail for
-    /// one event id.
+    /// A store whose single records fail for one event id, and whose
+    /// batches always fail (or, with `batches_fail` false, record one by one
+    /// up to the first failure, as the trait's default does).
     struct BatchesFail {
         inner: SqliteResolverStore,
         poisoned: &'static str,
+        batches_fail: bool,
     }
 
     impl ResolverStore for BatchesFail {
@@ -107,8 +191,11 @@ mod tests {
             }
             self.inner.record(observation)
         }
-        fn record_batch(&self, _: &[Observation]) -> Result<Vec<Recorded>, StoreError> {
-            Err(StoreError::Corrupt("batch failed".into()))
+        fn record_batch(&self, batch: &[Observation]) -> Result<Vec<Recorded>, StoreError> {
+            if self.batches_fail {
+                return Err(StoreError::Corrupt("batch failed".into()));
+            }
+            batch.iter().map(|o| self.record(o)).collect()
         }
         fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
             self.inner.event(event_id)
@@ -133,27 +220,99 @@ mod tests {
         o
     }
 
+    const PENDING: Recorded = Recorded::Applied {
+        status: Status::Pending,
+    };
+
+    fn runs(runs: &[&[&str]]) -> Vec<Vec<Observation>> {
+        runs.iter()
+            .map(|run| run.iter().map(|id| request(id)).collect())
+            .collect()
+    }
+
     #[test]
     fn a_failed_batch_falls_back_to_one_by_one_so_only_the_bad_one_fails() {
         let store = BatchesFail {
             inner: SqliteResolverStore::open_in_memory().unwrap(),
             poisoned: "bad",
+            batches_fail: true,
         };
-        let results = commit(&store, &[request("a"), request("bad"), request("b")]);
-        assert!(matches!(
-            results[0],
-            Ok(Recorded::Applied {
-                status: Status::Pending
-            })
-        ));
-        assert!(matches!(results[1], Err(StoreError::Corrupt(_))));
-        assert!(matches!(
-            results[2],
-            Ok(Recorded::Applied {
-                status: Status::Pending
-            })
-        ));
+        let answers = commit(&store, runs(&[&["a"], &["bad"], &["b"]]));
+        assert!(matches!(answers[0][..], [Some(Ok(PENDING))]), "{answers:?}");
+        assert!(
+            matches!(answers[1][..], [Some(Err(StoreError::Corrupt(_)))]),
+            "{answers:?}"
+        );
+        assert!(matches!(answers[2][..], [Some(Ok(PENDING))]), "{answers:?}");
         assert_eq!(store.event("b").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_failure_stops_its_run_but_not_the_other_runs() {
+        let store = BatchesFail {
+            inner: SqliteResolverStore::open_in_memory().unwrap(),
+            poisoned: "bad",
+            batches_fail: true,
+        };
+        let answers = commit(&store, runs(&[&["a", "bad", "b", "c"], &["x", "y"]]));
+        assert!(
+            matches!(
+                answers[0][..],
+                [
+                    Some(Ok(PENDING)),
+                    Some(Err(StoreError::Corrupt(_))),
+                    None,
+                    None
+                ]
+            ),
+            "{answers:?}"
+        );
+        assert!(
+            matches!(answers[1][..], [Some(Ok(PENDING)), Some(Ok(PENDING))]),
+            "{answers:?}"
+        );
+        assert_eq!(store.event("a").unwrap().len(), 1);
+        assert!(store.event("b").unwrap().is_empty(), "not attempted");
+        assert!(store.event("c").unwrap().is_empty(), "not attempted");
+        assert_eq!(store.event("y").unwrap().len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_is_answered_in_order_and_stops_at_its_first_failure() {
+        let store = Arc::new(BatchesFail {
+            inner: SqliteResolverStore::open_in_memory().unwrap(),
+            poisoned: "bad",
+            batches_fail: false,
+        });
+        let recorder = Recorder::start(Arc::clone(&store) as Arc<dyn ResolverStore>, 16);
+        let fine = recorder
+            .submit(runs(&[&["a", "b", "c"]]).remove(0))
+            .await
+            .unwrap();
+        let failing = recorder
+            .submit(runs(&[&["d", "bad", "e"]]).remove(0))
+            .await
+            .unwrap();
+        // Both runs may share the batch that fails; the trait's default
+        // batch records up to the failure, so the retry one by one may find
+        // the earlier records already there.
+        let fine = fine.committed().await.unwrap();
+        assert!(
+            matches!(fine[..], [Some(Ok(_)), Some(Ok(_)), Some(Ok(_))]),
+            "{fine:?}"
+        );
+        let failing = failing.committed().await.unwrap();
+        assert!(
+            matches!(
+                failing[..],
+                [Some(Ok(_)), Some(Err(StoreError::Corrupt(_))), None]
+            ),
+            "{failing:?}"
+        );
+        assert!(store.event("e").unwrap().is_empty(), "not attempted");
+        for recorded in ["a", "b", "c", "d"] {
+            assert_eq!(store.event(recorded).unwrap().len(), 1, "{recorded}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -261,12 +261,18 @@ impl ResolverStore for SqliteResolverStore {
     fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
         // A redelivered older answer must not replace a newer one.
         self.lock()
-            .execute(
+            .prepare_cached(
                 "INSERT INTO heartbeats (endpoint, message_type, at_ms) VALUES (?1, ?2, ?3)
                  ON CONFLICT (endpoint) DO UPDATE SET message_type = excluded.message_type, at_ms = excluded.at_ms
                  WHERE excluded.at_ms >= heartbeats.at_ms",
-                params![heartbeat.endpoint, heartbeat.message_type, heartbeat.at_ms],
             )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    heartbeat.endpoint,
+                    heartbeat.message_type,
+                    heartbeat.at_ms
+                ])
+            })
             .map_err(db("recording a heartbeat"))?;
         Ok(())
     }
@@ -308,29 +314,13 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
                 .is_some(),
             None => false,
         };
-    let row = tx
-        .query_row(
-            "SELECT status, status_source FROM events WHERE endpoint = ?1 AND event_id = ?2",
-            params![obs.endpoint, obs.event_id],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
-        )
-        .optional()
-        .map_err(db("reading the event"))?
-        .map(|(status, source)| -> Result<Row, StoreError> {
-            Ok(Row {
-                status: status
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-                source: source
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-            })
-        })
-        .transpose()?;
-    let (status, sub_status) = obs.status();
+    // A redelivered message changes nothing, unless it is a control
+    // request, whose verdict the guard still gives.
     if already_recorded && !obs.kind.is_control_request() {
         return Ok(Recorded::AlreadyRecorded);
     }
+    let row = current_row(tx, obs)?;
+    let (status, sub_status) = obs.status();
     let verdict = guard::judge(row, obs.kind, already_recorded);
     let refused = match &verdict {
         Verdict::Apply => None,
@@ -383,6 +373,36 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
         write_coordinates(tx, obs, &coordinates)?;
     }
     Ok(outcome)
+}
+
+/// The event's current status and what set it, if it has a row.
+fn current_row(
+    tx: &rusqlite::Transaction<'_>,
+    obs: &Observation,
+) -> Result<Option<Row>, StoreError> {
+    let found = tx
+        .prepare_cached(
+            "SELECT status, status_source FROM events WHERE endpoint = ?1 AND event_id = ?2",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row(params![obs.endpoint, obs.event_id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .optional()
+        })
+        .map_err(db("reading the event"))?;
+    found
+        .map(|(status, source)| {
+            Ok(Row {
+                status: status
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+                source: source
+                    .parse()
+                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+            })
+        })
+        .transpose()
 }
 
 /// Applies a status write, keeping what earlier messages established when

@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nimbus_broker::{Broker, BrokerOptions};
@@ -99,6 +99,14 @@ impl Harness {
         endpoints: &[&str],
         wrap: impl FnOnce(Arc<SqliteResolverStore>) -> Arc<dyn ResolverStore>,
     ) -> Harness {
+        Harness::start_tuned(endpoints, wrap, |_| {}).await
+    }
+
+    async fn start_tuned(
+        endpoints: &[&str],
+        wrap: impl FnOnce(Arc<SqliteResolverStore>) -> Arc<dyn ResolverStore>,
+        tune: impl FnOnce(&mut ResolverSettings),
+    ) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let broker = Arc::new(
             Broker::open(BrokerOptions::new(dir.path().join("broker")))
@@ -108,7 +116,7 @@ impl Harness {
         provision(&broker, endpoints).await;
         let store = Arc::new(SqliteResolverStore::open(&dir.path().join("resolver.db")).unwrap());
         let (tx, progress) = mpsc::unbounded_channel();
-        let settings = ResolverSettings {
+        let mut settings = ResolverSettings {
             max_concurrent_sessions: 8,
             accept_timeout: Duration::from_millis(200),
             session_idle_timeout: Duration::from_millis(50),
@@ -116,6 +124,7 @@ impl Harness {
             progress: Some(tx),
             ..ResolverSettings::default()
         };
+        tune(&mut settings);
         let shutdown = CancellationToken::new();
         let consumer = tokio::spawn(run_resolver(
             Arc::clone(&broker),
@@ -136,6 +145,18 @@ impl Harness {
     async fn send(&self, topic: &str, message: &NimbusMessage) {
         self.broker
             .publish(topic, vec![message.to_transport()])
+            .await
+            .unwrap();
+    }
+
+    /// Publishes `messages` as one unit: they are all in the session before
+    /// the consumer can take any of them.
+    async fn send_all(&self, topic: &str, messages: &[NimbusMessage]) {
+        self.broker
+            .publish(
+                topic,
+                messages.iter().map(NimbusMessage::to_transport).collect(),
+            )
             .await
             .unwrap();
     }
@@ -481,15 +502,14 @@ async fn a_store_failure_abandons_the_message_and_its_redelivery_is_recorded_bef
     })
     .await;
     let request = forwarded("e8", "order-8", "msg-pub-8");
-    h.send("billing", &request).await;
-    h.send(
-        "billing",
-        &as_engine_sends(build::resolution_response(
-            &request,
-            ResponseTimes::default(),
-        )),
-    )
-    .await;
+    let response = as_engine_sends(build::resolution_response(
+        &request,
+        ResponseTimes::default(),
+    ));
+    // Published together, so the consumer takes both in one pipelined run
+    // and the two injected failures (the batch, then the request alone)
+    // land on the first delivery.
+    h.send_all("billing", &[request, response]).await;
     let outcomes = h.outcomes(4).await;
     assert!(matches!(outcomes[0], Outcome::Abandoned(_)), "{outcomes:?}");
     assert!(matches!(outcomes[1], Outcome::Abandoned(_)), "{outcomes:?}");
@@ -774,4 +794,335 @@ async fn shutdown_during_a_store_backoff_releases_the_message_without_counting_a
     let kept = session.receive(PATIENCE).await.unwrap().unwrap();
     assert_eq!(kept.message.message_id.as_deref(), Some("msg-10"));
     assert_eq!(kept.delivery_count, 1, "released, not abandoned");
+}
+
+/// A store that fails every record of one message (a batch holding it fails
+/// whole, as its transaction would) until `failures` ran out, and logs what
+/// it committed.
+struct Scripted {
+    inner: Arc<SqliteResolverStore>,
+    poisoned: String,
+    failures: AtomicU32,
+    /// Message ids whose record changed the store, in commit order.
+    committed: Mutex<Vec<String>>,
+    /// The size of every committed batch.
+    batches: Mutex<Vec<usize>>,
+}
+
+impl Scripted {
+    fn new(inner: Arc<SqliteResolverStore>, poisoned: &str, failures: u32) -> Scripted {
+        Scripted {
+            inner,
+            poisoned: poisoned.to_owned(),
+            failures: AtomicU32::new(failures),
+            committed: Mutex::new(Vec::new()),
+            batches: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn committed(&self) -> Vec<String> {
+        self.committed.lock().unwrap().clone()
+    }
+
+    fn batches(&self) -> Vec<usize> {
+        self.batches.lock().unwrap().clone()
+    }
+}
+
+impl ResolverStore for Scripted {
+    fn record(&self, observation: &Observation) -> Result<Recorded, StoreError> {
+        self.record_batch(std::slice::from_ref(observation))
+            .map(|mut outcomes| outcomes.remove(0))
+    }
+    fn record_batch(&self, batch: &[Observation]) -> Result<Vec<Recorded>, StoreError> {
+        let holds_poison = batch
+            .iter()
+            .any(|o| o.message_id.as_deref() == Some(self.poisoned.as_str()));
+        if holds_poison
+            && self
+                .failures
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(StoreError::Corrupt(format!(
+                "injected failure on {}",
+                self.poisoned
+            )));
+        }
+        let outcomes = self.inner.record_batch(batch)?;
+        let mut committed = self.committed.lock().unwrap();
+        for (observation, outcome) in batch.iter().zip(&outcomes) {
+            if *outcome != Recorded::AlreadyRecorded {
+                committed.push(observation.message_id.clone().unwrap());
+            }
+        }
+        self.batches.lock().unwrap().push(batch.len());
+        Ok(outcomes)
+    }
+    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
+        self.inner.event(event_id)
+    }
+    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        self.inner.events(filter)
+    }
+    fn refused_writes(&self) -> u64 {
+        self.inner.refused_writes()
+    }
+    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
+        self.inner.record_heartbeat(heartbeat)
+    }
+    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
+        self.inner.heartbeats()
+    }
+}
+
+/// Starts a harness over a [`Scripted`] store, and hands that store out.
+async fn scripted_harness(
+    poisoned: &str,
+    failures: u32,
+    tune: impl FnOnce(&mut ResolverSettings),
+) -> (Harness, Arc<Scripted>) {
+    let mut handle = None;
+    let h = Harness::start_tuned(
+        &["billing"],
+        |inner| {
+            let scripted = Arc::new(Scripted::new(inner, poisoned, failures));
+            handle = Some(Arc::clone(&scripted));
+            scripted
+        },
+        tune,
+    )
+    .await;
+    (h, handle.unwrap())
+}
+
+/// The request copies `m-0`, `m-1`, ... of events `ev-0`, `ev-1`, ... in one
+/// session.
+fn requests(session: &str, n: usize) -> Vec<NimbusMessage> {
+    (0..n)
+        .map(|i| forwarded(&format!("ev-{i}"), session, &format!("m-{i}")))
+        .collect()
+}
+
+fn ids(outcomes: &[Progress]) -> Vec<String> {
+    outcomes
+        .iter()
+        .map(|p| p.message_id.clone().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_waiting_messages_share_one_commit_and_are_recorded_in_order() {
+    let (mut h, store) = scripted_harness("none", 0, |_| {}).await;
+    const EVENTS: usize = 30;
+    // Request then resolution per event: recorded out of order, a request
+    // would be refused as stale behind its own resolution.
+    let mut messages = Vec::new();
+    for request in requests("order-p", EVENTS) {
+        let mut resolution = as_engine_sends(build::resolution_response(
+            &request,
+            ResponseTimes::default(),
+        ));
+        resolution.message_id = Some(format!(
+            "r-{}",
+            &request.message_id.as_deref().unwrap()[2..]
+        ));
+        messages.push(request);
+        messages.push(resolution);
+    }
+    let sent: Vec<String> = messages
+        .iter()
+        .map(|m| m.message_id.clone().unwrap())
+        .collect();
+    h.send_all("billing", &messages).await;
+
+    let mut progress = Vec::new();
+    for _ in 0..2 * EVENTS {
+        let p = h.next().await;
+        assert!(
+            store.committed().contains(p.message_id.as_ref().unwrap()),
+            "{p:?} was settled before its record committed"
+        );
+        progress.push(p);
+    }
+    assert!(
+        progress
+            .iter()
+            .all(|p| matches!(p.outcome, Outcome::Recorded { .. })),
+        "{progress:?}"
+    );
+    assert_eq!(ids(&progress), sent, "settled in session order");
+    assert_eq!(store.committed(), sent, "recorded in session order");
+    // One session, so only pipelining puts more than one of its messages
+    // in a commit: all 60 were waiting, and the consumer took them at once.
+    assert_eq!(store.batches(), [2 * EVENTS]);
+    for i in 0..EVENTS {
+        let detail = h.event(&format!("ev-{i}"));
+        assert_eq!(detail.record.status, Status::Completed, "ev-{i}");
+        let kinds: Vec<_> = detail
+            .history
+            .iter()
+            .map(|e| (e.message_type.as_str(), e.refused.is_some()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [("EventRequest", false), ("ResolutionResponse", false)],
+            "ev-{i}"
+        );
+    }
+    let left = h
+        .broker
+        .get_subscription(&SubscriptionPath::new("Resolver", "Resolver"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(left.active_message_count, 0, "every message was completed");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_in_flight_per_session_records_one_message_per_commit() {
+    let (mut h, store) = scripted_harness("none", 0, |settings| {
+        settings.max_in_flight_per_session = 1;
+    })
+    .await;
+    h.send_all("billing", &requests("order-1", 5)).await;
+    let progress: Vec<Progress> = {
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            got.push(h.next().await);
+        }
+        got
+    };
+    assert_eq!(ids(&progress), ["m-0", "m-1", "m-2", "m-3", "m-4"]);
+    assert_eq!(store.batches(), [1, 1, 1, 1, 1]);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failure_inside_a_pipelined_run_abandons_it_and_the_rest_follow_in_order() {
+    // Two failures: the run's batch, then `m-5` on its own in the retry one
+    // by one; its redelivery is recorded.
+    let (mut h, store) = scripted_harness("m-5", 2, |_| {}).await;
+    h.send_all("billing", &requests("order-f", 10)).await;
+
+    let mut progress = Vec::new();
+    while progress
+        .iter()
+        .filter(|p: &&Progress| matches!(p.outcome, Outcome::Recorded { .. }))
+        .count()
+        < 10
+    {
+        let p = h.next().await;
+        if matches!(p.outcome, Outcome::Recorded { .. }) {
+            assert!(
+                store.committed().contains(p.message_id.as_ref().unwrap()),
+                "{p:?} was completed before its record committed"
+            );
+        }
+        progress.push(p);
+    }
+    let summary: Vec<(String, &str)> = progress
+        .iter()
+        .map(|p| {
+            let kind = match &p.outcome {
+                Outcome::Recorded { .. } => "recorded",
+                Outcome::Abandoned(why) if why.contains("released") => "released",
+                Outcome::Abandoned(why) => {
+                    assert!(why.contains("injected failure on m-5"), "{why}");
+                    "abandoned"
+                }
+                other => panic!("unexpected {other:?}"),
+            };
+            (p.message_id.clone().unwrap(), kind)
+        })
+        .collect();
+    let expected: Vec<(String, &str)> = (0..5)
+        .map(|i| (format!("m-{i}"), "recorded"))
+        .chain([("m-5".to_owned(), "abandoned")])
+        .chain((6..10).map(|i| (format!("m-{i}"), "released")))
+        .chain((5..10).map(|i| (format!("m-{i}"), "recorded")))
+        .collect();
+    assert_eq!(summary, expected);
+    let in_order: Vec<String> = (0..10).map(|i| format!("m-{i}")).collect();
+    assert_eq!(store.committed(), in_order, "nothing overtook m-5");
+
+    let resolver = h
+        .broker
+        .get_subscription(&SubscriptionPath::new("Resolver", "Resolver"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            resolver.active_message_count,
+            resolver.dead_letter_message_count
+        ),
+        (0, 0)
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_behind_a_failing_record_is_completed_and_shutdown_releases_it_all() {
+    // `m-3` never records; the backoff outlasts the test, so only shutdown
+    // ends it.
+    let (mut h, store) = scripted_harness("m-3", u32::MAX, |settings| {
+        settings.store_backoff = Duration::from_secs(3600);
+        settings.max_store_backoff = Duration::from_secs(3600);
+    })
+    .await;
+    h.send_all("billing", &requests("order-s", 6)).await;
+    let recorded = h.outcomes(3).await;
+    assert!(
+        recorded
+            .iter()
+            .all(|o| matches!(o, Outcome::Recorded { .. })),
+        "{recorded:?}"
+    );
+    assert_eq!(store.committed(), ["m-0", "m-1", "m-2"]);
+    for i in 3..6 {
+        assert!(
+            h.store.event(&format!("ev-{i}")).unwrap().is_empty(),
+            "ev-{i}"
+        );
+    }
+    let resolver = SubscriptionPath::new("Resolver", "Resolver");
+    let held = h.broker.get_subscription(&resolver).await.unwrap().unwrap();
+    assert_eq!(
+        held.active_message_count, 3,
+        "m-3 and the two behind it are held, not completed"
+    );
+
+    h.shutdown.cancel();
+    let mut released = Vec::new();
+    for _ in 0..3 {
+        let p = h.next().await;
+        assert!(
+            matches!(&p.outcome, Outcome::Abandoned(why) if why.contains("shutdown")),
+            "{p:?}"
+        );
+        released.push(p.message_id.unwrap());
+    }
+    assert_eq!(released, ["m-3", "m-4", "m-5"]);
+    tokio::time::timeout(PATIENCE, h.consumer)
+        .await
+        .expect("shutdown does not wait for the backoff")
+        .unwrap()
+        .unwrap();
+
+    let session = h
+        .broker
+        .accept_session(
+            &resolver,
+            SessionSelector::Named("order-s".into()),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    for i in 3..6 {
+        let kept = session.receive(PATIENCE).await.unwrap().unwrap();
+        assert_eq!(kept.message.message_id, Some(format!("m-{i}")));
+        assert_eq!(kept.delivery_count, 1, "m-{i} released, not abandoned");
+    }
 }
