@@ -68,8 +68,9 @@ impl Stdio {
 pub(crate) struct InvocationState {
     /// Built on the guest's first WASI call, not with the store: most events
     /// never touch WASI, and building the context (it seeds its random
-    /// generators from the OS) and the two capture buffers was a measurable
-    /// share of the per-event cost (docs/decisions/0003-dispatch-cost.md).
+    /// generators from the thread's RNG and boxes a dozen defaults) and the
+    /// two capture buffers was ~5 k instructions of an event that does not
+    /// (docs/decisions/0003-dispatch-cost.md).
     pub(crate) stdio: Option<Stdio>,
     table: ResourceTable,
     pub(crate) limiter: HandlerLimiter,
