@@ -5,11 +5,10 @@
 //! time). Within a session a worker pipelines: it takes the first message
 //! (waiting up to the idle timeout), then every further message already
 //! there (up to [`ResolverSettings::max_in_flight_per_session`]), submits all
-//! their records to the recorder as one run, in session order, and once the
-//! run committed issues their completes together, so they share the
-//! broker's commit. While those completes are applied, the next batch of
-//! the session is received and recorded. Records of different sessions,
-//! and the pipelined records of one, share store commits (see `recorder`).
+//! their records to the recorder in session order, and settles them in that
+//! order as their commits come back; the completes are issued together so
+//! they share the broker's commit. Records of different sessions, and the
+//! pipelined records of one, share store commits (see `recorder`).
 //!
 //! What holds: a message is completed only after the store has committed
 //! its record. The store sees each session's messages in the order the
@@ -242,87 +241,39 @@ async fn worker<T: Transport>(
 
 /// Processes one session's messages in order until it is idle, the lock is
 /// lost, a message is abandoned, or shutdown.
-///
-/// Two stages overlap: while one batch's settlements are applied (waiting
-/// for the broker's commit), the next batch is received and recorded. Each
-/// batch is settled only after its own records committed, so this changes
-/// no guarantee; it only keeps a session's next record from waiting on the
-/// previous one's complete.
 async fn drain<T: Transport>(context: &Context<T>, session: T::Session, stop: &CancellationToken) {
-    let mut ready = Vec::new();
-    loop {
-        let (lock_held, staged) = tokio::join!(
-            settle_together(context, &session, std::mem::take(&mut ready)),
-            async {
-                let batch = next_batch(context, &session, stop).await?;
-                Some(record(context, batch).await)
-            },
-        );
-        let Some(staged) = staged else { break };
-        match staged.failure {
-            None if lock_held => ready = staged.decided,
-            None => {
-                // Recorded, but the lock is gone: the bus redelivers them and
-                // the store recognises them; settling reports each.
-                settle_together(context, &session, staged.decided).await;
-                break;
-            }
-            Some((message, error)) => {
-                let held = settle_together(context, &session, staged.decided).await;
-                let lock_held = lock_held && held;
-                abandon(
-                    context,
-                    &session,
-                    message,
-                    staged.behind,
-                    &error,
-                    lock_held,
-                    stop,
-                )
-                .await;
-                break;
-            }
-        }
-    }
-    settle_together(context, &session, ready).await;
-    session.close().await;
-}
-
-/// The session's next messages: the first one waited for (up to the idle
-/// timeout), then those already there, up to the in-flight cap. `None` when
-/// the session is idle, its lock is gone, or shutdown.
-async fn next_batch<T: Transport>(
-    context: &Context<T>,
-    session: &T::Session,
-    stop: &CancellationToken,
-) -> Option<Vec<ReceivedMessage>> {
-    let next = tokio::select! {
-        () = stop.cancelled() => return None,
-        next = session.receive(context.settings.session_idle_timeout) => next,
-    };
-    let first = match next {
-        Ok(Some(message)) => message,
-        Ok(None) => return None,
-        Err(e) => {
-            tracing::warn!(session = session.session_id(), error = %e, "resolver: receive failed; releasing the session");
-            return None;
-        }
-    };
     let most = context.settings.max_in_flight_per_session.max(1);
-    let mut batch = vec![first];
-    while batch.len() < most {
-        match session.receive(Duration::ZERO).await {
-            Ok(Some(message)) => batch.push(message),
+    loop {
+        let next = tokio::select! {
+            () = stop.cancelled() => break,
+            next = session.receive(context.settings.session_idle_timeout) => next,
+        };
+        let first = match next {
+            Ok(Some(message)) => message,
             Ok(None) => break,
-            // The next waiting receive meets it again and releases the
-            // session; what is in hand is still settled first.
             Err(e) => {
-                tracing::debug!(session = session.session_id(), error = %e, "resolver: receive failed while gathering");
+                tracing::warn!(session = session.session_id(), error = %e, "resolver: receive failed; releasing the session");
                 break;
             }
+        };
+        let mut batch = vec![first];
+        while batch.len() < most {
+            match session.receive(Duration::ZERO).await {
+                Ok(Some(message)) => batch.push(message),
+                Ok(None) => break,
+                // The next waiting receive meets it again and releases the
+                // session; what is in hand is still settled first.
+                Err(e) => {
+                    tracing::debug!(session = session.session_id(), error = %e, "resolver: receive failed while gathering");
+                    break;
+                }
+            }
+        }
+        if !handle_batch(context, &session, batch, stop).await {
+            break;
         }
     }
-    Some(batch)
+    session.close().await;
 }
 
 /// One received message, decoded.
@@ -382,17 +333,15 @@ impl Decided {
     }
 }
 
-/// A batch after recording: how to settle each message up to the first
-/// failure, and that failure with the messages behind it.
-struct Staged {
-    decided: Vec<Decided>,
-    failure: Option<(ReceivedMessage, StoreError)>,
-    behind: Vec<ReceivedMessage>,
-}
-
-/// Records one session's batch of messages, in order, and decides how to
-/// settle each, stopping at the first message the store failed.
-async fn record<T>(context: &Context<T>, batch: Vec<ReceivedMessage>) -> Staged {
+/// Records and settles one session's batch of messages, in order. `false`
+/// when the session should be released (its lock is gone, or a message was
+/// abandoned and the ones behind it must follow it).
+async fn handle_batch<T: Transport>(
+    context: &Context<T>,
+    session: &T::Session,
+    batch: Vec<ReceivedMessage>,
+    stop: &CancellationToken,
+) -> bool {
     // The events' records go to the recorder as one run, so they share a
     // commit (with other sessions' runs too).
     let mut run = Vec::new();
@@ -412,23 +361,25 @@ async fn record<T>(context: &Context<T>, batch: Vec<ReceivedMessage>) -> Staged 
     };
     let mut answers = answers.into_iter();
     let mut decided = Vec::with_capacity(steps.len());
+    let mut failure = None;
     let mut steps = steps.into_iter();
     for step in steps.by_ref() {
         match decide(context, step, &mut answers).await {
             Ok(settle) => decided.push(settle),
             Err(failed) => {
-                return Staged {
-                    decided,
-                    failure: Some(failed),
-                    behind: steps.map(Step::into_message).collect(),
-                };
+                failure = Some(failed);
+                break;
             }
         }
     }
-    Staged {
-        decided,
-        failure: None,
-        behind: Vec::new(),
+    let lock_held = settle_together(context, session, decided).await;
+    match failure {
+        None => lock_held,
+        Some((message, error)) => {
+            let behind: Vec<ReceivedMessage> = steps.map(Step::into_message).collect();
+            abandon(context, session, message, behind, &error, lock_held, stop).await;
+            false
+        }
     }
 }
 
