@@ -1126,3 +1126,75 @@ async fn nothing_behind_a_failing_record_is_completed_and_shutdown_releases_it_a
         assert_eq!(kept.delivery_count, 1, "m-{i} released, not abandoned");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_batch_settles_heartbeats_and_defects_in_their_place() {
+    let (mut h, store) = scripted_harness("none", 0, |_| {}).await;
+    let mut events = requests("mixed", 3).into_iter();
+    let mut garbage = forwarded("ev-bad", "mixed", "garbage").to_transport();
+    garbage.body = b"{not json".to_vec();
+    let probe = NimbusMessage {
+        event_type_id: Some("NimBus.Platform.Heartbeat".into()),
+        from: Some("Manager".into()),
+        content: Some(MessageContent::event(EventContent::new(
+            "NimBus.Platform.Heartbeat",
+            "{}",
+        ))),
+        ..forwarded("hb-mixed", "mixed", "probe-mixed")
+    };
+    let mut answer = as_engine_sends(build::heartbeat_response(
+        &probe,
+        ResponseTimes::default(),
+        std::time::SystemTime::now(),
+        "nimbus-test",
+    ));
+    answer.message_id = Some("answer".into());
+    let batch = vec![
+        events.next().unwrap().to_transport(),
+        garbage,
+        events.next().unwrap().to_transport(),
+        answer.to_transport(),
+        events.next().unwrap().to_transport(),
+    ];
+    h.broker.publish("billing", batch).await.unwrap();
+
+    let progress: Vec<Progress> = {
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            got.push(h.next().await);
+        }
+        got
+    };
+    assert_eq!(ids(&progress), ["m-0", "garbage", "m-1", "answer", "m-2"]);
+    assert!(matches!(progress[0].outcome, Outcome::Recorded { .. }));
+    assert!(
+        matches!(&progress[1].outcome, Outcome::DeadLettered(why) if why.contains("cannot be decoded")),
+        "{progress:?}"
+    );
+    assert!(matches!(progress[2].outcome, Outcome::Recorded { .. }));
+    assert_eq!(
+        progress[3].outcome,
+        Outcome::Heartbeat {
+            endpoint: "billing".into()
+        }
+    );
+    assert!(matches!(progress[4].outcome, Outcome::Recorded { .. }));
+    // The three events were one run, in one commit.
+    assert_eq!(store.batches(), [3]);
+    assert_eq!(store.committed(), ["m-0", "m-1", "m-2"]);
+    assert_eq!(h.store.heartbeats().unwrap().len(), 1);
+    let resolver = h
+        .broker
+        .get_subscription(&SubscriptionPath::new("Resolver", "Resolver"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            resolver.active_message_count,
+            resolver.dead_letter_message_count
+        ),
+        (0, 1)
+    );
+    h.stop().await;
+}
