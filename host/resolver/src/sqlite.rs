@@ -72,6 +72,14 @@ CREATE UNIQUE INDEX IF NOT EXISTS history_once ON history (endpoint, event_id, m
     WHERE message_id IS NOT NULL;
 ";
 
+/// WAL pages between automatic checkpoints (SQLite's default is 1,000).
+/// Every record touches a few index pages at random (event id, status,
+/// session, history); a checkpoint copies each page once however often it
+/// was rewritten since the last one, so a longer interval copies the hot
+/// pages fewer times: ~12 % less CPU per event in `nimbus bench` (decision
+/// record 0101), for a WAL of up to ~64 MiB between checkpoints.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 16_384;
+
 /// The default cap on how many events one listing returns.
 const DEFAULT_LIST_LIMIT: usize = 1000;
 
@@ -102,6 +110,8 @@ impl SqliteResolverStore {
             .map_err(db("enabling WAL"))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(db("setting synchronous"))?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
+            .map_err(db("setting wal_autocheckpoint"))?;
         conn.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;
         add_missing_columns(&conn)?;
