@@ -21,6 +21,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 
+mod checkpointer;
 mod consumer;
 mod decode;
 mod guard;

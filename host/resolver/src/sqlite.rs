@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, OptionalExtension, Row as SqlRow, params};
 
+use crate::checkpointer::{BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer};
 use crate::guard::{self, Row, Verdict};
 use crate::observation::Observation;
 use crate::status::{MessageKind, Status};
@@ -72,14 +73,6 @@ CREATE UNIQUE INDEX IF NOT EXISTS history_once ON history (endpoint, event_id, m
     WHERE message_id IS NOT NULL;
 ";
 
-/// WAL pages between automatic checkpoints (SQLite's default is 1,000).
-/// Every record touches a few index pages at random (event id, status,
-/// session, history); a checkpoint copies each page once however often it
-/// was rewritten since the last one, so a longer interval copies the hot
-/// pages fewer times: ~12 % less CPU per event in `nimbus bench` (decision
-/// record 0101), for a WAL of up to ~64 MiB between checkpoints.
-const WAL_AUTOCHECKPOINT_PAGES: i64 = 16_384;
-
 /// The default cap on how many events one listing returns.
 const DEFAULT_LIST_LIMIT: usize = 1000;
 
@@ -87,13 +80,22 @@ const DEFAULT_LIST_LIMIT: usize = 1000;
 pub struct SqliteResolverStore {
     conn: Mutex<Connection>,
     refused: AtomicU64,
+    /// Declared after `conn`: dropped after it, so its last checkpoint
+    /// runs once the writer has closed.
+    _checkpointer: Option<Checkpointer>,
 }
 
 impl SqliteResolverStore {
     /// Opens (creating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let conn = Connection::open(path).map_err(db("opening the database"))?;
-        Self::init(conn)
+        let mut store = Self::init(conn)?;
+        store
+            .lock()
+            .pragma_update(None, "wal_autocheckpoint", BACKSTOP_AUTOCHECKPOINT_PAGES)
+            .map_err(db("setting wal_autocheckpoint"))?;
+        store._checkpointer = Some(Checkpointer::start(path)?);
+        Ok(store)
     }
 
     /// An in-memory store, for tools and tests.
@@ -110,14 +112,13 @@ impl SqliteResolverStore {
             .map_err(db("enabling WAL"))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(db("setting synchronous"))?;
-        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)
-            .map_err(db("setting wal_autocheckpoint"))?;
         conn.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;
         add_missing_columns(&conn)?;
         Ok(SqliteResolverStore {
             conn: Mutex::new(conn),
             refused: AtomicU64::new(0),
+            _checkpointer: None,
         })
     }
 
