@@ -460,6 +460,26 @@ async fn messages_that_cannot_be_recorded_are_dead_lettered_with_the_defect_name
     h.stop().await;
 }
 
+/// The `ResolverStore` methods a test store passes straight to its `inner`
+/// SQLite store (reads and heartbeats); the write path is what each test
+/// store scripts.
+macro_rules! forward_reads_to_inner {
+    () => {
+        fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
+            self.inner.event(event_id)
+        }
+        fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+            self.inner.events(filter)
+        }
+        fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
+            self.inner.record_heartbeat(heartbeat)
+        }
+        fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
+            self.inner.heartbeats()
+        }
+    };
+}
+
 /// A store that fails its first `failures` records, then works.
 struct FlakyStore {
     inner: Arc<SqliteResolverStore>,
@@ -475,20 +495,9 @@ impl ResolverStore for FlakyStore {
         }
         self.inner.record(observation)
     }
-    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        self.inner.event(event_id)
-    }
-    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        self.inner.events(filter)
-    }
+    forward_reads_to_inner!();
     fn refused_writes(&self) -> u64 {
         self.inner.refused_writes()
-    }
-    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
-        self.inner.record_heartbeat(heartbeat)
-    }
-    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
-        self.inner.heartbeats()
     }
 }
 
@@ -722,20 +731,9 @@ impl ResolverStore for DownStore {
         let _ = self.asked.send(());
         Err(StoreError::Corrupt("the database is down".into()))
     }
-    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        self.inner.event(event_id)
-    }
-    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        self.inner.events(filter)
-    }
+    forward_reads_to_inner!();
     fn refused_writes(&self) -> u64 {
         0
-    }
-    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
-        self.inner.record_heartbeat(heartbeat)
-    }
-    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
-        self.inner.heartbeats()
     }
 }
 
@@ -859,20 +857,9 @@ impl ResolverStore for Scripted {
         self.batches.lock().unwrap().push(batch.len());
         Ok(outcomes)
     }
-    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        self.inner.event(event_id)
-    }
-    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        self.inner.events(filter)
-    }
+    forward_reads_to_inner!();
     fn refused_writes(&self) -> u64 {
         self.inner.refused_writes()
-    }
-    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
-        self.inner.record_heartbeat(heartbeat)
-    }
-    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
-        self.inner.heartbeats()
     }
 }
 
