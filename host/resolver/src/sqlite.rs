@@ -63,14 +63,19 @@ CREATE TABLE IF NOT EXISTS history (
     handler_version TEXT,
     refused TEXT
 );
-CREATE INDEX IF NOT EXISTS history_by_event ON history (event_id, endpoint, seq);
 CREATE TABLE IF NOT EXISTS heartbeats (
     endpoint TEXT PRIMARY KEY,
     message_type TEXT NOT NULL,
     at_ms INTEGER NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS history_once ON history (endpoint, event_id, message_id, message_type)
-    WHERE message_id IS NOT NULL;
+-- One index serves both the history listing (event_id, endpoint; sorted by
+-- seq over an event's few rows) and the once-per-message check. Each index a
+-- record touches is a random page written per commit: stores made before
+-- this had two overlapping ones, dropped here. NULL message ids never
+-- collide in a UNIQUE index, as before.
+DROP INDEX IF EXISTS history_by_event;
+DROP INDEX IF EXISTS history_once;
+CREATE UNIQUE INDEX IF NOT EXISTS history_key ON history (event_id, endpoint, message_id, message_type);
 ";
 
 /// The default cap on how many events one listing returns.
@@ -312,7 +317,7 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
     let already_recorded = match &obs.message_id {
             Some(message_id) => tx
                 .prepare_cached(
-                    "SELECT 1 FROM history WHERE endpoint = ?1 AND event_id = ?2 AND message_id = ?3 AND message_type = ?4",
+                    "SELECT 1 FROM history WHERE event_id = ?2 AND endpoint = ?1 AND message_id = ?3 AND message_type = ?4",
                 )
                 .and_then(|mut stmt| {
                     stmt.query_row(

@@ -392,3 +392,56 @@ fn a_batch_is_recorded_in_order_as_one_unit() {
     assert_eq!(status_of(&store), Status::Completed);
     assert_eq!(store.event("e2").unwrap()[0].record.status, Status::Pending);
 }
+
+fn index_names(path: &std::path::Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'history' ORDER BY name")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Stores made before the history indexes were merged carry
+/// `history_by_event` and `history_once`; opening one replaces them with
+/// the single `history_key`, keeps the history, and still records each
+/// message once.
+#[test]
+fn a_store_with_the_old_history_indexes_is_migrated_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("resolver.db");
+    {
+        let store = SqliteResolverStore::open(&path).unwrap();
+        store
+            .record(&obs(MessageKind::EventRequest, "m1", 1))
+            .unwrap();
+    }
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "DROP INDEX history_key;
+             CREATE INDEX history_by_event ON history (event_id, endpoint, seq);
+             CREATE UNIQUE INDEX history_once ON history (endpoint, event_id, message_id, message_type)
+                 WHERE message_id IS NOT NULL;",
+        )
+        .unwrap();
+    }
+    assert_eq!(index_names(&path), ["history_by_event", "history_once"]);
+
+    let store = SqliteResolverStore::open(&path).unwrap();
+    assert_eq!(index_names(&path), ["history_key"]);
+    assert_eq!(
+        store
+            .record(&obs(MessageKind::EventRequest, "m1", 1))
+            .unwrap(),
+        Recorded::AlreadyRecorded
+    );
+    store
+        .record(&obs(MessageKind::ErrorResponse, "r1", 2))
+        .unwrap();
+    let detail = &store.event("e1").unwrap()[0];
+    assert_eq!(detail.record.status, Status::Failed);
+    assert_eq!(detail.history.len(), 2);
+}
