@@ -4,12 +4,11 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use nimbus_broker::{Broker, BrokerOptions};
-use nimbus_engine::{Endpoint, Policies, ProcessorSettings, TransientBackoff};
-use nimbus_resolver::{ResolverSettings, SqliteResolverStore};
+use nimbus_engine::{Policies, ProcessorSettings};
+use nimbus_resolver::SqliteResolverStore;
 use nimbus_sandbox::{Limits, Registry, Sandbox, SandboxConfig, Snapshot, WatchGuard};
 use nimbus_transport::provision::{self, Topology};
 use tokio::sync::Mutex;
@@ -19,6 +18,7 @@ use tracing::{error, info, warn};
 
 use crate::config::ValidConfig;
 use crate::handlers::SandboxHandlers;
+use crate::wiring;
 
 /// The producer topic an external publish goes to when it names none.
 pub const DEFAULT_PRODUCER: &str = "publisher";
@@ -156,20 +156,13 @@ impl Host {
     }
 
     fn spawn_resolver(&self) {
-        let settings = ResolverSettings {
-            max_concurrent_sessions: self.config.config.engine.resolver_sessions,
-            ..ResolverSettings::default()
-        };
-        let transport = Arc::clone(&self.broker);
-        let store: Arc<dyn nimbus_resolver::ResolverStore> = self.resolver.clone();
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            if let Err(e) =
-                nimbus_resolver::run_resolver(transport, store, settings, shutdown).await
-            {
-                error!(error = %e, "the Resolver stopped");
-            }
-        });
+        wiring::spawn_resolver(
+            &self.tasks,
+            &self.broker,
+            self.resolver.clone(),
+            &self.config,
+            &self.shutdown,
+        );
     }
 
     fn spawn_supervisor(&self, supervisor: Supervisor) {
@@ -199,12 +192,9 @@ impl Host {
 struct Supervisor {
     broker: Arc<Broker>,
     registry: Arc<Registry>,
+    config: ValidConfig,
     policies: Arc<Policies>,
-    producers: Vec<String>,
-    lock_duration: Duration,
-    max_delivery_count: u32,
     processor: ProcessorSettings,
-    inbox_retention: Option<Duration>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     running: Mutex<BTreeSet<String>>,
@@ -212,27 +202,12 @@ struct Supervisor {
 
 impl Supervisor {
     fn new(host: &Host) -> Supervisor {
-        let config = &host.config.config;
         Supervisor {
             broker: Arc::clone(&host.broker),
             registry: Arc::clone(&host.registry),
-            policies: Arc::new(Policies::new(
-                host.config.retry.clone(),
-                host.config.classifier.clone(),
-                TransientBackoff {
-                    base: config.engine.transient_backoff,
-                    max: config.engine.transient_backoff_max,
-                },
-            )),
-            producers: config.host.producers.clone(),
-            lock_duration: config.broker.lock_duration,
-            max_delivery_count: config.broker.max_delivery_count,
-            processor: ProcessorSettings {
-                max_concurrent_sessions: config.engine.max_concurrent_sessions,
-                session_idle_timeout: config.engine.session_idle_timeout,
-                ..ProcessorSettings::default()
-            },
-            inbox_retention: config.engine.inbox.then_some(config.engine.inbox_retention),
+            config: host.config.clone(),
+            policies: Arc::new(wiring::policies(&host.config)),
+            processor: wiring::processor_settings(&host.config),
             shutdown: host.shutdown.clone(),
             tasks: host.tasks.clone(),
             running: Mutex::new(BTreeSet::new()),
@@ -241,13 +216,7 @@ impl Supervisor {
 
     /// The topology the snapshot's handlers need.
     fn topology(&self, snapshot: &Snapshot) -> Topology {
-        let mut topology = Topology::new()
-            .lock_duration(self.lock_duration)
-            .max_delivery_count(self.max_delivery_count)
-            .producer_topic(DEFAULT_PRODUCER);
-        for producer in &self.producers {
-            topology = topology.producer_topic(producer.clone());
-        }
+        let mut topology = wiring::base_topology(&self.config);
         for endpoint in snapshot.endpoints() {
             let consumed: Vec<String> = snapshot
                 .event_types(endpoint)
@@ -285,26 +254,20 @@ impl Supervisor {
     }
 
     fn start_endpoint(&self, name: &str) {
-        let endpoint = Arc::new(Endpoint {
-            name: name.to_owned(),
-            handlers: Arc::new(SandboxHandlers::new(Arc::clone(&self.registry))),
-            policies: Arc::clone(&self.policies),
-            max_delivery_count: self.max_delivery_count,
-            renew_every: self.lock_duration / 3,
-            sdk_version: format!("nimbus {VERSION}"),
-            inbox_retention: self.inbox_retention,
-        });
+        let endpoint = wiring::endpoint(
+            &self.config,
+            name,
+            Arc::new(SandboxHandlers::new(Arc::clone(&self.registry))),
+            Arc::clone(&self.policies),
+            format!("nimbus {VERSION}"),
+        );
         info!(endpoint = name, "endpoint started");
-        self.tasks.spawn(nimbus_engine::run_endpoint(
-            Arc::clone(&self.broker),
-            endpoint,
+        wiring::spawn_endpoint(
+            &self.tasks,
+            &self.broker,
+            Arc::new(endpoint),
             self.processor,
-            self.shutdown.clone(),
-        ));
-        self.tasks.spawn(nimbus_engine::run_replayer(
-            Arc::clone(&self.broker),
-            name.to_owned(),
-            self.shutdown.clone(),
-        ));
+            &self.shutdown,
+        );
     }
 }

@@ -12,6 +12,7 @@ pub mod bench;
 pub mod config;
 pub mod handlers;
 mod host;
+mod wiring;
 
 pub use api::{ApiError, ApiState, router, serve};
 pub use config::{Config, ConfigError, ValidConfig};

@@ -1,6 +1,7 @@
-//! The stack under test: the same parts `Host::start` wires (embedded broker,
-//! provisioned topology, one endpoint's session processor and replayer, the
-//! Resolver on SQLite, the Manager), in a temp dir, with the handlers given
+//! The stack under test: the same parts `Host::start` wires, through the
+//! same `wiring` functions (embedded broker, provisioned topology, one
+//! endpoint's session processor and replayer, the Resolver on SQLite, the
+//! Manager), in a temp dir, with the handlers given
 //! — the sandbox's registry or a native implementation — and the two probes
 //! of [`super::watch`] in place.
 
@@ -10,16 +11,16 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use nimbus_broker::{Broker, BrokerOptions, Durability};
-use nimbus_engine::{Endpoint, Handlers, Policies, ProcessorSettings, TransientBackoff};
+use nimbus_engine::{Handlers, ProcessorSettings};
 use nimbus_manager::Manager;
 use nimbus_resolver::{ResolverSettings, ResolverStore, SqliteResolverStore};
-use nimbus_transport::provision::{self, Topology};
+use nimbus_transport::provision;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::watch::{HandlerClock, Settled, Timed, WatchingStore};
-use crate::{Config, DEFAULT_PRODUCER};
+use crate::{Config, wiring};
 
 /// The endpoint the bench's events go to.
 pub(crate) const ENDPOINT: &str = "bench";
@@ -57,19 +58,12 @@ impl Rig {
                 .await
                 .context("opening the embedded broker")?,
         );
-        // The host's defaults, so the bench runs what `nimbus run` runs
-        // with an empty configuration.
+        // The host's defaults and the host's wiring, so the bench runs what
+        // `nimbus run` runs with an empty configuration.
         let config = Config::defaults(spec.dir).context("the default configuration")?;
-        let lock_duration = config.config.broker.lock_duration;
-        let max_delivery_count = config.config.broker.max_delivery_count;
-        let engine = &config.config.engine;
-        let topology = Topology::new()
-            .lock_duration(lock_duration)
-            .max_delivery_count(max_delivery_count)
-            .producer_topic(DEFAULT_PRODUCER)
-            .endpoint(
-                provision::Endpoint::new(ENDPOINT).consumes(vec![spec.event_type.to_owned()]),
-            );
+        let topology = wiring::base_topology(&config).endpoint(
+            provision::Endpoint::new(ENDPOINT).consumes(vec![spec.event_type.to_owned()]),
+        );
         provision::provision(&*broker, &topology)
             .await
             .context("provisioning the bench topology")?;
@@ -80,60 +74,31 @@ impl Rig {
         );
         let store: Arc<dyn ResolverStore> = Arc::new(WatchingStore::new(sqlite, settled));
         let clock = Arc::new(HandlerClock::default());
-        let endpoint = Arc::new(Endpoint {
-            name: ENDPOINT.to_owned(),
-            handlers: Arc::new(Timed::new(spec.handlers, Arc::clone(&clock))),
-            policies: Arc::new(Policies::new(
-                config.retry.clone(),
-                config.classifier.clone(),
-                TransientBackoff {
-                    base: engine.transient_backoff,
-                    max: engine.transient_backoff_max,
-                },
-            )),
-            max_delivery_count,
-            renew_every: lock_duration / 3,
-            sdk_version: format!("nimbus {} (bench)", crate::VERSION),
-            // The host's default: no inbox.
-            inbox_retention: None,
-        });
+        let endpoint = wiring::endpoint(
+            &config,
+            ENDPOINT,
+            Arc::new(Timed::new(spec.handlers, Arc::clone(&clock))),
+            Arc::new(wiring::policies(&config)),
+            format!("nimbus {} (bench)", crate::VERSION),
+        );
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        tasks.spawn(nimbus_engine::run_endpoint(
-            Arc::clone(&broker),
-            endpoint,
+        wiring::spawn_endpoint(
+            &tasks,
+            &broker,
+            Arc::new(endpoint),
             ProcessorSettings {
                 max_concurrent_sessions: spec.engine_sessions,
-                session_idle_timeout: engine.session_idle_timeout,
-                ..ProcessorSettings::default()
+                ..wiring::processor_settings(&config)
             },
-            shutdown.clone(),
-        ));
-        tasks.spawn(nimbus_engine::run_replayer(
-            Arc::clone(&broker),
-            ENDPOINT.to_owned(),
-            shutdown.clone(),
-        ));
-        let resolver_sessions = engine.resolver_sessions;
-        let session_release = engine
+            &shutdown,
+        );
+        wiring::spawn_resolver(&tasks, &broker, Arc::clone(&store), &config, &shutdown);
+        let session_release = config
+            .config
+            .engine
             .session_idle_timeout
             .max(ResolverSettings::default().session_idle_timeout);
-        {
-            let broker = Arc::clone(&broker);
-            let store = Arc::clone(&store);
-            let shutdown = shutdown.clone();
-            tasks.spawn(async move {
-                let settings = ResolverSettings {
-                    max_concurrent_sessions: resolver_sessions,
-                    ..ResolverSettings::default()
-                };
-                if let Err(e) =
-                    nimbus_resolver::run_resolver(broker, store, settings, shutdown).await
-                {
-                    tracing::error!(error = %e, "the bench's Resolver stopped");
-                }
-            });
-        }
         let manager = Arc::new(Manager::new(Arc::clone(&broker), store));
         Ok(Rig {
             broker,

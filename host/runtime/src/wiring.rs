@@ -1,0 +1,115 @@
+//! The stack's parts as the configuration wires them: the engine's
+//! policies and processor settings, the base topology, an endpoint and its
+//! tasks, the Resolver's task. `Host::start` and `nimbus bench`'s rig both
+//! build from here, so the bench measures exactly what the host runs.
+
+use std::sync::Arc;
+
+use nimbus_broker::Broker;
+use nimbus_engine::{Endpoint, Handlers, Policies, ProcessorSettings, TransientBackoff};
+use nimbus_resolver::{ResolverSettings, ResolverStore};
+use nimbus_transport::provision::Topology;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::ValidConfig;
+use crate::host::DEFAULT_PRODUCER;
+
+/// Retry policies, classifier and transient backoff from the configuration.
+pub(crate) fn policies(config: &ValidConfig) -> Policies {
+    let engine = &config.config.engine;
+    Policies::new(
+        config.retry.clone(),
+        config.classifier.clone(),
+        TransientBackoff {
+            base: engine.transient_backoff,
+            max: engine.transient_backoff_max,
+        },
+    )
+}
+
+/// How each endpoint's session processor runs.
+pub(crate) fn processor_settings(config: &ValidConfig) -> ProcessorSettings {
+    let engine = &config.config.engine;
+    ProcessorSettings {
+        max_concurrent_sessions: engine.max_concurrent_sessions,
+        session_idle_timeout: engine.session_idle_timeout,
+        ..ProcessorSettings::default()
+    }
+}
+
+/// The topology without endpoints: subscription settings and the producer
+/// topics (the default one and those configured).
+pub(crate) fn base_topology(config: &ValidConfig) -> Topology {
+    let mut topology = Topology::new()
+        .lock_duration(config.config.broker.lock_duration)
+        .max_delivery_count(config.config.broker.max_delivery_count)
+        .producer_topic(DEFAULT_PRODUCER);
+    for producer in &config.config.host.producers {
+        topology = topology.producer_topic(producer.clone());
+    }
+    topology
+}
+
+/// The endpoint `name`, running `handlers`.
+pub(crate) fn endpoint(
+    config: &ValidConfig,
+    name: &str,
+    handlers: Arc<dyn Handlers>,
+    policies: Arc<Policies>,
+    sdk_version: String,
+) -> Endpoint {
+    let engine = &config.config.engine;
+    Endpoint {
+        name: name.to_owned(),
+        handlers,
+        policies,
+        max_delivery_count: config.config.broker.max_delivery_count,
+        renew_every: config.config.broker.lock_duration / 3,
+        sdk_version,
+        inbox_retention: engine.inbox.then_some(engine.inbox_retention),
+    }
+}
+
+/// Spawns the endpoint's session processor and its replayer on `tasks`.
+pub(crate) fn spawn_endpoint(
+    tasks: &TaskTracker,
+    broker: &Arc<Broker>,
+    endpoint: Arc<Endpoint>,
+    settings: ProcessorSettings,
+    shutdown: &CancellationToken,
+) {
+    let name = endpoint.name.clone();
+    tasks.spawn(nimbus_engine::run_endpoint(
+        Arc::clone(broker),
+        endpoint,
+        settings,
+        shutdown.clone(),
+    ));
+    tasks.spawn(nimbus_engine::run_replayer(
+        Arc::clone(broker),
+        name,
+        shutdown.clone(),
+    ));
+}
+
+/// Spawns the Resolver's consumer, recording into `store`, on `tasks`.
+pub(crate) fn spawn_resolver(
+    tasks: &TaskTracker,
+    broker: &Arc<Broker>,
+    store: Arc<dyn ResolverStore>,
+    config: &ValidConfig,
+    shutdown: &CancellationToken,
+) {
+    let settings = ResolverSettings {
+        max_concurrent_sessions: config.config.engine.resolver_sessions,
+        ..ResolverSettings::default()
+    };
+    let transport = Arc::clone(broker);
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        if let Err(e) = nimbus_resolver::run_resolver(transport, store, settings, shutdown).await {
+            tracing::error!(error = %e, "the Resolver stopped");
+        }
+    });
+}
