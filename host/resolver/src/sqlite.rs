@@ -213,16 +213,19 @@ impl ResolverStore for SqliteResolverStore {
 
     fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
         let conn = self.lock();
-        let mut stmt = conn
-            .prepare(&format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?1 ORDER BY endpoint"
-            ))
-            .map_err(db("reading the event"))?;
-        let records = stmt
-            .query_map(params![event_id], event_record)
-            .map_err(db("reading the event"))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(db("reading the event"))?;
+        let read = |sql: &str| -> Result<Vec<_>, StoreError> {
+            let mut stmt = conn.prepare(sql).map_err(db("reading the event"))?;
+            stmt.query_map(params![event_id], event_record)
+                .map_err(db("reading the event"))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db("reading the event"))
+        };
+        let mut records = read(&event_by_id_sql())?;
+        if records.is_empty() {
+            // Not found through the history: an unknown id, or a row from
+            // before the history was kept. Only then read the whole table.
+            records = read(&event_by_id_scan_sql())?;
+        }
         let mut history_stmt = conn
             .prepare(
                 "SELECT message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused
@@ -246,24 +249,10 @@ impl ResolverStore for SqliteResolverStore {
 
     fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
         let conn = self.lock();
-        let mut stmt = conn
-            .prepare(&format!(
-                "SELECT {EVENT_COLUMNS} FROM events
-                 WHERE (?1 IS NULL OR endpoint = ?1) AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR session_id = ?3)
-                 ORDER BY updated_ms DESC, endpoint, event_id LIMIT ?4"
-            ))
-            .map_err(db("listing events"))?;
-        let limit = i64::try_from(filter.limit.unwrap_or(DEFAULT_LIST_LIMIT)).unwrap_or(i64::MAX);
+        let (sql, values) = list_sql(filter);
+        let mut stmt = conn.prepare(&sql).map_err(db("listing events"))?;
         let rows = stmt
-            .query_map(
-                params![
-                    filter.endpoint,
-                    filter.status.map(Status::as_str),
-                    filter.session_id,
-                    limit
-                ],
-                event_record,
-            )
+            .query_map(rusqlite::params_from_iter(values), event_record)
             .map_err(db("listing events"))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(db("listing events"))?;
@@ -309,6 +298,54 @@ impl ResolverStore for SqliteResolverStore {
         .collect::<Result<Vec<_>, _>>()
         .map_err(db("listing heartbeats"))
     }
+}
+
+/// Looks an event up by id in every endpoint. The primary key is
+/// (endpoint, event_id), so `event_id = ?` alone would scan the table; the
+/// endpoints that saw the event come from the history's index instead
+/// (every recorded message adds a history row).
+fn event_by_id_sql() -> String {
+    format!(
+        "SELECT {EVENT_COLUMNS} FROM events
+         WHERE event_id = ?1 AND endpoint IN (SELECT endpoint FROM history WHERE event_id = ?1)
+         ORDER BY endpoint"
+    )
+}
+
+/// The same lookup without the history's help: a scan of the table.
+fn event_by_id_scan_sql() -> String {
+    format!("SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?1 ORDER BY endpoint")
+}
+
+/// The listing query with only the filters given, so SQLite can search by
+/// the matching index (a `?n IS NULL OR column = ?n` term can use none: the
+/// plan is made before the value is known), and its values in order.
+fn list_sql(filter: &EventFilter) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut conditions = Vec::new();
+    let mut values = Vec::new();
+    let mut add = |column: &str, value: Option<&str>| {
+        if let Some(value) = value {
+            values.push(Value::Text(value.to_owned()));
+            conditions.push(format!("{column} = ?{}", values.len()));
+        }
+    };
+    add("endpoint", filter.endpoint.as_deref());
+    add("status", filter.status.map(Status::as_str));
+    add("session_id", filter.session_id.as_deref());
+    let filters = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    let limit = i64::try_from(filter.limit.unwrap_or(DEFAULT_LIST_LIMIT)).unwrap_or(i64::MAX);
+    values.push(Value::Integer(limit));
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM events {filters}
+         ORDER BY updated_ms DESC, endpoint, event_id LIMIT ?{}",
+        values.len()
+    );
+    (sql, values)
 }
 
 /// Records one message inside `tx`: history first, then the guarded status
@@ -640,4 +677,91 @@ fn history_entry(r: &SqlRow<'_>) -> rusqlite::Result<Result<HistoryEntry, StoreE
         refused: r.get(9)?,
     };
     Ok(parse_status(status).map(|status| HistoryEntry { status, ..entry }))
+}
+
+#[cfg(test)]
+mod query_plans {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// SQLite's plan for `sql`, one line per step.
+    fn plan(sql: &str) -> String {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        // The plan does not depend on the values; bind NULLs.
+        let nulls = vec![rusqlite::types::Value::Null; stmt.parameter_count()];
+        let steps: Vec<String> = stmt
+            .query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        steps.join("\n")
+    }
+
+    /// An operator looks events up on a store of millions: by id, by
+    /// status, by session. None of those may read the whole table.
+    #[test]
+    fn lookups_and_filtered_listings_search_an_index() {
+        let by_id = plan(&event_by_id_sql());
+        assert!(
+            by_id.contains("SEARCH events USING INDEX sqlite_autoindex_events_1"),
+            "{by_id}"
+        );
+        assert!(!by_id.contains("SCAN"), "{by_id}");
+        for (filter, index) in [
+            (
+                EventFilter {
+                    status: Some(Status::Failed),
+                    ..EventFilter::default()
+                },
+                "events_by_status",
+            ),
+            (
+                EventFilter {
+                    session_id: Some("s".to_owned()),
+                    ..EventFilter::default()
+                },
+                "events_by_session",
+            ),
+            (
+                EventFilter {
+                    endpoint: Some("billing".to_owned()),
+                    ..EventFilter::default()
+                },
+                "sqlite_autoindex_events_1",
+            ),
+        ] {
+            let listing = plan(&list_sql(&filter).0);
+            assert!(
+                listing.contains(&format!("SEARCH events USING INDEX {index}")),
+                "{filter:?}: {listing}"
+            );
+            assert!(!listing.contains("SCAN events"), "{filter:?}: {listing}");
+        }
+    }
+
+    #[test]
+    fn listing_binds_only_the_filters_given_then_the_limit() {
+        let (sql, values) = list_sql(&EventFilter {
+            endpoint: Some("billing".to_owned()),
+            session_id: Some("s-1".to_owned()),
+            limit: Some(5),
+            ..EventFilter::default()
+        });
+        assert!(sql.contains("endpoint = ?1 AND session_id = ?2"), "{sql}");
+        assert!(sql.contains("LIMIT ?3"), "{sql}");
+        assert_eq!(
+            values,
+            [
+                rusqlite::types::Value::Text("billing".to_owned()),
+                rusqlite::types::Value::Text("s-1".to_owned()),
+                rusqlite::types::Value::Integer(5),
+            ]
+        );
+        let (sql, values) = list_sql(&EventFilter::default());
+        assert!(!sql.contains("WHERE"), "{sql}");
+        assert_eq!(values, [rusqlite::types::Value::Integer(1000)]);
+    }
 }
