@@ -34,7 +34,7 @@ mod store;
 pub use consumer::{Outcome, Progress, ResolverError, ResolverSettings, run_resolver};
 pub use decode::{HANDLER_VERSION_PROPERTY, UNRECORDABLE_REASON};
 pub use observation::{HandoffDetails, Observation};
-pub use sqlite::SqliteResolverStore;
+pub use sqlite::{SqliteResolverStore, StoreDurability};
 pub use status::{HANDOFF_SUB_STATUS, MessageKind, Status, UnknownStatus, UnrecordedKind};
 pub use store::{
     EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded, ResolverStore,

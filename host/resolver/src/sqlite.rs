@@ -90,11 +90,40 @@ pub struct SqliteResolverStore {
     _checkpointer: Option<Checkpointer>,
 }
 
+/// What a committed record survives. The Resolver completes a bus message
+/// only after its record committed, so the store should promise what the
+/// broker promises, or a power loss could lose an audit record of a message
+/// the bus has already let go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreDurability {
+    /// Survives a power loss: the WAL is fsynced at every commit (one per
+    /// recorder batch, shared by every session's records in it).
+    PowerLoss,
+    /// Survives a killed process, not a power loss: fsync only at
+    /// checkpoints.
+    #[default]
+    ProcessCrash,
+}
+
 impl SqliteResolverStore {
-    /// Opens (creating if needed) the store at `path`.
+    /// Opens (creating if needed) the store at `path`, surviving a killed
+    /// process ([`StoreDurability::ProcessCrash`]).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, StoreDurability::ProcessCrash)
+    }
+
+    /// Opens (creating if needed) the store at `path` with `durability`.
+    pub fn open_with(path: &Path, durability: StoreDurability) -> Result<Self, StoreError> {
         let conn = Connection::open(path).map_err(db("opening the database"))?;
         let mut store = Self::init(conn)?;
+        let synchronous = match durability {
+            StoreDurability::PowerLoss => "FULL",
+            StoreDurability::ProcessCrash => "NORMAL",
+        };
+        store
+            .lock()
+            .pragma_update(None, "synchronous", synchronous)
+            .map_err(db("setting synchronous"))?;
         store
             .lock()
             .pragma_update(None, "wal_autocheckpoint", BACKSTOP_AUTOCHECKPOINT_PAGES)
@@ -110,9 +139,9 @@ impl SqliteResolverStore {
     }
 
     fn init(conn: Connection) -> Result<Self, StoreError> {
-        // The Resolver's input is durable on the bus until it is settled, and
-        // it is settled only after this commit: NORMAL keeps every committed
-        // write across a process crash without an fsync per message.
+        // NORMAL keeps every committed write across a process crash; a file
+        // store raises it to FULL where the broker promises power loss
+        // (`open_with`).
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(db("enabling WAL"))?;
         conn.pragma_update(None, "synchronous", "NORMAL")
@@ -763,5 +792,34 @@ mod query_plans {
         let (sql, values) = list_sql(&EventFilter::default());
         assert!(!sql.contains("WHERE"), "{sql}");
         assert_eq!(values, [rusqlite::types::Value::Integer(1000)]);
+    }
+}
+
+#[cfg(test)]
+mod durability {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn synchronous(store: &SqliteResolverStore) -> i64 {
+        store
+            .lock()
+            .pragma_query_value(None, "synchronous", |r| r.get(0))
+            .unwrap()
+    }
+
+    /// SQLite's levels: 1 is NORMAL (fsync at checkpoints), 2 is FULL
+    /// (fsync at every commit).
+    #[test]
+    fn each_durability_sets_its_sync_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let power = SqliteResolverStore::open_with(
+            &dir.path().join("power.db"),
+            StoreDurability::PowerLoss,
+        )
+        .unwrap();
+        assert_eq!(synchronous(&power), 2);
+        let crash = SqliteResolverStore::open(&dir.path().join("crash.db")).unwrap();
+        assert_eq!(synchronous(&crash), 1);
     }
 }

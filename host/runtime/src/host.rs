@@ -60,10 +60,12 @@ impl Host {
             .with_context(|| format!("opening the broker in {}", broker_dir.display()))?,
         );
         let resolver_path = host.data_dir.join("resolver.db");
-        let resolver =
-            Arc::new(SqliteResolverStore::open(&resolver_path).with_context(|| {
-                format!("opening the resolver store {}", resolver_path.display())
-            })?);
+        let resolver = Arc::new(
+            SqliteResolverStore::open_with(&resolver_path, wiring::resolver_durability(&config))
+                .with_context(|| {
+                    format!("opening the resolver store {}", resolver_path.display())
+                })?,
+        );
         let sandbox = Sandbox::new(SandboxConfig {
             default_limits: Limits {
                 memory_bytes: config.sandbox_memory_bytes,

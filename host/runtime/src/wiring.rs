@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use nimbus_broker::Broker;
 use nimbus_engine::{Endpoint, Handlers, Policies, ProcessorSettings, TransientBackoff};
-use nimbus_resolver::{ResolverSettings, ResolverStore};
+use nimbus_resolver::{ResolverSettings, ResolverStore, StoreDurability};
 use nimbus_transport::provision::Topology;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -26,6 +26,20 @@ pub(crate) fn policies(config: &ValidConfig) -> Policies {
             max: engine.transient_backoff_max,
         },
     )
+}
+
+/// The Resolver store promises what the broker promises: its records are
+/// what let the bus complete the messages they record.
+pub(crate) fn resolver_durability(config: &ValidConfig) -> StoreDurability {
+    store_durability(config.config.broker.durability.into())
+}
+
+/// The Resolver store's durability for a broker durability.
+pub(crate) fn store_durability(broker: nimbus_broker::Durability) -> StoreDurability {
+    match broker {
+        nimbus_broker::Durability::Fsync => StoreDurability::PowerLoss,
+        nimbus_broker::Durability::Os => StoreDurability::ProcessCrash,
+    }
 }
 
 /// How each endpoint's session processor runs.
@@ -112,4 +126,21 @@ pub(crate) fn spawn_resolver(
             tracing::error!(error = %e, "the Resolver stopped");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resolver_store_promises_what_the_broker_promises() {
+        assert_eq!(
+            store_durability(nimbus_broker::Durability::Fsync),
+            StoreDurability::PowerLoss
+        );
+        assert_eq!(
+            store_durability(nimbus_broker::Durability::Os),
+            StoreDurability::ProcessCrash
+        );
+    }
 }

@@ -69,8 +69,11 @@ impl Rig {
             .context("provisioning the bench topology")?;
 
         let sqlite: Arc<dyn ResolverStore> = Arc::new(
-            SqliteResolverStore::open(&spec.dir.join("resolver.db"))
-                .context("opening the resolver store")?,
+            SqliteResolverStore::open_with(
+                &spec.dir.join("resolver.db"),
+                wiring::store_durability(spec.durability),
+            )
+            .context("opening the resolver store")?,
         );
         let store: Arc<dyn ResolverStore> = Arc::new(WatchingStore::new(sqlite, settled));
         let clock = Arc::new(HandlerClock::default());
