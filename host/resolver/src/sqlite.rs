@@ -115,15 +115,7 @@ impl SqliteResolverStore {
     /// Opens (creating if needed) the store at `path` with `durability`.
     pub fn open_with(path: &Path, durability: StoreDurability) -> Result<Self, StoreError> {
         let conn = Connection::open(path).map_err(db("opening the database"))?;
-        let mut store = Self::init(conn)?;
-        let synchronous = match durability {
-            StoreDurability::PowerLoss => "FULL",
-            StoreDurability::ProcessCrash => "NORMAL",
-        };
-        store
-            .lock()
-            .pragma_update(None, "synchronous", synchronous)
-            .map_err(db("setting synchronous"))?;
+        let mut store = Self::init(conn, durability)?;
         store
             .lock()
             .pragma_update(None, "wal_autocheckpoint", BACKSTOP_AUTOCHECKPOINT_PAGES)
@@ -135,16 +127,17 @@ impl SqliteResolverStore {
     /// An in-memory store, for tools and tests.
     pub fn open_in_memory() -> Result<Self, StoreError> {
         let conn = Connection::open_in_memory().map_err(db("opening the database"))?;
-        Self::init(conn)
+        Self::init(conn, StoreDurability::ProcessCrash)
     }
 
-    fn init(conn: Connection) -> Result<Self, StoreError> {
-        // NORMAL keeps every committed write across a process crash; a file
-        // store raises it to FULL where the broker promises power loss
-        // (`open_with`).
+    fn init(conn: Connection, durability: StoreDurability) -> Result<Self, StoreError> {
+        let synchronous = match durability {
+            StoreDurability::PowerLoss => "FULL",
+            StoreDurability::ProcessCrash => "NORMAL",
+        };
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(db("enabling WAL"))?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
+        conn.pragma_update(None, "synchronous", synchronous)
             .map_err(db("setting synchronous"))?;
         conn.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;

@@ -91,6 +91,20 @@ struct Harness {
 }
 
 impl Harness {
+    /// Active and dead-lettered messages left on `Resolver/Resolver`.
+    async fn resolver_counts(&self) -> (u64, u64) {
+        let resolver = self
+            .broker
+            .get_subscription(&SubscriptionPath::new("Resolver", "Resolver"))
+            .await
+            .unwrap()
+            .unwrap();
+        (
+            resolver.active_message_count,
+            resolver.dead_letter_message_count,
+        )
+    }
+
     async fn start(endpoints: &[&str]) -> Harness {
         Harness::start_with(endpoints, |store| store).await
     }
@@ -957,13 +971,11 @@ async fn a_sessions_waiting_messages_share_one_commit_and_are_recorded_in_order(
             "ev-{i}"
         );
     }
-    let left = h
-        .broker
-        .get_subscription(&SubscriptionPath::new("Resolver", "Resolver"))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(left.active_message_count, 0, "every message was completed");
+    assert_eq!(
+        h.resolver_counts().await.0,
+        0,
+        "every message was completed"
+    );
     h.stop().await;
 }
 
@@ -1034,19 +1046,7 @@ async fn a_store_failure_inside_a_pipelined_run_abandons_it_and_the_rest_follow_
     let in_order: Vec<String> = (0..10).map(|i| format!("m-{i}")).collect();
     assert_eq!(store.committed(), in_order, "nothing overtook m-5");
 
-    let resolver = h
-        .broker
-        .get_subscription(&SubscriptionPath::new("Resolver", "Resolver"))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        (
-            resolver.active_message_count,
-            resolver.dead_letter_message_count
-        ),
-        (0, 0)
-    );
+    assert_eq!(h.resolver_counts().await, (0, 0));
     h.stop().await;
 }
 
@@ -1170,18 +1170,6 @@ async fn a_pipelined_batch_settles_heartbeats_and_defects_in_their_place() {
     assert_eq!(store.batches(), [3]);
     assert_eq!(store.committed(), ["m-0", "m-1", "m-2"]);
     assert_eq!(h.store.heartbeats().unwrap().len(), 1);
-    let resolver = h
-        .broker
-        .get_subscription(&SubscriptionPath::new("Resolver", "Resolver"))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        (
-            resolver.active_message_count,
-            resolver.dead_letter_message_count
-        ),
-        (0, 1)
-    );
+    assert_eq!(h.resolver_counts().await, (0, 1));
     h.stop().await;
 }
