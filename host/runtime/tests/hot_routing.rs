@@ -25,9 +25,13 @@ async fn a_handler_dropped_in_for_a_new_event_type_is_routed_its_events_while_th
     assert!(broker.get_subscription(&forwarder).await.unwrap().is_none());
 
     install(&handlers, "shipping", "noop", "noop");
-    eventually("the new endpoint's forwarder is provisioned", || {
-        futures_lite_poll(broker.get_subscription(&forwarder))
-    })
+    // Provisioning creates the subscription, then its rule: an event
+    // published in between matches nothing and is dropped, so wait for the
+    // rule itself.
+    eventually(
+        "the new endpoint's forwarding rule for Noop is provisioned",
+        || forwards(&broker, &forwarder, "Noop"),
+    )
     .await;
 
     publish(&broker, "Noop", "s-1", "noop-1", &serde_json::json!({})).await;
@@ -51,6 +55,17 @@ async fn a_handler_dropped_in_for_a_new_event_type_is_routed_its_events_while_th
     })
     .await;
     host.shutdown().await;
+}
+
+/// Whether `path` has a rule whose filter names `event_type`, answered
+/// synchronously from within the polling closure.
+fn forwards(broker: &nimbus_broker::Broker, path: &SubscriptionPath, event_type: &str) -> bool {
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current()
+            .block_on(broker.list_rules(path))
+            .map(|rules| rules.iter().any(|r| r.filter.contains(event_type)))
+            .unwrap_or(false)
+    })
 }
 
 /// Whether the subscription exists, answered synchronously from within the
