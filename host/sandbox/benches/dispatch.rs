@@ -183,8 +183,10 @@ fn bench_dispatch() {
         (64 << 10, true),
         (128 << 10, true),
         (1 << 20, true),
-        (defaults.keep_resident_bytes, false),
+        (256 << 10, true),
+        (64 << 10, false),
         (128 << 10, false),
+        (256 << 10, false),
     ]
     .into_iter()
     .map(|(bytes, pagemap)| {
@@ -266,6 +268,11 @@ fn bench_dispatch() {
         }
     }
     let default_resident = SandboxConfig::default().keep_resident_bytes >> 10;
+    let default_scan = if SandboxConfig::default().pagemap_scan {
+        "scan"
+    } else {
+        "no scan"
+    };
     let ((wasm_wall, wasm_cpu), (noop_wall, noop_cpu), (native_wall, native_cpu)) =
         (wasm.medians(), wasm_noop.medians(), native.medians());
     println!(
@@ -274,7 +281,7 @@ fn bench_dispatch() {
     );
     println!("                                               wall      thread-cpu");
     println!(
-        "  wasm orders (fresh store+instance, {default_resident:>4} KiB resident) {wasm_wall:8.2}  {wasm_cpu:8.2}"
+        "  wasm orders (fresh store+instance)       {wasm_wall:8.2}  {wasm_cpu:8.2}   ({default_resident} KiB resident, {default_scan})"
     );
     println!("  wasm noop   (fresh store+instance)       {noop_wall:8.2}  {noop_cpu:8.2}");
     println!("  native orders (same deserialize+decide)  {native_wall:8.2}  {native_cpu:8.2}");

@@ -68,7 +68,12 @@ pub struct SandboxConfig {
     pub keep_resident_bytes: usize,
     /// Reset reused pool slots with Linux's `PAGEMAP_SCAN` (kernel 6.7+,
     /// ignored elsewhere): only the pages the last instance dirtied are
-    /// restored, instead of the whole resident prefix.
+    /// restored, instead of the whole resident prefix. Off by default: for a
+    /// handler whose memory use fits in the resident prefix, the scan's
+    /// ioctl costs more than zeroing the prefix saves (about 0.5 µs of 11
+    /// per event, docs/decisions/0003-dispatch-cost.md). Worth turning on
+    /// when handlers touch far more than `keep_resident_bytes`, or touch it
+    /// sparsely: the scan then resets only dirty pages wherever they are.
     pub pagemap_scan: bool,
     /// Where compiled artifacts are cached; `None` compiles every load.
     pub cache_dir: Option<PathBuf>,
@@ -96,7 +101,7 @@ impl Default for SandboxConfig {
             max_concurrent_instances: DEFAULT_MAX_CONCURRENT_INSTANCES,
             epoch_tick: DEFAULT_EPOCH_TICK,
             keep_resident_bytes: DEFAULT_KEEP_RESIDENT_BYTES,
-            pagemap_scan: true,
+            pagemap_scan: false,
             cache_dir: None,
             watch_debounce: DEFAULT_WATCH_DEBOUNCE,
         }
