@@ -265,3 +265,108 @@ impl CallGraph {
             .unwrap_or_else(|| format!("function {f}"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use wasm_encoder::{
+        CodeSection, EntityType, ExportKind, ExportSection, Function, FunctionSection,
+        ImportSection, Module, NameMap, NameSection, TypeSection,
+    };
+
+    use super::*;
+    use crate::imports::classify;
+
+    /// A module importing `wasi:cli/stdout#get-stdout` (function 0), whose
+    /// defined functions (named `names`, indices from 1) call the callees
+    /// listed in `calls`; the first defined function is exported as `handle`.
+    fn module(names: &[&str], calls: &[&[u32]], with_names: bool) -> (Vec<u8>, Vec<FuncImport>) {
+        let mut types = TypeSection::new();
+        types.ty().function([], []);
+        let mut imports = ImportSection::new();
+        imports.import(
+            "wasi:cli/stdout@0.2.0",
+            "get-stdout",
+            EntityType::Function(0),
+        );
+        let mut functions = FunctionSection::new();
+        let mut code = CodeSection::new();
+        for callees in calls {
+            functions.function(0);
+            let mut body = Function::new([]);
+            let mut ins = body.instructions();
+            for &callee in *callees {
+                ins.call(callee);
+            }
+            ins.end();
+            code.function(&body);
+        }
+        let mut exports = ExportSection::new();
+        exports.export("handle", ExportKind::Func, 1);
+        let mut module = Module::new();
+        module
+            .section(&types)
+            .section(&imports)
+            .section(&functions)
+            .section(&exports)
+            .section(&code);
+        if with_names {
+            let mut map = NameMap::new();
+            map.append(0, "__wasm_import_stdout_get_stdout");
+            for (i, name) in names.iter().enumerate() {
+                map.append(u32::try_from(i).unwrap_or(0) + 1, name);
+            }
+            let mut section = NameSection::new();
+            section.functions(&map);
+            module.section(&section);
+        }
+        let import = classify("wasi:cli/stdout@0.2.0", "get-stdout", 0).expect("strippable");
+        (module.finish(), vec![import])
+    }
+
+    #[test]
+    fn a_direct_call_to_a_stripped_import_is_refused_with_its_path() {
+        let (bytes, imports) = module(&["handle", "my_print"], &[&[2], &[0]], true);
+        let err = check(&bytes, &imports).expect_err("refused");
+        let text = err.to_string();
+        assert!(text.contains("handle -> my_print"), "{text}");
+        assert!(text.contains("wasi:cli/stdout@0.2.0#get-stdout"), "{text}");
+    }
+
+    #[test]
+    fn a_call_only_through_the_panic_machinery_is_allowed() {
+        let (bytes, imports) = module(
+            &[
+                "handle",
+                "core::panicking::panic_fmt",
+                "std::panicking::default_hook",
+            ],
+            &[&[2], &[3], &[0]],
+            true,
+        );
+        check(&bytes, &imports).expect("the panic path does not count");
+    }
+
+    #[test]
+    fn reaching_a_file_descriptor_function_is_refused() {
+        let (bytes, imports) = module(&["handle", "write"], &[&[2], &[]], true);
+        let err = check(&bytes, &imports).expect_err("refused");
+        assert!(
+            err.to_string().contains("file-descriptor function `write`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_user_facing_stdio_function_is_refused_even_if_unreachable() {
+        let (bytes, imports) = module(&["handle", "std::io::stdio::_print"], &[&[], &[]], true);
+        let err = check(&bytes, &imports).expect_err("refused");
+        assert!(err.to_string().contains("std::io::stdio::_print"), "{err}");
+    }
+
+    #[test]
+    fn a_module_without_names_is_refused() {
+        let (bytes, imports) = module(&["handle"], &[&[]], false);
+        let err = check(&bytes, &imports).expect_err("refused");
+        assert!(err.to_string().contains("no name section"), "{err}");
+    }
+}
