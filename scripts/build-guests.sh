@@ -33,12 +33,13 @@ fi
 # interfaces. The components as cargo built them are kept in full/ beside the
 # slimmed ones (for comparisons: NIMBUS_BENCH_COMPARE_DIR=<out>/full).
 cargo build -p nimbus-guest-slim
-target_dir=${CARGO_TARGET_DIR:-target}
+metadata=$(cargo metadata --no-deps --format-version 1)
+# cargo's own idea of the target dir (CARGO_TARGET_DIR, config, or ./target).
+target_dir=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])' <<<"$metadata")
 slim="$target_dir/debug/nimbus-guest-slim"
 out="$target_dir/wasm32-wasip2/release"
 mkdir -p "$out/full"
-for name in $(cargo metadata --no-deps --format-version 1 \
-  | python3 -c 'import json,sys; m=json.load(sys.stdin); print(" ".join(p["name"].replace("-","_") for p in m["packages"] if "/examples/" in p["manifest_path"] or "/tests/guests/" in p["manifest_path"]))'); do
+for name in $(python3 -c 'import json,sys; m=json.load(sys.stdin); print(" ".join(p["name"].replace("-","_") for p in m["packages"] if "/examples/" in p["manifest_path"] or "/tests/guests/" in p["manifest_path"]))' <<<"$metadata"); do
   # cargo re-links the unslimmed artifact here on every build; keep a copy.
   cp "$out/$name.wasm" "$out/full/$name.wasm"
   status=0
