@@ -11,17 +11,18 @@ Strips the WASI stdio, environment and exit imports that Rust's std links into
 a wasm32-wasip2 handler component for its panic path only (fewer host functions
 to wire up per event). OUT may be IN. Exit status: 0 written (or nothing to
 strip: OUT is a copy of IN), 2 refused (the handler uses what would be
-stripped; nothing written), 1 error.";
+stripped, imports other WASI interfaces, or is a preview 1 build: ship IN as
+it is; nothing written), 1 error.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let [input, output] = args.as_slice() else {
         eprintln!("{USAGE}");
-        return if args.iter().any(|a| a == "--help" || a == "-h") {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        };
+        return ExitCode::FAILURE;
     };
     let bytes = match std::fs::read(input) {
         Ok(bytes) => bytes,
@@ -32,8 +33,11 @@ fn main() -> ExitCode {
     };
     let slimmed = match nimbus_guest_slim::slim(&bytes) {
         Ok(slimmed) => slimmed,
-        Err(e @ nimbus_guest_slim::SlimError::UsesStdio { .. })
-        | Err(e @ nimbus_guest_slim::SlimError::OtherWasi(_)) => {
+        Err(
+            e @ (nimbus_guest_slim::SlimError::UsesStdio { .. }
+            | nimbus_guest_slim::SlimError::OtherWasi(_)
+            | nimbus_guest_slim::SlimError::Preview1(_)),
+        ) => {
             eprintln!("nimbus-guest-slim: {input} kept whole: {e}");
             return ExitCode::from(2);
         }
