@@ -51,13 +51,24 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    /// Starts the batching task on the current runtime; a batch takes whole
-    /// runs until it holds at least `max_batch` records. It ends when every
-    /// `Recorder` clone is dropped.
+    /// Starts the recording thread; a batch takes whole runs until it holds
+    /// at least `max_batch` records. The thread ends when every `Recorder`
+    /// clone is dropped.
+    ///
+    /// One long-lived thread rather than a blocking-pool task per batch:
+    /// the store's connection, its page cache and the allocator's pages stay
+    /// warm on one thread, and no pool thread is woken or spawned per batch.
     pub(crate) fn start(store: Arc<dyn ResolverStore>, max_batch: usize) -> Recorder {
         let max_batch = max_batch.max(1);
         let (runs, queue) = mpsc::channel(max_batch);
-        tokio::spawn(run(store, queue, max_batch));
+        let spawned = std::thread::Builder::new()
+            .name("nimbus-recorder".to_owned())
+            .spawn(move || run(&*store, queue, max_batch));
+        if let Err(e) = spawned {
+            // The queue's receiver is gone with the closure: every submit
+            // reports that the recorder stopped, and the consumer abandons.
+            tracing::error!(error = %e, "resolver: the recording thread did not start");
+        }
         Recorder { runs }
     }
 
@@ -90,8 +101,8 @@ impl Recorder {
     }
 }
 
-async fn run(store: Arc<dyn ResolverStore>, mut queue: mpsc::Receiver<Run>, max_batch: usize) {
-    while let Some(first) = queue.recv().await {
+fn run(store: &dyn ResolverStore, mut queue: mpsc::Receiver<Run>, max_batch: usize) {
+    while let Some(first) = queue.blocking_recv() {
         let mut records = first.observations.len();
         let mut runs = vec![first];
         while records < max_batch {
@@ -106,25 +117,34 @@ async fn run(store: Arc<dyn ResolverStore>, mut queue: mpsc::Receiver<Run>, max_
         let (work, replies): (Vec<_>, Vec<_>) =
             runs.into_iter().map(|r| (r.observations, r.reply)).unzip();
         let lengths: Vec<usize> = work.iter().map(Vec::len).collect();
-        let store = Arc::clone(&store);
-        let answers = tokio::task::spawn_blocking(move || commit(&*store, work))
-            .await
-            .unwrap_or_else(|join| {
-                let why = join.to_string();
-                lengths
-                    .iter()
-                    .map(|&n| {
-                        (0..n)
-                            .map(|_| Some(Err(StoreError::Panicked(why.clone()))))
-                            .collect()
-                    })
-                    .collect()
-            });
+        // A panicking store must not take the thread, and with it every
+        // later record, down: the batch is answered with the panic.
+        let answers =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit(store, work)))
+                .unwrap_or_else(|panic| {
+                    let why = panic_message(panic.as_ref());
+                    lengths
+                        .iter()
+                        .map(|&n| {
+                            (0..n)
+                                .map(|_| Some(Err(StoreError::Panicked(why.clone()))))
+                                .collect()
+                        })
+                        .collect()
+                });
         for (reply, answers) in replies.into_iter().zip(answers) {
             // A worker that stopped waiting has nothing to settle.
             let _ = reply.send(answers);
         }
     }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "the store panicked".to_owned())
 }
 
 /// Records a batch of runs in one transaction; if that fails, each record
@@ -186,6 +206,7 @@ mod tests {
 
     impl ResolverStore for BatchesFail {
         fn record(&self, observation: &Observation) -> Result<Recorded, StoreError> {
+            assert!(observation.event_id != "panics", "the store blew up");
             if observation.event_id == self.poisoned {
                 return Err(StoreError::Corrupt("poisoned".into()));
             }
@@ -313,6 +334,31 @@ mod tests {
         for recorded in ["a", "b", "c", "d"] {
             assert_eq!(store.event(recorded).unwrap().len(), 1, "{recorded}");
         }
+    }
+
+    /// A store that panics answers its batch with the panic; the recording
+    /// thread lives on and records the next run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_store_fails_its_batch_and_the_recorder_goes_on() {
+        let store = Arc::new(BatchesFail {
+            inner: SqliteResolverStore::open_in_memory().unwrap(),
+            poisoned: "none",
+            batches_fail: false,
+        });
+        let recorder = Recorder::start(Arc::clone(&store) as Arc<dyn ResolverStore>, 16);
+        let blown = recorder
+            .submit(runs(&[&["panics"]]).remove(0))
+            .await
+            .unwrap()
+            .committed()
+            .await
+            .unwrap();
+        assert!(
+            matches!(&blown[..], [Some(Err(StoreError::Panicked(why)))] if why.contains("the store blew up")),
+            "{blown:?}"
+        );
+        assert_eq!(recorder.record(request("after")).await.unwrap(), PENDING);
+        assert_eq!(store.event("after").unwrap().len(), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

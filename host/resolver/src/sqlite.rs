@@ -15,8 +15,9 @@ use crate::store::{
     StoreError,
 };
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS events (
+/// The columns of `events` after its key, in the order the table declares
+/// them (an older store is copied into a new table column by column).
+const EVENT_TABLE_COLUMNS: &str = "
     endpoint TEXT NOT NULL,
     event_id TEXT NOT NULL,
     session_id TEXT,
@@ -43,11 +44,30 @@ CREATE TABLE IF NOT EXISTS events (
     processing_time_ms INTEGER,
     payload TEXT,
     first_seen_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL,
-    PRIMARY KEY (endpoint, event_id)
-);
+    updated_ms INTEGER NOT NULL";
+
+/// `CREATE TABLE` for `events` under `name`.
+///
+/// `id` numbers events in the order they were first seen, so the history
+/// rows of recent events, keyed by it, sit together at the end of their
+/// index: a commit rewrites a few pages there instead of one random page
+/// per event, as an index keyed by the (random) event id did. Declaring it
+/// `INTEGER PRIMARY KEY` keeps it stable (a bare rowid may change on
+/// `VACUUM`). The unique key leads with `event_id`, so a lookup by id alone
+/// searches it.
+fn events_table(name: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {name} (
+            id INTEGER PRIMARY KEY,{EVENT_TABLE_COLUMNS},
+            UNIQUE (event_id, endpoint)
+        )"
+    )
+}
+
+const SCHEMA: &str = "
 CREATE INDEX IF NOT EXISTS events_by_status ON events (status, updated_ms);
 CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id);
+CREATE INDEX IF NOT EXISTS events_by_endpoint ON events (endpoint, updated_ms);
 CREATE TABLE IF NOT EXISTS history (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     endpoint TEXT NOT NULL,
@@ -61,21 +81,22 @@ CREATE TABLE IF NOT EXISTS history (
     error_type TEXT,
     error_text TEXT,
     handler_version TEXT,
-    refused TEXT
+    refused TEXT,
+    event_ref INTEGER
 );
 CREATE TABLE IF NOT EXISTS heartbeats (
     endpoint TEXT PRIMARY KEY,
     message_type TEXT NOT NULL,
     at_ms INTEGER NOT NULL
 );
--- One index serves both the history listing (event_id, endpoint; sorted by
--- seq over an event's few rows) and the once-per-message check. Each index a
--- record touches is a random page written per commit: stores made before
--- this had two overlapping ones, dropped here. NULL message ids never
--- collide in a UNIQUE index, as before.
+-- One index serves both an event's history listing (its few rows, sorted
+-- by seq) and the once-per-message check. Stores made before this keyed
+-- the history by event id (random pages per commit); those indexes go.
+-- NULL message ids never collide in a UNIQUE index.
 DROP INDEX IF EXISTS history_by_event;
 DROP INDEX IF EXISTS history_once;
-CREATE UNIQUE INDEX IF NOT EXISTS history_key ON history (event_id, endpoint, message_id, message_type);
+DROP INDEX IF EXISTS history_key;
+CREATE UNIQUE INDEX IF NOT EXISTS history_by_ref ON history (event_ref, message_id, message_type);
 ";
 
 /// The default cap on how many events one listing returns.
@@ -139,9 +160,9 @@ impl SqliteResolverStore {
             .map_err(db("enabling WAL"))?;
         conn.pragma_update(None, "synchronous", synchronous)
             .map_err(db("setting synchronous"))?;
+        migrate(&conn)?;
         conn.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;
-        add_missing_columns(&conn)?;
         Ok(SqliteResolverStore {
             conn: Mutex::new(conn),
             refused: AtomicU64::new(0),
@@ -170,8 +191,8 @@ impl SqliteResolverStore {
     }
 }
 
-/// Columns added after the first schema: a database written by an older
-/// build gains them (empty) on open instead of failing every query.
+/// Columns added to `events` after the first schema: a store written by an
+/// older build gains them (empty) before it is copied to the current table.
 const ADDED_EVENT_COLUMNS: [&str; 4] = [
     "request_message_id",
     "request_from",
@@ -179,22 +200,67 @@ const ADDED_EVENT_COLUMNS: [&str; 4] = [
     "originating_from",
 ];
 
-fn add_missing_columns(conn: &Connection) -> Result<(), StoreError> {
+/// Brings a store written by an older build to the current tables, in one
+/// transaction, keeping every row; a new store just gets the tables. The
+/// indexes are (re)made by [`SCHEMA`] afterwards.
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let events = columns(conn, "events")?;
+    if events.is_empty() {
+        return conn
+            .execute_batch(&events_table("events"))
+            .map_err(db("creating the schema"));
+    }
+    let history = columns(conn, "history")?;
+    let events_current = events.iter().any(|c| c == "id");
+    let history_current = history.is_empty() || history.iter().any(|c| c == "event_ref");
+    if events_current && history_current {
+        return Ok(());
+    }
+    let mut script = String::from("BEGIN IMMEDIATE;");
+    if !events_current {
+        for column in ADDED_EVENT_COLUMNS {
+            if !events.iter().any(|c| c == column) {
+                script.push_str(&format!("ALTER TABLE events ADD COLUMN {column} TEXT;"));
+            }
+        }
+        // Numbered in the order they were first seen, like new events.
+        let copied = EVENT_COLUMNS;
+        script.push_str(&format!(
+            "{};
+             INSERT INTO events_current ({copied}) SELECT {copied} FROM events ORDER BY first_seen_ms, rowid;
+             DROP TABLE events;
+             ALTER TABLE events_current RENAME TO events;",
+            events_table("events_current")
+        ));
+    }
+    if !history_current {
+        script.push_str(
+            "ALTER TABLE history ADD COLUMN event_ref INTEGER;
+             UPDATE history SET event_ref =
+                 (SELECT id FROM events WHERE events.event_id = history.event_id AND events.endpoint = history.endpoint);",
+        );
+    }
+    script.push_str("COMMIT;");
+    tracing::info!("resolver store: upgrading the tables of an older build");
+    conn.execute_batch(&script).map_err(|source| {
+        // Leave the store as it was for the next attempt.
+        let _ = conn.execute_batch("ROLLBACK");
+        StoreError::Database {
+            context: "upgrading the schema",
+            source,
+        }
+    })
+}
+
+/// The column names of `table`; empty when it does not exist.
+fn columns(conn: &Connection, table: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn
-        .prepare("SELECT name FROM pragma_table_info('events')")
+        .prepare("SELECT name FROM pragma_table_info(?1)")
         .map_err(db("reading the schema"))?;
-    let present = stmt
-        .query_map([], |r| r.get::<_, String>(0))
+    stmt.query_map([table], |r| r.get::<_, String>(0))
         .map_err(db("reading the schema"))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(db("reading the schema"))?;
-    for column in ADDED_EVENT_COLUMNS {
-        if !present.iter().any(|p| p == column) {
-            conn.execute_batch(&format!("ALTER TABLE events ADD COLUMN {column} TEXT"))
-                .map_err(db("upgrading the schema"))?;
-        }
-    }
-    Ok(())
+        .map_err(db("reading the schema"))
 }
 
 /// Runs a statement through the connection's statement cache: the
@@ -235,30 +301,24 @@ impl ResolverStore for SqliteResolverStore {
 
     fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
         let conn = self.lock();
-        let read = |sql: &str| -> Result<Vec<_>, StoreError> {
-            let mut stmt = conn.prepare(sql).map_err(db("reading the event"))?;
-            stmt.query_map(params![event_id], event_record)
-                .map_err(db("reading the event"))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db("reading the event"))
-        };
-        let mut records = read(&event_by_id_sql())?;
-        if records.is_empty() {
-            // Not found through the history: an unknown id, or a row from
-            // before the history was kept. Only then read the whole table.
-            records = read(&event_by_id_scan_sql())?;
-        }
+        let mut stmt = conn
+            .prepare(&event_by_id_sql())
+            .map_err(db("reading the event"))?;
+        let records = stmt
+            .query_map(params![event_id], |r| {
+                Ok((r.get::<_, i64>(EVENT_COLUMN_COUNT)?, event_record(r)?))
+            })
+            .map_err(db("reading the event"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db("reading the event"))?;
         let mut history_stmt = conn
-            .prepare(
-                "SELECT message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused
-                 FROM history WHERE event_id = ?1 AND endpoint = ?2 ORDER BY seq",
-            )
+            .prepare(HISTORY_OF_EVENT_SQL)
             .map_err(db("reading history"))?;
         let mut details = Vec::with_capacity(records.len());
-        for record in records {
+        for (id, record) in records {
             let record = record?;
             let history = history_stmt
-                .query_map(params![event_id, record.endpoint], history_entry)
+                .query_map(params![id], history_entry)
                 .map_err(db("reading history"))?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(db("reading history"))?
@@ -322,21 +382,10 @@ impl ResolverStore for SqliteResolverStore {
     }
 }
 
-/// Looks an event up by id in every endpoint. The primary key is
-/// (endpoint, event_id), so `event_id = ?` alone would scan the table; the
-/// endpoints that saw the event come from the history's index instead
-/// (every recorded message adds a history row).
+/// Looks an event up by id in every endpoint, through the unique key that
+/// leads with the id; the row's `id` comes last, after [`EVENT_COLUMNS`].
 fn event_by_id_sql() -> String {
-    format!(
-        "SELECT {EVENT_COLUMNS} FROM events
-         WHERE event_id = ?1 AND endpoint IN (SELECT endpoint FROM history WHERE event_id = ?1)
-         ORDER BY endpoint"
-    )
-}
-
-/// The same lookup without the history's help: a scan of the table.
-fn event_by_id_scan_sql() -> String {
-    format!("SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?1 ORDER BY endpoint")
+    format!("SELECT {EVENT_COLUMNS}, id FROM events WHERE event_id = ?1 ORDER BY endpoint")
 }
 
 /// The listing query with only the filters given, so SQLite can search by
@@ -370,43 +419,94 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<rusqlite::types::Value>) {
     (sql, values)
 }
 
-/// Records one message inside `tx`: history first, then the guarded status
-/// write, then the request coordinates.
+/// Whether this message of this event is in the history already.
+const HISTORY_SEEN_SQL: &str =
+    "SELECT 1 FROM history WHERE event_ref = ?1 AND message_id = ?2 AND message_type = ?3";
+
+/// An event's row before a write.
+const CURRENT_ROW_SQL: &str =
+    "SELECT id, status, status_source FROM events WHERE event_id = ?1 AND endpoint = ?2";
+
+/// An event's history, oldest first.
+const HISTORY_OF_EVENT_SQL: &str = "SELECT message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused
+     FROM history WHERE event_ref = ?1 ORDER BY seq";
+
+/// Records one message inside `tx`: the guarded status write, the history
+/// row (keyed by the event's `id`), then the request coordinates.
 fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Recorded, StoreError> {
-    let already_recorded = match &obs.message_id {
-            Some(message_id) => tx
-                .prepare_cached(
-                    "SELECT 1 FROM history WHERE event_id = ?2 AND endpoint = ?1 AND message_id = ?3 AND message_type = ?4",
-                )
-                .and_then(|mut stmt| {
-                    stmt.query_row(
-                        params![obs.endpoint, obs.event_id, message_id, obs.kind.as_str()],
-                        |_| Ok(()),
-                    )
+    let current = current_row(tx, obs)?;
+    let already_recorded = match (&current, &obs.message_id) {
+        (Some((id, _)), Some(message_id)) => tx
+            .prepare_cached(HISTORY_SEEN_SQL)
+            .and_then(|mut stmt| {
+                stmt.query_row(params![id, message_id, obs.kind.as_str()], |_| Ok(()))
                     .optional()
-                })
-                .map_err(db("reading history"))?
-                .is_some(),
-            None => false,
-        };
+            })
+            .map_err(db("reading history"))?
+            .is_some(),
+        // No row yet: nothing about this event was recorded.
+        _ => false,
+    };
     // A redelivered message changes nothing, unless it is a control
     // request, whose verdict the guard still gives.
     if already_recorded && !obs.kind.is_control_request() {
         return Ok(Recorded::AlreadyRecorded);
     }
-    let row = current_row(tx, obs)?;
+    let row = current.as_ref().map(|(_, row)| *row);
     let (status, sub_status) = obs.status();
     let verdict = guard::judge(row, obs.kind, already_recorded);
-    let refused = match &verdict {
-        Verdict::Apply => None,
-        Verdict::Refuse(reason) => Some(reason.clone()),
+    let (event_ref, outcome) = match verdict {
+        Verdict::Apply => (
+            write_status(
+                tx,
+                current.as_ref().map(|(id, _)| *id),
+                obs,
+                status,
+                sub_status,
+            )?,
+            Recorded::Applied { status },
+        ),
+        Verdict::Refuse(reason) => {
+            tracing::info!(
+                endpoint = %obs.endpoint,
+                event_id = %obs.event_id,
+                message_type = obs.kind.as_str(),
+                %reason,
+                "resolver: ignored stale status write"
+            );
+            // The guard refuses only a write to an existing row.
+            let Some((id, row)) = current else {
+                return Err(StoreError::Corrupt(format!(
+                    "a refused write to event '{}' has no row",
+                    obs.event_id
+                )));
+            };
+            // Coordinates are facts about the request, not a status: a
+            // late request copy whose status write is refused still
+            // supplies them.
+            if let Some(coordinates) = Coordinates::of(obs) {
+                write_coordinates(tx, id, &coordinates)?;
+            }
+            (
+                id,
+                Recorded::Refused {
+                    current: row.status,
+                    reason,
+                },
+            )
+        }
     };
     if !already_recorded {
+        let refused = match &outcome {
+            Recorded::Refused { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        };
         exec(
             tx,
-            "INSERT INTO history (endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            "INSERT INTO history (event_ref, endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
+                event_ref,
                 obs.endpoint,
                 obs.event_id,
                 obs.message_id,
@@ -423,72 +523,56 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
         )
         .map_err(db("appending history"))?;
     }
-    let outcome = match verdict {
-        Verdict::Refuse(reason) => {
-            tracing::info!(
-                endpoint = %obs.endpoint,
-                event_id = %obs.event_id,
-                message_type = obs.kind.as_str(),
-                %reason,
-                "resolver: ignored stale status write"
-            );
-            Recorded::Refused {
-                current: row.map_or(status, |r| r.status),
-                reason,
-            }
-        }
-        Verdict::Apply => {
-            write_status(tx, obs, status, sub_status)?;
-            return Ok(Recorded::Applied { status });
-        }
-    };
-    // Coordinates are facts about the request, not a status: a late
-    // request copy whose status write is refused still supplies them.
-    if let Some(coordinates) = Coordinates::of(obs) {
-        write_coordinates(tx, obs, &coordinates)?;
-    }
     Ok(outcome)
 }
 
-/// The event's current status and what set it, if it has a row.
+/// The event's `id`, current status and what set it, if it has a row.
 fn current_row(
     tx: &rusqlite::Transaction<'_>,
     obs: &Observation,
-) -> Result<Option<Row>, StoreError> {
+) -> Result<Option<(i64, Row)>, StoreError> {
     let found = tx
-        .prepare_cached(
-            "SELECT status, status_source FROM events WHERE endpoint = ?1 AND event_id = ?2",
-        )
+        .prepare_cached(CURRENT_ROW_SQL)
         .and_then(|mut stmt| {
-            stmt.query_row(params![obs.endpoint, obs.event_id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            stmt.query_row(params![obs.event_id, obs.endpoint], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
             })
             .optional()
         })
         .map_err(db("reading the event"))?;
     found
-        .map(|(status, source)| {
-            Ok(Row {
-                status: status
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-                source: source
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-            })
+        .map(|(id, status, source)| {
+            Ok((
+                id,
+                Row {
+                    status: status
+                        .parse()
+                        .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+                    source: source
+                        .parse()
+                        .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+                },
+            ))
         })
         .transpose()
 }
 
-/// Applies a status write, keeping what earlier messages established when
-/// this one does not carry it (a Resolution has no error; the failure before
-/// it stays readable in history, not in the row).
+/// Applies a status write to the event's row (`known_id`, or a new one) and
+/// returns the row's `id`, keeping what
+/// earlier messages established when this one does not carry it (a
+/// Resolution has no error; the failure before it stays readable in
+/// history, not in the row).
 fn write_status(
     tx: &rusqlite::Transaction<'_>,
+    known_id: Option<i64>,
     obs: &Observation,
     status: Status,
     sub_status: Option<&str>,
-) -> Result<(), StoreError> {
+) -> Result<i64, StoreError> {
     let handoff = obs.handoff.clone().unwrap_or_default();
     // Error columns describe the current status only.
     let carries_error = matches!(
@@ -521,7 +605,7 @@ fn write_status(
                              expected_by, handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms,
                              request_message_id, request_from, originating_message_id, originating_from)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?22, ?23, ?24, ?25, ?26)
-         ON CONFLICT (endpoint, event_id) DO UPDATE SET
+         ON CONFLICT (event_id, endpoint) DO UPDATE SET
             request_message_id = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?23 ELSE request_message_id END,
             request_from = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?24 ELSE request_from END,
             originating_message_id = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?25 ELSE originating_message_id END,
@@ -577,7 +661,9 @@ fn write_status(
         ],
     )
     .map_err(db("writing the status"))?;
-    Ok(())
+    // A new row's id is the last one inserted; `RETURNING` would cost the
+    // upsert a temporary table on every write.
+    Ok(known_id.unwrap_or_else(|| tx.last_insert_rowid()))
 }
 
 /// Records where the event came from, so the Manager can address a control
@@ -587,16 +673,15 @@ fn write_status(
 /// The lineage is written as one group, since `NULL` means `self`.
 fn write_coordinates(
     tx: &rusqlite::Transaction<'_>,
-    obs: &Observation,
+    id: i64,
     coordinates: &Coordinates<'_>,
 ) -> Result<(), StoreError> {
     exec(
         tx,
-        "UPDATE events SET request_message_id = ?3, request_from = ?4, originating_message_id = ?5, originating_from = ?6
-         WHERE endpoint = ?1 AND event_id = ?2 AND (?7 OR request_message_id IS NULL)",
+        "UPDATE events SET request_message_id = ?2, request_from = ?3, originating_message_id = ?4, originating_from = ?5
+         WHERE id = ?1 AND (?6 OR request_message_id IS NULL)",
         params![
-            obs.endpoint,
-            obs.event_id,
+            id,
             coordinates.request_message_id,
             coordinates.request_from,
             coordinates.originating_message_id,
@@ -644,6 +729,9 @@ const EVENT_COLUMNS: &str = "endpoint, event_id, session_id, status, sub_status,
     request_message_id, request_from, originating_message_id, originating_from,
     retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id, expected_by,
     handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms";
+
+/// How many columns [`EVENT_COLUMNS`] names (a query's next column index).
+const EVENT_COLUMN_COUNT: usize = 27;
 
 fn parse_status(text: String) -> Result<Status, StoreError> {
     text.parse()
@@ -710,6 +798,7 @@ mod query_plans {
     /// SQLite's plan for `sql`, one line per step.
     fn plan(sql: &str) -> String {
         let conn = Connection::open_in_memory().unwrap();
+        migrate(&conn).unwrap();
         conn.execute_batch(SCHEMA).unwrap();
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         // The plan does not depend on the values; bind NULLs.
@@ -752,7 +841,7 @@ mod query_plans {
                     endpoint: Some("billing".to_owned()),
                     ..EventFilter::default()
                 },
-                "sqlite_autoindex_events_1",
+                "events_by_endpoint",
             ),
         ] {
             let listing = plan(&list_sql(&filter).0);
@@ -762,6 +851,31 @@ mod query_plans {
             );
             assert!(!listing.contains("SCAN events"), "{filter:?}: {listing}");
         }
+    }
+
+    /// Every record reads the event's row and its history: by key, and the
+    /// history by the event's `id` (whose recent values share pages).
+    #[test]
+    fn recording_searches_by_key_and_history_by_event_ref() {
+        let row = plan(CURRENT_ROW_SQL);
+        assert!(
+            row.contains("SEARCH events USING INDEX sqlite_autoindex_events_1"),
+            "{row}"
+        );
+        for sql in [HISTORY_SEEN_SQL, HISTORY_OF_EVENT_SQL] {
+            let steps = plan(sql);
+            assert!(
+                steps.contains("SEARCH history USING INDEX history_by_ref")
+                    || steps.contains("SEARCH history USING COVERING INDEX history_by_ref"),
+                "{sql}: {steps}"
+            );
+            assert!(!steps.contains("SCAN"), "{sql}: {steps}");
+        }
+    }
+
+    #[test]
+    fn event_columns_are_counted_right() {
+        assert_eq!(EVENT_COLUMNS.split(',').count(), EVENT_COLUMN_COUNT);
     }
 
     #[test]

@@ -404,44 +404,87 @@ fn index_names(path: &std::path::Path) -> Vec<String> {
         .unwrap()
 }
 
-/// Stores made before the history indexes were merged carry
-/// `history_by_event` and `history_once`; opening one replaces them with
-/// the single `history_key`, keeps the history, and still records each
-/// message once.
-#[test]
-fn a_store_with_the_old_history_indexes_is_migrated_on_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("resolver.db");
-    {
-        let store = SqliteResolverStore::open(&path).unwrap();
-        store
-            .record(&obs(MessageKind::EventRequest, "m1", 1))
-            .unwrap();
-    }
-    {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch(
-            "DROP INDEX history_key;
-             CREATE INDEX history_by_event ON history (event_id, endpoint, seq);
-             CREATE UNIQUE INDEX history_once ON history (endpoint, event_id, message_id, message_type)
-                 WHERE message_id IS NOT NULL;",
-        )
-        .unwrap();
-    }
-    assert_eq!(index_names(&path), ["history_by_event", "history_once"]);
+/// The tables as builds before the history was keyed by the event's `id`
+/// wrote them, with `history_indexes` on the history.
+fn previous_layout(path: &std::path::Path, history_indexes: &str) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(&format!(
+        "CREATE TABLE events (
+            endpoint TEXT NOT NULL, event_id TEXT NOT NULL, session_id TEXT, status TEXT NOT NULL,
+            sub_status TEXT, status_source TEXT NOT NULL, event_type TEXT, correlation_id TEXT,
+            last_message_id TEXT, retry_count INTEGER NOT NULL, error_type TEXT, error_text TEXT,
+            dead_letter_reason TEXT, dead_letter_description TEXT, handoff_reason TEXT,
+            external_job_id TEXT, expected_by TEXT, handler_version TEXT, queue_time_ms INTEGER,
+            processing_time_ms INTEGER, payload TEXT, first_seen_ms INTEGER NOT NULL,
+            updated_ms INTEGER NOT NULL, request_message_id TEXT, request_from TEXT,
+            originating_message_id TEXT, originating_from TEXT,
+            PRIMARY KEY (endpoint, event_id));
+         CREATE INDEX events_by_status ON events (status, updated_ms);
+         CREATE INDEX events_by_session ON events (session_id);
+         CREATE TABLE history (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, endpoint TEXT NOT NULL, event_id TEXT NOT NULL,
+            message_id TEXT, message_type TEXT NOT NULL, status TEXT NOT NULL, at_ms INTEGER NOT NULL,
+            from_endpoint TEXT, retry_count INTEGER NOT NULL, error_type TEXT, error_text TEXT,
+            handler_version TEXT, refused TEXT);
+         {history_indexes}
+         INSERT INTO events (endpoint, event_id, session_id, status, status_source, retry_count, first_seen_ms, updated_ms, request_message_id)
+            VALUES ('billing', 'e1', 's-1', 'Failed', 'ErrorResponse', 0, 1, 2, 'm1'),
+                   ('billing', 'e0', 's-1', 'Completed', 'ResolutionResponse', 0, 0, 1, 'm0');
+         INSERT INTO history (endpoint, event_id, message_id, message_type, status, at_ms, retry_count)
+            VALUES ('billing', 'e0', 'm0', 'EventRequest', 'Pending', 0, 0),
+                   ('billing', 'e1', 'm1', 'EventRequest', 'Pending', 1, 0),
+                   ('billing', 'e0', 'r0', 'ResolutionResponse', 'Completed', 1, 0),
+                   ('billing', 'e1', 'r1', 'ErrorResponse', 'Failed', 2, 0);"
+    ))
+    .unwrap();
+}
 
-    let store = SqliteResolverStore::open(&path).unwrap();
-    assert_eq!(index_names(&path), ["history_key"]);
-    assert_eq!(
+/// Stores of earlier builds (the history keyed by event id, through one
+/// index or the two before it) are upgraded on open: every event and
+/// history row kept, in order, and each message still recorded once.
+#[test]
+fn stores_of_earlier_builds_are_upgraded_on_open() {
+    for history_indexes in [
+        "CREATE UNIQUE INDEX history_key ON history (event_id, endpoint, message_id, message_type);",
+        "CREATE INDEX history_by_event ON history (event_id, endpoint, seq);
+         CREATE UNIQUE INDEX history_once ON history (endpoint, event_id, message_id, message_type)
+             WHERE message_id IS NOT NULL;",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("resolver.db");
+        previous_layout(&path, history_indexes);
+
+        let store = SqliteResolverStore::open(&path).unwrap();
+        assert_eq!(index_names(&path), ["history_by_ref"], "{history_indexes}");
+        let e1 = &store.event("e1").unwrap()[0];
+        assert_eq!(e1.record.status, Status::Failed);
+        assert_eq!(e1.record.request_message_id.as_deref(), Some("m1"));
+        let kinds: Vec<&str> = e1.history.iter().map(|h| h.message_type.as_str()).collect();
+        assert_eq!(kinds, ["EventRequest", "ErrorResponse"]);
+        assert_eq!(store.event("e0").unwrap()[0].history.len(), 2);
+
+        assert_eq!(
+            store
+                .record(&obs(MessageKind::EventRequest, "m1", 1))
+                .unwrap(),
+            Recorded::AlreadyRecorded
+        );
         store
-            .record(&obs(MessageKind::EventRequest, "m1", 1))
-            .unwrap(),
-        Recorded::AlreadyRecorded
-    );
-    store
-        .record(&obs(MessageKind::ErrorResponse, "r1", 2))
-        .unwrap();
-    let detail = &store.event("e1").unwrap()[0];
-    assert_eq!(detail.record.status, Status::Failed);
-    assert_eq!(detail.history.len(), 2);
+            .record(&obs(MessageKind::ResubmissionRequest, "m2", 3))
+            .unwrap();
+        let e1 = &store.event("e1").unwrap()[0];
+        assert_eq!(e1.record.status, Status::Pending);
+        assert_eq!(e1.history.len(), 3);
+        let listed = store
+            .events(&EventFilter {
+                endpoint: Some("billing".to_owned()),
+                ..EventFilter::default()
+            })
+            .unwrap();
+        assert_eq!(listed.len(), 2);
+        drop(store);
+        // A second open finds nothing to upgrade and loses nothing.
+        let store = SqliteResolverStore::open(&path).unwrap();
+        assert_eq!(store.event("e1").unwrap()[0].history.len(), 3);
+    }
 }
