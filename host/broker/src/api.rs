@@ -352,12 +352,41 @@ impl Admin for Broker {
         path: &SubscriptionPath,
         settings: SubscriptionSettings,
     ) -> Result<(), AdminError> {
+        self.create_subscription_with_rules(
+            path,
+            settings,
+            vec![RuleDescription::new(DEFAULT_RULE_NAME, DEFAULT_RULE_FILTER)],
+        )
+        .await
+    }
+
+    async fn create_subscription_with_rules(
+        &self,
+        path: &SubscriptionPath,
+        settings: SubscriptionSettings,
+        rules: Vec<RuleDescription>,
+    ) -> Result<(), AdminError> {
         self.inner.healthy()?;
         check_name("subscription", &path.subscription)?;
         self.inner.validate_subscription(&settings)?;
+        let mut compiled = Vec::with_capacity(rules.len());
+        for rule in rules {
+            if rule.name.is_empty() {
+                return Err(AdminError::InvalidSetting {
+                    reason: "a rule needs a name".to_owned(),
+                });
+            }
+            if compiled
+                .iter()
+                .any(|c: &CompiledRule| c.description.name == rule.name)
+            {
+                return Err(AdminError::InvalidSetting {
+                    reason: format!("rule '{}' is listed twice for '{path}'", rule.name),
+                });
+            }
+            compiled.push(CompiledRule::compile(rule)?);
+        }
         let topic = self.topic_or_admin(&path.topic)?;
-        let default_rule =
-            CompiledRule::compile(RuleDescription::new(DEFAULT_RULE_NAME, DEFAULT_RULE_FILTER))?;
         let ack = {
             let mut core = topic.lock();
             if core.subs.contains_key(&path.subscription) {
@@ -367,23 +396,25 @@ impl Admin for Broker {
             }
             let incarnation = u64::try_from(self.inner.alloc()).unwrap_or_default();
             let mut sub = SubCore::new(settings.clone(), incarnation);
-            sub.rules.push(default_rule);
-            core.subs.insert(path.subscription.clone(), sub);
-            self.inner.submit(vec![
-                StoreOp::PutSubscription {
-                    topic: path.topic.clone(),
-                    name: path.subscription.clone(),
-                    settings,
-                },
-                StoreOp::PutRule {
+            let mut ops = vec![StoreOp::PutSubscription {
+                topic: path.topic.clone(),
+                name: path.subscription.clone(),
+                settings,
+            }];
+            for rule in compiled {
+                let description = &rule.description;
+                ops.push(StoreOp::PutRule {
                     topic: path.topic.clone(),
                     subscription: path.subscription.clone(),
-                    name: DEFAULT_RULE_NAME.to_owned(),
-                    filter: DEFAULT_RULE_FILTER.to_owned(),
-                    action: None,
+                    name: description.name.clone(),
+                    filter: description.filter.clone(),
+                    action: description.action.clone(),
                     order: self.inner.alloc(),
-                },
-            ])
+                });
+                sub.rules.push(rule);
+            }
+            core.subs.insert(path.subscription.clone(), sub);
+            self.inner.submit(ops)
         };
         ack.committed().await.map_err(TransientError::from)?;
         Ok(())

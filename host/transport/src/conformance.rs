@@ -88,6 +88,7 @@ macro_rules! transport_conformance {
             duplicate_detection_drops_repeats_within_the_window,
             atomic_settlement_applies_all_or_nothing,
             admin_creates_lists_and_deletes_topology,
+            a_subscription_created_with_its_rules_has_exactly_them,
             inbox_records_commit_with_the_settlement_expire_and_survive_restart,
         );
     };
@@ -1111,6 +1112,101 @@ pub async fn admin_creates_lists_and_deletes_topology<H: Harness>(h: H) {
         t.delete_topic("t1").await.expect_err("gone").kind(),
         ErrorKind::NotFound
     );
+}
+
+/// A subscription created with its rules has exactly those (no `$Default`),
+/// routes by them at once and keeps them across a restart; an invalid
+/// filter or a repeated rule name creates nothing.
+pub async fn a_subscription_created_with_its_rules_has_exactly_them<H: Harness>(h: H) {
+    let t = h.transport();
+    t.create_topic("orders", TopicSettings::default())
+        .await
+        .expect("topic");
+    let billing = SubscriptionPath::new("orders", "billing");
+    let rules = vec![
+        RuleDescription::new("placed", "user.Type = 'OrderPlaced'"),
+        RuleDescription::new("cancelled", "user.Type = 'OrderCancelled'")
+            .with_action("SET user.Cancelled = 'yes'"),
+    ];
+    t.create_subscription_with_rules(&billing, SubscriptionSettings::default(), rules.clone())
+        .await
+        .expect("create with rules");
+    assert_eq!(t.list_rules(&billing).await.expect("rules"), rules);
+
+    let broken = SubscriptionPath::new("orders", "broken");
+    let error = t
+        .create_subscription_with_rules(
+            &broken,
+            SubscriptionSettings::default(),
+            vec![
+                RuleDescription::new("fine", "1=1"),
+                RuleDescription::new("bad", "user.To = = 'x'"),
+            ],
+        )
+        .await
+        .expect_err("malformed filter");
+    assert_eq!(error.kind(), ErrorKind::Invalid);
+    let twice = SubscriptionPath::new("orders", "twice");
+    let error = t
+        .create_subscription_with_rules(
+            &twice,
+            SubscriptionSettings::default(),
+            vec![
+                RuleDescription::new("r", "1=1"),
+                RuleDescription::new("r", "1=0"),
+            ],
+        )
+        .await
+        .expect_err("repeated rule name");
+    assert_eq!(error.kind(), ErrorKind::Invalid);
+    for refused in [&broken, &twice] {
+        assert!(
+            t.get_subscription(refused).await.expect("get").is_none(),
+            "{refused} was created"
+        );
+    }
+
+    let typed = |event_type: &str| {
+        let mut m = msg(None, event_type);
+        m.properties.insert("Type".into(), event_type.into());
+        m
+    };
+    t.publish(
+        "orders",
+        vec![
+            typed("OrderPlaced"),
+            typed("OrderShipped"),
+            typed("OrderCancelled"),
+        ],
+    )
+    .await
+    .expect("publish");
+    let r = t
+        .receiver(&billing, SubQueue::Main)
+        .await
+        .expect("receiver");
+    let mut seen = Vec::new();
+    while let Some(m) = r.receive(ABSENT).await.expect("receive") {
+        seen.push((
+            body(&m),
+            m.message.property_str("Cancelled").map(str::to_owned),
+        ));
+        r.complete(m).await.expect("complete");
+    }
+    assert_eq!(
+        seen,
+        [
+            ("OrderPlaced".to_owned(), None),
+            ("OrderCancelled".to_owned(), Some("yes".to_owned())),
+        ]
+    );
+    drop(r);
+    if let Some(h) = h.restart().await {
+        assert_eq!(
+            h.transport().list_rules(&billing).await.expect("rules"),
+            rules
+        );
+    }
 }
 
 /// An inbox record is written in the settlement's commit — not at all when

@@ -459,7 +459,7 @@ pub enum Mutation {
         /// The topic.
         topic: String,
     },
-    /// A subscription was created.
+    /// A subscription was created, with its rules in the same step.
     SubscriptionCreated {
         /// The subscription.
         path: SubscriptionPath,
@@ -612,43 +612,51 @@ impl<'a, A: Admin> Applier<'a, A> {
             Err(e) => return Err(self.fail(format!("get subscription {path}"), e)),
         };
         match existing {
-            None => {
-                self.create_subscription(expected).await?;
-                self.report
-                    .mutations
-                    .push(Mutation::SubscriptionCreated { path: path.clone() });
-            }
+            None => self.create_subscription(expected, None).await,
             Some(actual) => {
                 if let Some(reason) = structural_difference(&expected.settings, &actual.settings) {
                     if let Err(e) = self.admin.delete_subscription(path).await {
                         return Err(self.fail(format!("delete subscription {path}"), e));
                     }
-                    self.create_subscription(expected).await?;
-                    self.report.mutations.push(Mutation::SubscriptionRecreated {
-                        path: path.clone(),
-                        reason,
-                    });
+                    self.create_subscription(expected, Some(reason)).await
                 } else {
                     self.report
                         .drift
                         .extend(drift(path, &expected.settings, &actual.settings));
+                    self.ensure_rules(path, &expected.rules).await
                 }
             }
         }
-        self.ensure_rules(path, &expected.rules).await
     }
 
+    /// Creates the subscription with its rules in one step: a subscription
+    /// created bare and given its rules afterwards would, in between, match
+    /// everything (`$Default`) or nothing, misrouting or dropping what is
+    /// published meanwhile (say, while a handler for a new event type is
+    /// being swapped in).
+    ///
+    /// `recreated` says why an existing one was deleted first, if it was.
     async fn create_subscription(
         &mut self,
         expected: &ExpectedSubscription,
+        recreated: Option<String>,
     ) -> Result<(), ProvisionError> {
         let path = &expected.path;
         match self
             .admin
-            .create_subscription(path, expected.settings.clone())
+            .create_subscription_with_rules(path, expected.settings.clone(), expected.rules.clone())
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.report.mutations.push(match recreated {
+                    None => Mutation::SubscriptionCreated { path: path.clone() },
+                    Some(reason) => Mutation::SubscriptionRecreated {
+                        path: path.clone(),
+                        reason,
+                    },
+                });
+                Ok(())
+            }
             Err(e) => Err(self.fail(format!("create subscription {path}"), e)),
         }
     }

@@ -315,6 +315,17 @@ pub trait Admin: Send + Sync + 'static {
         settings: SubscriptionSettings,
     ) -> impl Future<Output = Result<(), AdminError>> + Send;
 
+    /// Creates a subscription with exactly `rules` (no `$Default` unless
+    /// listed), all at once: no message published meanwhile meets the
+    /// subscription with some of its rules missing. Duplicate rule names
+    /// and invalid filters are refused before anything is created.
+    fn create_subscription_with_rules(
+        &self,
+        path: &SubscriptionPath,
+        settings: SubscriptionSettings,
+        rules: Vec<RuleDescription>,
+    ) -> impl Future<Output = Result<(), AdminError>> + Send;
+
     /// A subscription, or `None`.
     fn get_subscription(
         &self,
