@@ -7,8 +7,10 @@
 //! there (up to [`ResolverSettings::max_in_flight_per_session`]), submits all
 //! their records to the recorder in session order, and settles them in that
 //! order as their commits come back; the completes are issued together so
-//! they share the broker's commit. Records of different sessions, and the
-//! pipelined records of one, share store commits (see `recorder`).
+//! they share the broker's commit. While they are on their way, the next
+//! batch is received and recorded (its completes wait for the previous
+//! ones). Records of different sessions, and the pipelined records of one,
+//! share store commits (see `recorder`).
 //!
 //! What holds: a message is completed only after the store has committed
 //! its record. The store sees each session's messages in the order the
@@ -241,39 +243,96 @@ async fn worker<T: Transport>(
 
 /// Processes one session's messages in order until it is idle, the lock is
 /// lost, a message is abandoned, or shutdown.
+///
+/// Two batches overlap: while one batch's completes are on their way to the
+/// broker, the next batch is received and recorded (its settlement starts
+/// only after the previous one's ended, so completes stay in order). A
+/// session's next message — typically an event's response right behind its
+/// request copy — thus waits for one store commit, not for a store commit
+/// plus a broker commit.
 async fn drain<T: Transport>(context: &Context<T>, session: T::Session, stop: &CancellationToken) {
-    let most = context.settings.max_in_flight_per_session.max(1);
+    pipeline(context, &session, stop).await;
+    session.close().await;
+}
+
+async fn pipeline<T: Transport>(
+    context: &Context<T>,
+    session: &T::Session,
+    stop: &CancellationToken,
+) {
+    let mut settling: Option<Settling<'_>> = None;
     loop {
-        let next = tokio::select! {
-            () = stop.cancelled() => break,
-            next = session.receive(context.settings.session_idle_timeout) => next,
-        };
-        let first = match next {
-            Ok(Some(message)) => message,
-            Ok(None) => break,
-            Err(e) => {
-                tracing::warn!(session = session.session_id(), error = %e, "resolver: receive failed; releasing the session");
-                break;
-            }
-        };
-        let mut batch = vec![first];
-        while batch.len() < most {
-            match session.receive(Duration::ZERO).await {
-                Ok(Some(message)) => batch.push(message),
-                Ok(None) => break,
-                // The next waiting receive meets it again and releases the
-                // session; what is in hand is still settled first.
-                Err(e) => {
-                    tracing::debug!(session = session.session_id(), error = %e, "resolver: receive failed while gathering");
-                    break;
+        let previous = settling.take();
+        let (held, recorded) = futures_util::future::join(
+            async move {
+                match previous {
+                    Some(settle) => settle.await,
+                    None => true,
                 }
-            }
-        }
-        if !handle_batch(context, &session, batch, stop).await {
+            },
+            async {
+                let batch = receive_batch(context, session, stop).await?;
+                Some(record_batch(context, batch).await)
+            },
+        )
+        .await;
+        // A lost lock leaves what was just recorded to be redelivered; the
+        // store knows it then (AlreadyRecorded).
+        let Some(recorded) = recorded.filter(|_| held) else {
+            break;
+        };
+        let goes_on = recorded.failure.is_none();
+        let settle = Box::pin(settle_batch(context, session, recorded, stop));
+        if !goes_on {
+            settle.await;
             break;
         }
+        settling = Some(settle);
     }
-    session.close().await;
+    if let Some(settle) = settling {
+        settle.await;
+    }
+}
+
+/// A batch's settlement in progress; `false` when the session should be
+/// released.
+type Settling<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>;
+
+/// The next message of the session (waiting up to the idle timeout) and
+/// every further one already there, up to the in-flight limit; `None` when
+/// the session idled, its receive failed, or shutdown began.
+async fn receive_batch<T: Transport>(
+    context: &Context<T>,
+    session: &T::Session,
+    stop: &CancellationToken,
+) -> Option<Vec<ReceivedMessage>> {
+    let most = context.settings.max_in_flight_per_session.max(1);
+    let next = tokio::select! {
+        () = stop.cancelled() => return None,
+        next = session.receive(context.settings.session_idle_timeout) => next,
+    };
+    let first = match next {
+        Ok(Some(message)) => message,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(session = session.session_id(), error = %e, "resolver: receive failed; releasing the session");
+            return None;
+        }
+    };
+    let mut batch = vec![first];
+    while batch.len() < most {
+        match session.receive(Duration::ZERO).await {
+            Ok(Some(message)) => batch.push(message),
+            Ok(None) => break,
+            // The next waiting receive meets it again and releases the
+            // session; what is in hand is still settled first.
+            Err(e) => {
+                tracing::debug!(session = session.session_id(), error = %e, "resolver: receive failed while gathering");
+                break;
+            }
+        }
+    }
+    Some(batch)
 }
 
 /// One received message, decoded.
@@ -333,15 +392,21 @@ impl Decided {
     }
 }
 
-/// Records and settles one session's batch of messages, in order. `false`
-/// when the session should be released (its lock is gone, or a message was
-/// abandoned and the ones behind it must follow it).
-async fn handle_batch<T: Transport>(
+/// A batch whose records have committed: how to settle each message up to
+/// the first that could not be recorded, that one with the store's error,
+/// and the messages behind it.
+struct RecordedBatch {
+    decided: Vec<Decided>,
+    failure: Option<(ReceivedMessage, StoreError)>,
+    behind: Vec<ReceivedMessage>,
+}
+
+/// Records one session's batch of messages, in order, and decides how to
+/// settle each.
+async fn record_batch<T: Transport>(
     context: &Context<T>,
-    session: &T::Session,
     batch: Vec<ReceivedMessage>,
-    stop: &CancellationToken,
-) -> bool {
+) -> RecordedBatch {
     // The events' records go to the recorder as one run, so they share a
     // commit (with other sessions' runs too).
     let mut run = Vec::new();
@@ -372,11 +437,31 @@ async fn handle_batch<T: Transport>(
             }
         }
     }
+    RecordedBatch {
+        decided,
+        failure,
+        behind: steps.map(Step::into_message).collect(),
+    }
+}
+
+/// Settles a recorded batch in order. `false` when the session should be
+/// released (its lock is gone, or a message was abandoned and the ones
+/// behind it must follow it).
+async fn settle_batch<T: Transport>(
+    context: &Context<T>,
+    session: &T::Session,
+    recorded: RecordedBatch,
+    stop: &CancellationToken,
+) -> bool {
+    let RecordedBatch {
+        decided,
+        failure,
+        behind,
+    } = recorded;
     let lock_held = settle_together(context, session, decided).await;
     match failure {
         None => lock_held,
         Some((message, error)) => {
-            let behind: Vec<ReceivedMessage> = steps.map(Step::into_message).collect();
             abandon(context, session, message, behind, &error, lock_held, stop).await;
             false
         }
