@@ -68,6 +68,7 @@ const SCHEMA: &str = "
 CREATE INDEX IF NOT EXISTS events_by_status ON events (status, updated_ms);
 CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id);
 CREATE INDEX IF NOT EXISTS events_by_endpoint ON events (endpoint, updated_ms);
+CREATE INDEX IF NOT EXISTS events_by_update ON events (updated_ms);
 CREATE TABLE IF NOT EXISTS history (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     endpoint TEXT NOT NULL,
@@ -871,6 +872,19 @@ mod query_plans {
             );
             assert!(!steps.contains("SCAN"), "{sql}: {steps}");
         }
+    }
+
+    /// The unfiltered listing (the most recent events) walks the update
+    /// index backwards and stops at the limit, rather than sorting the
+    /// whole table.
+    #[test]
+    fn the_unfiltered_listing_reads_the_most_recent_first() {
+        let listing = plan(&list_sql(&EventFilter::default()).0);
+        assert!(
+            listing.contains("SCAN events USING INDEX events_by_update"),
+            "{listing}"
+        );
+        assert!(!listing.contains("TEMP B-TREE FOR ORDER BY"), "{listing}");
     }
 
     #[test]
