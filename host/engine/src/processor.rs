@@ -26,6 +26,13 @@ pub struct ProcessorSettings {
     pub max_concurrent_sessions: usize,
     /// A held session with no message for this long is released.
     pub session_idle_timeout: Duration,
+    /// A session that has been held this long is released after the
+    /// message in hand, even while it still has messages, and the next
+    /// accept takes the session with the oldest waiting message (which may
+    /// be the same one). Without it, sessions beyond
+    /// [`Self::max_concurrent_sessions`] wait as long as the held ones stay
+    /// busy.
+    pub session_max_hold: Duration,
     /// How long one accept waits for a session with messages.
     pub accept_timeout: Duration,
 }
@@ -35,6 +42,7 @@ impl Default for ProcessorSettings {
         ProcessorSettings {
             max_concurrent_sessions: 8,
             session_idle_timeout: Duration::from_secs(1),
+            session_max_hold: Duration::from_secs(5),
             accept_timeout: Duration::from_secs(5),
         }
     }
@@ -71,14 +79,7 @@ pub async fn run_endpoint<T: Transport>(
                 let shutdown = shutdown.clone();
                 let transport = Arc::clone(&transport);
                 sessions.spawn(async move {
-                    process_session(
-                        &*transport,
-                        &endpoint,
-                        lock,
-                        settings.session_idle_timeout,
-                        &shutdown,
-                    )
-                    .await;
+                    process_session(&*transport, &endpoint, lock, settings, &shutdown).await;
                     drop(permit);
                 });
             }
@@ -101,15 +102,16 @@ pub async fn run_endpoint<T: Transport>(
     sessions.wait().await;
 }
 
-/// Handles the messages of one session in order until it idles, its lock is
-/// lost, or shutdown begins.
+/// Handles the messages of one session in order until it idles, it has
+/// been held for its time, its lock is lost, or shutdown begins.
 async fn process_session<T: Transport>(
     transport: &T,
     endpoint: &Endpoint,
     lock: T::Session,
-    idle_timeout: Duration,
+    settings: ProcessorSettings,
     shutdown: &CancellationToken,
 ) {
+    let held_since = tokio::time::Instant::now();
     let session_id = lock.session_id().to_owned();
     let mut state = match lock.get_state().await {
         Ok(blob) => match SessionState::from_bytes(blob.as_deref().unwrap_or_default()) {
@@ -128,7 +130,7 @@ async fn process_session<T: Transport>(
     while !shutdown.is_cancelled() {
         let received = tokio::select! {
             () = shutdown.cancelled() => break,
-            received = lock.receive(idle_timeout) => received,
+            received = lock.receive(settings.session_idle_timeout) => received,
         };
         match received {
             Ok(Some(message)) => {
@@ -144,6 +146,10 @@ async fn process_session<T: Transport>(
                     } else {
                         warn!(endpoint = %endpoint.name, session = %session_id, error = %e, "delivery not settled; releasing the session");
                     }
+                    break;
+                }
+                if held_since.elapsed() >= settings.session_max_hold {
+                    debug!(endpoint = %endpoint.name, session = %session_id, "held for its time; releasing the session for others");
                     break;
                 }
             }

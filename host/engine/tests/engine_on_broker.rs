@@ -162,6 +162,15 @@ async fn start_with_inbox(
     max_delivery_count: u32,
     inbox_retention: Option<Duration>,
 ) -> Harness {
+    start_with(retry, max_delivery_count, inbox_retention, |_| {}).await
+}
+
+async fn start_with(
+    retry: RetryPolicies,
+    max_delivery_count: u32,
+    inbox_retention: Option<Duration>,
+    tune: impl FnOnce(&mut ProcessorSettings),
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let broker = Arc::new(
         Broker::open(BrokerOptions::new(dir.path()).durability(Durability::Os))
@@ -187,11 +196,13 @@ async fn start_with_inbox(
         inbox_retention,
     });
     let shutdown = CancellationToken::new();
-    let settings = ProcessorSettings {
+    let mut settings = ProcessorSettings {
         max_concurrent_sessions: 8,
         session_idle_timeout: Duration::from_millis(200),
+        session_max_hold: Duration::from_secs(5),
         accept_timeout: Duration::from_millis(500),
     };
+    tune(&mut settings);
     tokio::spawn(run_endpoint(
         broker.clone(),
         endpoint,
@@ -302,6 +313,50 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     list.iter()
         .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
         .collect()
+}
+
+/// One session slot; session `a` has ten events waiting and `b` one,
+/// published between `a`'s fifth and sixth: (handler order).
+async fn one_slot_two_sessions(max_hold: Duration) -> Vec<String> {
+    let h = start_with(RetryPolicies::default(), 10, None, |settings| {
+        settings.max_concurrent_sessions = 1;
+        settings.session_max_hold = max_hold;
+    })
+    .await;
+    let mut messages: Vec<Message> = (1..=5)
+        .map(|i| event("a", &format!("a{i}"), &format!("a{i}"), "complete"))
+        .collect();
+    messages.push(event("b", "b1", "b1", "complete"));
+    messages.extend((6..=10).map(|i| event("a", &format!("a{i}"), &format!("a{i}"), "complete")));
+    // One publish: every message is waiting before the slot takes a session.
+    h.broker.publish(E, messages).await.unwrap();
+    h.responses(11).await;
+    let seen = h.seen();
+    h.shutdown.cancel();
+    seen
+}
+
+/// A busy session is released after its hold time, and the next accept
+/// takes the session whose oldest message waited longest: with a zero hold
+/// the one slot serves the events in the order they were published, across
+/// sessions; with a long hold, `b` waits until `a` has nothing left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_session_is_released_after_its_hold_so_waiting_sessions_get_a_turn() {
+    let expected: Vec<String> = [
+        "a1", "a2", "a3", "a4", "a5", "b1", "a6", "a7", "a8", "a9", "a10",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(one_slot_two_sessions(Duration::ZERO).await, expected);
+    let starved: Vec<String> = [
+        "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "a10", "b1",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(
+        one_slot_two_sessions(Duration::from_secs(3600)).await,
+        starved
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -158,6 +158,10 @@ pub struct EngineConfig {
     /// A session with no message for this long is released.
     #[serde(default = "default_session_idle_timeout", with = "humantime_serde")]
     pub session_idle_timeout: Duration,
+    /// A busy session held this long is released after its current message,
+    /// so sessions waiting beyond `max_concurrent_sessions` get their turn.
+    #[serde(default = "default_session_max_hold", with = "humantime_serde")]
+    pub session_max_hold: Duration,
     /// On shutdown, how long in-flight deliveries may take to finish.
     #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -192,6 +196,10 @@ fn default_session_idle_timeout() -> Duration {
     Duration::from_secs(1)
 }
 
+fn default_session_max_hold() -> Duration {
+    Duration::from_secs(5)
+}
+
 fn default_shutdown_grace() -> Duration {
     Duration::from_secs(30)
 }
@@ -213,6 +221,7 @@ impl Default for EngineConfig {
         EngineConfig {
             max_concurrent_sessions: default_max_concurrent_sessions(),
             session_idle_timeout: default_session_idle_timeout(),
+            session_max_hold: default_session_max_hold(),
             shutdown_grace: default_shutdown_grace(),
             transient_backoff: default_transient_base(),
             transient_backoff_max: default_transient_max(),
@@ -444,6 +453,23 @@ mod tests {
         ] {
             assert!(err.contains(key), "{key} missing from: {err}");
         }
+    }
+
+    #[test]
+    fn the_session_hold_reaches_the_session_processor() {
+        assert_eq!(
+            crate::wiring::processor_settings(&parse("").unwrap()).session_max_hold,
+            Duration::from_secs(5)
+        );
+        let zero = parse("[engine]\nsession_max_hold = \"0s\"\n").unwrap();
+        assert_eq!(
+            crate::wiring::processor_settings(&zero).session_max_hold,
+            Duration::ZERO
+        );
+        let err = parse("[engine]\nsession_max_hold = \"a while\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("session_max_hold"), "{err}");
     }
 
     #[test]

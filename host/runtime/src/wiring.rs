@@ -48,6 +48,7 @@ pub(crate) fn processor_settings(config: &ValidConfig) -> ProcessorSettings {
     ProcessorSettings {
         max_concurrent_sessions: engine.max_concurrent_sessions,
         session_idle_timeout: engine.session_idle_timeout,
+        session_max_hold: engine.session_max_hold,
         ..ProcessorSettings::default()
     }
 }
