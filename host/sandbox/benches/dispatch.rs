@@ -16,12 +16,18 @@
 //! `NIMBUS_BENCH_COMPARE_DIR=<dir>` adds `orders` and `noop` from another
 //! build of the guests (another SDK allocator, another profile) to the same
 //! interleaved run, so a guest-side change is measured side by side.
+//!
+//! Diagnostics (not benchmarks): `NIMBUS_BENCH_PROFILE=<guest>:<events>`
+//! runs one guest in a loop for a profiler (`NIMBUS_BENCH_SCAN=1` resets its
+//! slot with `PAGEMAP_SCAN`); `NIMBUS_BENCH_PAGES=<guest>` prints which pages
+//! of linear memory one event writes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark harness")]
 #![allow(missing_docs, reason = "benchmark harness")]
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -378,6 +384,8 @@ fn profile(spec: &str) {
         cache_dir: std::env::var_os("NIMBUS_BENCH_CACHE").map(PathBuf::from),
         max_concurrent_instances: 2,
         max_memory_bytes: Limits::default().memory_bytes,
+        // `NIMBUS_BENCH_SCAN=1`: reset slots with `PAGEMAP_SCAN`.
+        pagemap_scan: std::env::var_os("NIMBUS_BENCH_SCAN").is_some(),
         ..SandboxConfig::default()
     })
     .unwrap();
@@ -401,7 +409,93 @@ fn profile(spec: &str) {
     }
 }
 
+/// `NIMBUS_BENCH_PAGES=<guest>`: which 4 KiB pages of linear memory one
+/// event writes (Linux only). One pool slot, reset with `PAGEMAP_SCAN`, so
+/// after an event the slot's privately written pages are exactly the ones
+/// the event dirtied; untouched image pages stay mapped from the image file
+/// and untouched zero pages stay absent or the shared zero page.
+fn pages(name: &str) {
+    let sandbox = Sandbox::new(SandboxConfig {
+        max_concurrent_instances: 1,
+        max_memory_bytes: Limits::default().memory_bytes,
+        pagemap_scan: true,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let version = sandbox
+        .load_bytes(name, &guest(name), Limits::default(), BTreeMap::new())
+        .unwrap();
+    let event = if name == "noop" {
+        Event {
+            event_type: "Noop".into(),
+            ..order_event()
+        }
+    } else {
+        order_event()
+    };
+    for _ in 0..3 {
+        assert_eq!(version.invoke(event.clone()).result, Ok(Outcome::Completed));
+    }
+    // The slot: the mapping of the memory image, and the reservation around it.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let parse = |line: &str| {
+        let range = line.split_whitespace().next().unwrap();
+        let (start, end) = range.split_once('-').unwrap();
+        (
+            usize::from_str_radix(start, 16).unwrap(),
+            usize::from_str_radix(end, 16).unwrap(),
+        )
+    };
+    let lines: Vec<&str> = maps.lines().collect();
+    let image_at = lines
+        .iter()
+        .position(|l| l.contains("wasm-memory-image"))
+        .expect("no memory image mapped: a guest without data segments?");
+    let (image_start, image_end) = parse(lines[image_at]);
+    // Linear memory starts in the anonymous mapping just before the image
+    // (the stack, for a stack-first Rust guest); look 1 MiB either side.
+    let from = image_start.saturating_sub(1 << 20);
+    let to = image_end + (1 << 20);
+    let mut pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
+    let page = 4096;
+    let mut entries = vec![0u8; (to - from) / page * 8];
+    pagemap
+        .seek(SeekFrom::Start((from / page * 8) as u64))
+        .unwrap();
+    pagemap.read_exact(&mut entries).unwrap();
+    println!(
+        "{name}: pages present after 3 events, relative to the image mapping's start \
+         (image: {} KiB)",
+        (image_end - image_start) >> 10
+    );
+    let (mut written, mut file, mut other) = (0, 0, 0);
+    for (i, entry) in entries.chunks_exact(8).enumerate() {
+        let entry = u64::from_le_bytes(entry.try_into().unwrap());
+        if entry >> 63 == 0 {
+            continue;
+        }
+        let address = from + i * page;
+        let rel = address as isize - image_start as isize;
+        let kind = if entry >> 61 & 1 == 1 {
+            file += 1;
+            "image page, read or never touched, not written"
+        } else if entry >> 56 & 1 == 1 {
+            written += 1;
+            "written (private copy)"
+        } else {
+            other += 1;
+            "other (the shared zero page: read, never written)"
+        };
+        println!("  {:+8} KiB  {kind}", rel / 1024);
+    }
+    println!("  written {written}, image {file}, other {other}");
+}
+
 fn main() {
+    if let Ok(name) = std::env::var("NIMBUS_BENCH_PAGES") {
+        pages(&name);
+        return;
+    }
     if let Ok(spec) = std::env::var("NIMBUS_BENCH_PROFILE") {
         profile(&spec);
         return;
