@@ -52,6 +52,11 @@ pub struct ResolverSettings {
     /// How long a worker waits for the next message of its session before
     /// releasing it for other sessions.
     pub session_idle_timeout: Duration,
+    /// A busy session held this long is released after the batch in hand,
+    /// so sessions beyond [`Self::max_concurrent_sessions`] get their turn
+    /// (the next accept takes the session whose oldest message has waited
+    /// longest, which may be the same one).
+    pub session_max_hold: Duration,
     /// The first backoff before abandoning a message the store failed to
     /// record; doubled per delivery, capped at [`Self::max_store_backoff`].
     pub store_backoff: Duration,
@@ -78,6 +83,7 @@ impl Default for ResolverSettings {
             max_concurrent_sessions: 64,
             accept_timeout: Duration::from_secs(5),
             session_idle_timeout: Duration::from_secs(1),
+            session_max_hold: Duration::from_secs(5),
             store_backoff: Duration::from_millis(500),
             max_store_backoff: Duration::from_secs(10),
             max_batch: 256,
@@ -241,8 +247,9 @@ async fn worker<T: Transport>(
     }
 }
 
-/// Processes one session's messages in order until it is idle, the lock is
-/// lost, a message is abandoned, or shutdown.
+/// Processes one session's messages in order until it is idle, it has been
+/// held for its time, the lock is lost, a message is abandoned, or
+/// shutdown.
 ///
 /// Two batches overlap: while one batch's completes are on their way to the
 /// broker, the next batch is received and recorded (its settlement starts
@@ -260,6 +267,7 @@ async fn pipeline<T: Transport>(
     session: &T::Session,
     stop: &CancellationToken,
 ) {
+    let held_since = tokio::time::Instant::now();
     let mut settling: Option<Settling<'_>> = None;
     loop {
         let previous = settling.take();
@@ -288,6 +296,9 @@ async fn pipeline<T: Transport>(
             break;
         }
         settling = Some(settle);
+        if held_since.elapsed() >= context.settings.session_max_hold {
+            break;
+        }
     }
     if let Some(settle) = settling {
         settle.await;

@@ -979,6 +979,52 @@ async fn a_sessions_waiting_messages_share_one_commit_and_are_recorded_in_order(
     h.stop().await;
 }
 
+/// One worker, one message per batch; session `a` has ten request copies
+/// waiting and `b` one, published between `a`'s fifth and sixth: the order
+/// the store recorded them in.
+async fn one_worker_two_sessions(max_hold: Duration) -> Vec<String> {
+    let (mut h, store) = scripted_harness("none", 0, |settings| {
+        settings.max_concurrent_sessions = 1;
+        settings.max_in_flight_per_session = 1;
+        settings.session_max_hold = max_hold;
+    })
+    .await;
+    let a = |i: usize| forwarded(&format!("a{i}"), "a", &format!("a{i}"));
+    let mut messages: Vec<NimbusMessage> = (1..=5).map(a).collect();
+    messages.push(forwarded("b1", "b", "b1"));
+    messages.extend((6..=10).map(a));
+    // One publish: every message is waiting before the worker takes a
+    // session.
+    h.send_all("billing", &messages).await;
+    for _ in 0..messages.len() {
+        h.next().await;
+    }
+    h.stop().await;
+    store.committed()
+}
+
+/// A busy session is released after its hold time, and the next accept
+/// takes the session whose oldest message waited longest: with a zero hold
+/// the one worker records in publish order across sessions; with a long
+/// hold, `b` waits until `a` has nothing left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_session_is_released_after_its_hold_so_waiting_sessions_get_recorded() {
+    let in_publish_order = [
+        "a1", "a2", "a3", "a4", "a5", "b1", "a6", "a7", "a8", "a9", "a10",
+    ];
+    assert_eq!(
+        one_worker_two_sessions(Duration::ZERO).await,
+        in_publish_order
+    );
+    let starved = [
+        "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "a10", "b1",
+    ];
+    assert_eq!(
+        one_worker_two_sessions(Duration::from_secs(3600)).await,
+        starved
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_in_flight_per_session_records_one_message_per_commit() {
     let (mut h, store) = scripted_harness("none", 0, |settings| {

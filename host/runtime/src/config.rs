@@ -159,7 +159,8 @@ pub struct EngineConfig {
     #[serde(default = "default_session_idle_timeout", with = "humantime_serde")]
     pub session_idle_timeout: Duration,
     /// A busy session held this long is released after its current message,
-    /// so sessions waiting beyond `max_concurrent_sessions` get their turn.
+    /// so sessions waiting beyond `max_concurrent_sessions` get their turn
+    /// (the endpoints' session processors and the Resolver consumer alike).
     #[serde(default = "default_session_max_hold", with = "humantime_serde")]
     pub session_max_hold: Duration,
     /// On shutdown, how long in-flight deliveries may take to finish.

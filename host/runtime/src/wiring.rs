@@ -118,6 +118,7 @@ pub(crate) fn spawn_resolver(
 ) {
     let settings = ResolverSettings {
         max_concurrent_sessions: config.config.engine.resolver_sessions,
+        session_max_hold: config.config.engine.session_max_hold,
         ..ResolverSettings::default()
     };
     let transport = Arc::clone(broker);
