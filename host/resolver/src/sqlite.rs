@@ -225,10 +225,9 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
             }
         }
         // Numbered in the order they were first seen, like new events.
-        let copied = EVENT_COLUMNS;
         script.push_str(&format!(
             "{};
-             INSERT INTO events_current ({copied}) SELECT {copied} FROM events ORDER BY first_seen_ms, rowid;
+             INSERT INTO events_current ({EVENT_COLUMNS}) SELECT {EVENT_COLUMNS} FROM events ORDER BY first_seen_ms, rowid;
              DROP TABLE events;
              ALTER TABLE events_current RENAME TO events;",
             events_table("events_current")
@@ -887,9 +886,17 @@ mod query_plans {
         assert!(!listing.contains("TEMP B-TREE FOR ORDER BY"), "{listing}");
     }
 
+    /// The select list, the table's declaration (which an upgrade copies
+    /// by the select list) and the count name the same columns in order.
     #[test]
     fn event_columns_are_counted_right() {
-        assert_eq!(EVENT_COLUMNS.split(',').count(), EVENT_COLUMN_COUNT);
+        let selected: Vec<&str> = EVENT_COLUMNS.split(',').map(str::trim).collect();
+        let declared: Vec<&str> = EVENT_TABLE_COLUMNS
+            .split(',')
+            .filter_map(|line| line.split_whitespace().next())
+            .collect();
+        assert_eq!(selected, declared);
+        assert_eq!(selected.len(), EVENT_COLUMN_COUNT);
     }
 
     #[test]

@@ -19,13 +19,16 @@ use nimbus_transport::{
     SubscriptionPath, SubscriptionSettings, TopicSettings, Transport,
 };
 use nimbus_wire::build::{self, Handoff, ResponseTimes};
-use nimbus_wire::{EventContent, Failure, MessageContent, MessageType, NimbusMessage};
+use nimbus_wire::{EventContent, Failure, MessageContent, NimbusMessage};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// A safety net so a broken consumer fails the test instead of hanging it;
 /// nothing asserts on time.
 const PATIENCE: Duration = Duration::from_secs(60);
+
+mod support;
+use support::forwarded;
 
 /// The Resolver topic and the topology of endpoint `endpoint`, as
 /// nimbus-platform.md §2.3 provisions them (only what these tests use).
@@ -199,27 +202,6 @@ impl Harness {
     async fn stop(self) {
         self.shutdown.cancel();
         self.consumer.await.unwrap().unwrap();
-    }
-}
-
-/// The copy of a publish by `storefront` that endpoint `billing` receives
-/// (wire vector 02).
-fn forwarded(event_id: &str, session: &str, message_id: &str) -> NimbusMessage {
-    NimbusMessage {
-        message_id: Some(message_id.into()),
-        session_id: Some(session.into()),
-        correlation_id: Some("corr-7".into()),
-        to: Some("billing".into()),
-        from: Some("storefront".into()),
-        message_type: MessageType::EventRequest,
-        event_id: Some(event_id.into()),
-        event_type_id: Some("OrderPlaced".into()),
-        originating_from: Some("storefront".into()),
-        content: Some(MessageContent::event(EventContent::new(
-            "OrderPlaced",
-            r#"{"OrderId":"o-1001"}"#,
-        ))),
-        ..NimbusMessage::default()
     }
 }
 

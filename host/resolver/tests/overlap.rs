@@ -18,13 +18,15 @@ use nimbus_transport::{
     ReceivedMessage, RenewError, SessionLock, SessionSelector, SessionStateError, SettleError,
     SettleReceipt, Settlement, SubQueue, SubscriptionPath, TransientError, Transport,
 };
-use nimbus_wire::{EventContent, MessageContent, MessageType, NimbusMessage};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 /// A safety net so a broken consumer fails the test instead of hanging it;
 /// nothing asserts on time.
 const PATIENCE: Duration = Duration::from_secs(60);
+
+mod support;
+use support::forwarded;
 
 /// The embedded broker, except that every session settlement first takes a
 /// permit from `gate` (and gives it back).
@@ -107,26 +109,6 @@ impl SessionLock for GatedSession {
     }
 }
 
-/// The copy of a publish by `storefront` that endpoint `billing` receives.
-fn request_copy(event_id: &str, message_id: &str) -> Message {
-    NimbusMessage {
-        message_id: Some(message_id.into()),
-        session_id: Some("order-1".into()),
-        to: Some("billing".into()),
-        from: Some("storefront".into()),
-        message_type: MessageType::EventRequest,
-        event_id: Some(event_id.into()),
-        event_type_id: Some("OrderPlaced".into()),
-        originating_from: Some("storefront".into()),
-        content: Some(MessageContent::event(EventContent::new(
-            "OrderPlaced",
-            r#"{"OrderId":"o-1001"}"#,
-        ))),
-        ..NimbusMessage::default()
-    }
-    .to_transport()
-}
-
 async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while !done() {
@@ -170,14 +152,20 @@ async fn the_next_message_is_recorded_while_the_previous_complete_is_in_flight()
 
     let recorded = |event_id: &str| !store.event(event_id).unwrap().is_empty();
     broker
-        .publish("billing", vec![request_copy("ev-1", "m-1")])
+        .publish(
+            "billing",
+            vec![forwarded("ev-1", "order-1", "m-1").to_transport()],
+        )
         .await
         .unwrap();
     eventually("ev-1 is recorded", || recorded("ev-1")).await;
     // ev-1's complete now waits at the gate; the session's next message
     // is received and recorded meanwhile.
     broker
-        .publish("billing", vec![request_copy("ev-2", "m-2")])
+        .publish(
+            "billing",
+            vec![forwarded("ev-2", "order-1", "m-2").to_transport()],
+        )
         .await
         .unwrap();
     eventually("ev-2 is recorded while ev-1's complete waits", || {
