@@ -1,11 +1,13 @@
 //! `cargo bench -p nimbus-sandbox --bench dispatch`
 //!
 //! (a) Per-event cost of a fresh store + instance + `handle` call carrying a
-//!     ~300-byte `OrderPlaced` payload through `examples/orders`, side by
-//!     side with a native Rust function doing the same deserialize-and-decide
-//!     work (and with `tests/guests/noop`, the floor). The variants are
-//!     interleaved batch by batch so machine noise hits them alike; the
-//!     report is the median of per-batch means, and the ratio wasm/native.
+//!     ~300-byte `OrderPlaced` payload through `tests/guests/order-decision`
+//!     (deserialize and decide, nothing else), side by side with the same
+//!     source compiled natively; also through `examples/orders` (the same
+//!     work plus a config lookup and a log line, two host calls) and
+//!     `tests/guests/noop` (the floor). The variants are interleaved batch by
+//!     batch so machine noise hits them alike; the report is the median of
+//!     per-batch means, and the ratio wasm/native.
 //! (b) Hot-swap latency: atomic rename of a component whose compiled form is
 //!     cached → first event served by the new version, through the real
 //!     directory watcher.
@@ -13,7 +15,7 @@
 //! A plain harness (no criterion): it prints medians and ratios from one
 //! run, which is what the project reports. Guests come from
 //! `scripts/build-guests.sh` (or `NIMBUS_GUESTS_DIR`);
-//! `NIMBUS_BENCH_COMPARE_DIR=<dir>` adds `orders` and `noop` from another
+//! `NIMBUS_BENCH_COMPARE_DIR=<dir>` adds the three guests from another
 //! build of the guests (another SDK allocator, another profile) to the same
 //! interleaved run, so a guest-side change is measured side by side.
 //!
@@ -33,7 +35,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nimbus_sandbox::{Digest, Event, Limits, Outcome, Registry, Sandbox, SandboxConfig};
-use serde::Deserialize;
 
 /// A ~300-byte `OrderPlaced`, as NimBus writes it.
 const ORDER: &str = r#"{"OrderId":"o-100234","Customer":"acme-industrial-supplies","Total":1234.5,"Currency":"EUR","Lines":[{"Sku":"A-1001","Quantity":2,"UnitPrice":100.0},{"Sku":"B-2002","Quantity":5,"UnitPrice":150.5},{"Sku":"C-3003","Quantity":1,"UnitPrice":281.0}],"Channel":"web","PlacedBy":"buyer@acme.example"}"#;
@@ -42,55 +43,24 @@ const BATCHES: usize = 101;
 const PER_BATCH: usize = 200;
 const SWAPS: usize = 21;
 
-// The native mirror of `examples/orders`: same payload type, same decision.
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct OrderPlaced {
-    order_id: String,
-    customer: String,
-    total: f64,
-    lines: Vec<OrderLine>,
-    #[serde(default)]
-    fail: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-#[expect(dead_code, reason = "fields are deserialized like the guest does")]
-struct OrderLine {
-    sku: String,
-    quantity: u32,
-    unit_price: f64,
-}
-
-#[derive(Debug)]
-#[expect(
+// The deserialize-and-decide work, from the one source file the
+// `order-decision` guest is built from: both sides run the same code.
+#[path = "../../../tests/guests/order-decision/src/decision.rs"]
+#[allow(
     dead_code,
-    reason = "messages are built as the guest builds them, then dropped"
+    unreachable_pub,
+    reason = "shared with the guest, where these are its public items; fields are deserialized, not read"
 )]
-enum Decision {
-    Completed,
-    Permanent(String),
-    Failed(String),
-}
+mod decision;
 
-fn native_orders(payload: &str, reject_over_total: Option<f64>) -> Decision {
-    let order: OrderPlaced = match serde_json::from_str(payload) {
-        Ok(order) => order,
-        Err(error) => return Decision::Permanent(format!("InvalidPayload: {error}")),
-    };
-    if order.lines.is_empty() {
-        return Decision::Permanent(format!("order {} has no lines", order.order_id));
+use decision::{Decision, OrderPlaced, decide};
+
+/// The native side: what the guest's SDK and handler do with the payload.
+fn native_decision(payload: &str) -> Decision {
+    match serde_json::from_str::<OrderPlaced>(payload) {
+        Ok(order) => decide(&order, None),
+        Err(error) => Decision::Permanent("InvalidPayload", error.to_string()),
     }
-    if order.fail || order.customer == "fail" {
-        return Decision::Failed(format!("order {} rejected", order.order_id));
-    }
-    if let Some(limit) = reject_over_total
-        && order.total > limit
-    {
-        return Decision::Failed(format!("order {} over {limit}", order.order_id));
-    }
-    Decision::Completed
 }
 
 fn guests_dir() -> PathBuf {
@@ -180,6 +150,7 @@ fn bench_dispatch() {
     };
     let defaults = SandboxConfig::default();
     let default_sandbox = sandbox_with(defaults.keep_resident_bytes, defaults.pagemap_scan);
+    let decision = load(&default_sandbox, "order-decision");
     let orders = load(&default_sandbox, "orders");
     let noop = load(&default_sandbox, "noop");
     // The same component with other resident-memory settings, to show where
@@ -210,7 +181,7 @@ fn bench_dispatch() {
     let compared: Vec<(String, _)> = compare_dir
         .iter()
         .flat_map(|dir| {
-            ["orders", "noop"].map(|name| {
+            ["order-decision", "orders", "noop"].map(|name| {
                 let version = default_sandbox
                     .load_bytes(
                         name,
@@ -220,7 +191,7 @@ fn bench_dispatch() {
                     )
                     .unwrap();
                 let build = dir.file_name().unwrap_or(dir.as_os_str()).to_string_lossy();
-                (format!("{name:<6} from compare dir {build}"), version)
+                (format!("{name} from compare dir {build}"), version)
             })
         })
         .collect();
@@ -229,15 +200,20 @@ fn bench_dispatch() {
         event_type: "Noop".into(),
         ..order_event()
     };
-    // Sanity: both sides reach the same decision.
+    // Sanity: both sides reach the same decision, and so does the example.
+    assert_eq!(
+        decision.invoke(event.clone()).result,
+        Ok(Outcome::Completed)
+    );
+    assert_eq!(native_decision(ORDER), Decision::Completed);
     assert_eq!(orders.invoke(event.clone()).result, Ok(Outcome::Completed));
-    assert!(matches!(native_orders(ORDER, None), Decision::Completed));
     assert_eq!(
         noop.invoke(noop_event.clone()).result,
         Ok(Outcome::Completed)
     );
 
     let mut wasm = Samples::default();
+    let mut wasm_orders = Samples::default();
     let mut wasm_noop = Samples::default();
     let mut native = Samples::default();
     let mut variants: Vec<Samples> = resident_variants
@@ -247,6 +223,9 @@ fn bench_dispatch() {
     let mut compared_samples: Vec<Samples> = compared.iter().map(|_| Samples::default()).collect();
     for _ in 0..BATCHES {
         wasm.measure(|| {
+            black_box(decision.invoke(black_box(event.clone())));
+        });
+        wasm_orders.measure(|| {
             black_box(orders.invoke(black_box(event.clone())));
         });
         wasm_noop.measure(|| {
@@ -255,7 +234,7 @@ fn bench_dispatch() {
         native.measure(|| {
             // Clone the payload too, as the wasm side's event is cloned.
             let payload = black_box(event.payload.clone());
-            black_box(native_orders(&payload, None));
+            black_box(native_decision(&payload));
         });
         for ((_, version), samples) in resident_variants.iter().zip(&mut variants) {
             samples.measure(|| {
@@ -279,30 +258,34 @@ fn bench_dispatch() {
     } else {
         "no scan"
     };
-    let ((wasm_wall, wasm_cpu), (noop_wall, noop_cpu), (native_wall, native_cpu)) =
-        (wasm.medians(), wasm_noop.medians(), native.medians());
+    let ((wasm_wall, wasm_cpu), (native_wall, native_cpu)) = (wasm.medians(), native.medians());
+    let ((orders_wall, orders_cpu), (noop_wall, noop_cpu)) =
+        (wasm_orders.medians(), wasm_noop.medians());
     println!(
         "dispatch: median µs per event over {BATCHES} interleaved batches of {PER_BATCH}, payload {} bytes",
         ORDER.len()
     );
-    println!("                                               wall      thread-cpu");
     println!(
-        "  wasm orders (fresh store+instance)       {wasm_wall:8.2}  {wasm_cpu:8.2}   ({default_resident} KiB resident, {default_scan})"
+        "  ({default_resident} KiB resident, {default_scan}; wasm = fresh store + instance + call)   wall  thread-cpu"
     );
-    println!("  wasm noop   (fresh store+instance)       {noop_wall:8.2}  {noop_cpu:8.2}");
-    println!("  native orders (same deserialize+decide)  {native_wall:8.2}  {native_cpu:8.2}");
+    println!("  wasm   deserialize+decide (order-decision)    {wasm_wall:8.2}  {wasm_cpu:8.2}");
+    println!("  native deserialize+decide (same source)       {native_wall:8.2}  {native_cpu:8.2}");
     println!(
-        "  ratio wasm orders / native orders        {:7.1}x  {:7.1}x",
+        "  ratio wasm / native                           {:7.1}x  {:7.1}x",
         wasm_wall / native_wall,
         wasm_cpu / native_cpu
     );
+    println!(
+        "  wasm   orders example (+ config get, log line) {orders_wall:8.2}  {orders_cpu:8.2}"
+    );
+    println!("  wasm   noop (instance + call, no work)        {noop_wall:8.2}  {noop_cpu:8.2}");
     for ((label, _), samples) in resident_variants.iter().zip(&variants) {
         let (wall, cpu) = samples.medians();
-        println!("  wasm orders, {label:<32} {wall:8.2}  {cpu:8.2}");
+        println!("  wasm   orders, {label:<32}  {wall:8.2}  {cpu:8.2}");
     }
     for ((label, _), samples) in compared.iter().zip(&compared_samples) {
         let (wall, cpu) = samples.medians();
-        println!("  wasm {label:<38} {wall:8.2}  {cpu:8.2}");
+        println!("  wasm   {label:<40}  {wall:8.2}  {cpu:8.2}");
     }
 }
 
