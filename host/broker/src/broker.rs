@@ -189,6 +189,42 @@ impl Locked<'_> {
     }
 }
 
+/// What one subscription's rules made of a message being routed.
+enum RouteMatch {
+    /// A filter failed: the original is dead-lettered there.
+    Failed(String),
+    /// `plain`: a rule without an action matched (the original goes there);
+    /// `copies`: what the rules with an action made.
+    Copies { plain: bool, copies: Vec<Message> },
+}
+
+/// The message being routed, handed out as clones until its last use,
+/// which gets the original itself.
+struct Original {
+    message: Option<Message>,
+    uses_left: usize,
+}
+
+impl Original {
+    fn new(message: Message, uses: usize) -> Self {
+        Original {
+            message: Some(message),
+            uses_left: uses,
+        }
+    }
+
+    /// The message for one more use: a clone while others follow, the
+    /// original for the last one.
+    fn take(&mut self) -> Message {
+        self.uses_left = self.uses_left.saturating_sub(1);
+        if self.uses_left == 0 {
+            self.message.take().unwrap_or_default()
+        } else {
+            self.message.clone().unwrap_or_default()
+        }
+    }
+}
+
 /// What routing one publish decided, before anything is applied.
 #[derive(Default)]
 pub(crate) struct Plan {
@@ -372,16 +408,21 @@ impl Inner {
                 // Check now that it would route, so a bad message is refused
                 // to the sender rather than lost at activation.
                 let mut dry = Plan::default();
-                self.route(locked, topic, &message, seq, now, 0, &mut dry)?;
+                self.route(locked, topic, message.clone(), seq, now, 0, &mut dry)?;
                 plan.scheduled
                     .push((topic.to_owned(), seq, Scheduled { at, message }));
                 Ok(())
             }
-            _ => self.route(locked, topic, &message, seq, now, 0, plan),
+            _ => self.route(locked, topic, message, seq, now, 0, plan),
         }
     }
 
     /// Fans `message` out to the subscriptions of `topic` whose rules match.
+    ///
+    /// Takes the message by value: the last placement that needs the
+    /// original gets it moved rather than cloned (at steady load most
+    /// publishes have exactly one such placement, so they clone nothing
+    /// here).
     #[expect(
         clippy::too_many_arguments,
         reason = "one recursive routing step needs all of them"
@@ -390,7 +431,7 @@ impl Inner {
         &self,
         locked: &Locked<'_>,
         topic: &str,
-        message: &Message,
+        message: Message,
         seq: i64,
         now: SystemTime,
         hops: u32,
@@ -401,39 +442,68 @@ impl Inner {
             .ok_or_else(|| PublishError::TopicNotFound {
                 topic: topic.to_owned(),
             })?;
-        let mut forwards: Vec<(String, Message)> = Vec::new();
+        // Evaluate every rule first, so the uses of the original are known
+        // before any placement takes it.
+        let mut matches: Vec<(&String, &SubCore, RouteMatch)> = Vec::with_capacity(core.subs.len());
         for (sub_name, sub) in &core.subs {
             let mut plain = false;
             let mut copies: Vec<Message> = Vec::new();
             let mut failure = None;
             for rule in &sub.rules {
-                match rule.evaluate(message, seq) {
+                match rule.evaluate(&message, seq) {
                     RuleOutcome::NoMatch => {}
                     RuleOutcome::Matched => plain = true,
                     RuleOutcome::Copy(copy) => copies.push(*copy),
                     RuleOutcome::Failed(reason) => failure = Some(reason),
                 }
             }
-            if let Some(reason) = failure {
-                plan.placements.push((
-                    topic.to_owned(),
-                    sub_name.clone(),
-                    true,
-                    self.entry(
-                        message.clone(),
-                        seq,
-                        now,
-                        core,
-                        sub,
-                        Some((REASON_FILTER_FAILED, reason)),
-                    ),
-                ));
-                continue;
-            }
-            if plain {
-                copies.insert(0, message.clone());
-            }
-            for copy in copies {
+            let matched = match failure {
+                Some(reason) => RouteMatch::Failed(reason),
+                None => RouteMatch::Copies { plain, copies },
+            };
+            matches.push((sub_name, sub, matched));
+        }
+        let mut original = Original::new(
+            message,
+            matches
+                .iter()
+                .filter(|(_, _, m)| match m {
+                    RouteMatch::Failed(_) => true,
+                    RouteMatch::Copies { plain, .. } => *plain,
+                })
+                .count(),
+        );
+        let mut forwards: Vec<(String, Message)> = Vec::new();
+        for (sub_name, sub, matched) in matches {
+            let mut copies = match matched {
+                RouteMatch::Failed(reason) => {
+                    plan.placements.push((
+                        topic.to_owned(),
+                        sub_name.clone(),
+                        true,
+                        self.entry(
+                            original.take(),
+                            seq,
+                            now,
+                            core,
+                            sub,
+                            Some((REASON_FILTER_FAILED, reason)),
+                        ),
+                    ));
+                    continue;
+                }
+                RouteMatch::Copies { plain, copies } => {
+                    if plain {
+                        let mut all = Vec::with_capacity(copies.len() + 1);
+                        all.push(original.take());
+                        all.extend(copies);
+                        all
+                    } else {
+                        copies
+                    }
+                }
+            };
+            for copy in copies.drain(..) {
                 if let Some(target) = &sub.settings.forward_to {
                     let dead = if hops >= MAX_FORWARD_HOPS {
                         Some((
@@ -478,7 +548,7 @@ impl Inner {
         }
         for (target, copy) in forwards {
             let forwarded_seq = self.alloc();
-            self.route(locked, &target, &copy, forwarded_seq, now, hops + 1, plan)?;
+            self.route(locked, &target, copy, forwarded_seq, now, hops + 1, plan)?;
         }
         Ok(())
     }
@@ -645,12 +715,16 @@ impl Inner {
         incarnation: u64,
         queue: SubQueue,
         session: Option<(&str, u64)>,
-        parts: SettlementParts,
+        mut parts: SettlementParts,
     ) -> Result<SettleReceipt, SettleError> {
         self.healthy()?;
         let now = self.now();
+        // The publishes are moved into the plan, not cloned: the settlement
+        // is consumed here either way.
+        let publishes = std::mem::take(&mut parts.publishes);
+        let publish_topics: Vec<String> = publishes.iter().map(|(t, _)| t.clone()).collect();
         let mut roots: Vec<&str> = vec![topic.name.as_str()];
-        for (t, _) in &parts.publishes {
+        for t in &publish_topics {
             if !roots.contains(&t.as_str()) {
                 roots.push(t);
             }
@@ -665,6 +739,7 @@ impl Inner {
                 queue,
                 session,
                 &parts,
+                publishes,
                 now,
                 &mut wake,
             )
@@ -701,6 +776,7 @@ impl Inner {
         queue: SubQueue,
         session: Option<(&str, u64)>,
         parts: &SettlementParts,
+        publishes: Vec<(String, Message)>,
         now: SystemTime,
         wake: &mut Wakeups,
     ) -> Result<(SettleReceipt, Ack), SettleError> {
@@ -763,8 +839,8 @@ impl Inner {
             }
         }
         let mut plan = Plan::default();
-        for (t, message) in &parts.publishes {
-            self.plan_publish(locked, t, message.clone(), now, &mut plan)
+        for (t, message) in publishes {
+            self.plan_publish(locked, &t, message, now, &mut plan)
                 .map_err(|e| match e {
                     PublishError::TopicNotFound { topic } => SettleError::TopicNotFound { topic },
                     PublishError::Transient(t) => SettleError::Transient(t),
@@ -1274,7 +1350,7 @@ impl Inner {
                     match self.route(
                         locked,
                         &topic,
-                        &scheduled.message,
+                        scheduled.message,
                         active_seq,
                         now,
                         0,
