@@ -4,6 +4,9 @@
 //! else) and unknown fields are refused (`permanent`/`InvalidPayload` naming
 //! the field). In order, it:
 //!
+//! 0. runs `Churn` (`{"Sizes":[24,1000],"Rounds":1000,"KeepAll":false}`):
+//!    allocates a block of each size per round, freeing it at once unless
+//!    `KeepAll`, and logs `churned <total> bytes` with field `bytes`;
 //! 1. writes `Stdout` / `Stderr` (strings) to its standard output / error;
 //! 2. writes each of `Logs` (`[{"Level":"Info","Message":"..","Fields":{"k":"v"}}]`);
 //! 3. looks up each key of `ReadConfig` (`["key"]`) and logs
@@ -77,6 +80,23 @@ pub struct Echo {
     pub message: Option<String>,
     /// Error: the earliest retry in milliseconds.
     pub retry_after_ms: Option<u64>,
+    /// Allocation churn to run before anything else.
+    pub churn: Option<Churn>,
+}
+
+/// Allocates and frees blocks in a loop, the way a handler that builds and
+/// drops buffers per item does, to show the SDK's allocator reuses freed
+/// memory instead of growing with the number of iterations.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct Churn {
+    /// The block sizes of one round, in bytes.
+    pub sizes: Vec<usize>,
+    /// How many rounds.
+    pub rounds: u32,
+    /// Keep every block alive instead of freeing it (a leak, for contrast).
+    #[serde(default)]
+    pub keep_all: bool,
 }
 
 impl Event for Echo {
@@ -212,6 +232,10 @@ pub struct EchoHandler;
 
 impl Handler<Echo> for EchoHandler {
     fn handle(&self, echo: Echo, ctx: &Context) -> Result<Outcome, Error> {
+        if let Some(churn) = &echo.churn {
+            let bytes = run_churn(churn);
+            nimbus_guest::info!(ctx, { bytes: bytes }, "churned {bytes} bytes");
+        }
         write_stdio(&echo);
         for line in &echo.logs {
             let fields: Vec<(&str, &dyn std::fmt::Display)> = line
@@ -260,6 +284,27 @@ impl Handler<Echo> for EchoHandler {
         }
         outcome(echo)
     }
+}
+
+/// Runs `churn`; returns the bytes allocated in total.
+fn run_churn(churn: &Churn) -> usize {
+    let mut kept: Vec<Vec<u8>> = Vec::new();
+    let mut total = 0usize;
+    for round in 0..churn.rounds {
+        for &size in &churn.sizes {
+            // Written through, so the block is really used, and kept opaque
+            // to the optimizer, so the allocation is not elided.
+            let mut block = std::hint::black_box(vec![0u8; size]);
+            if let Some(last) = block.last_mut() {
+                *last = round.to_le_bytes()[0];
+            }
+            total = total.saturating_add(std::hint::black_box(&block).len());
+            if churn.keep_all {
+                kept.push(block);
+            }
+        }
+    }
+    total
 }
 
 fn write_stdio(echo: &Echo) {
