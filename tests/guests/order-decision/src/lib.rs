@@ -1,10 +1,12 @@
 //! `order-decision`: claims `OrderPlaced`, deserializes it and decides, as
 //! `examples/orders` does, and nothing else: no config lookup, no log line.
 //! The dispatch benchmark's per-event workload (issue target (a)), run side
-//! by side with the same source compiled natively (see [`decision`]).
+//! by side with the same source compiled natively.
 
 use nimbus_guest::{Context, Error, Event, Handler, Outcome};
 
+/// `orders`' own payload type and decision, from its source file.
+#[path = "../../../../examples/orders/src/decision.rs"]
 pub mod decision;
 
 use decision::{Decision, OrderPlaced, decide};

@@ -1,21 +1,25 @@
-//! The deserialize-and-decide work of the dispatch benchmark
-//! (`host/sandbox/benches/dispatch.rs`), written once and compiled twice:
-//! into the `order-decision` guest, and natively into the benchmark, so the
-//! wasm side and the native side run the same source.
+//! What `orders` decides about an order, as plain Rust over serde: the
+//! payload type and the decision, with the messages an operator sees.
 //!
-//! It is `examples/orders`' payload type and decision without what that
-//! example does around them (reading `reject_over_total` from its config, and
-//! logging the accepted order): those are host calls, which the benchmark
-//! measures separately on `orders` itself. Only `serde` here, no SDK, so the
-//! native build needs nothing the guest's host provides.
+//! Kept apart from the handler (`lib.rs`, which adds the config lookup and
+//! the log line around it) and free of the SDK so the dispatch benchmark can
+//! run this very file on both sides of its comparison: compiled into the
+//! `tests/guests/order-decision` component, and natively into
+//! `host/sandbox/benches/dispatch.rs` (both by `#[path]`).
 
 use serde::Deserialize;
 
-/// The payload of an `OrderPlaced` event, as `examples/orders` declares it.
+/// The payload of an `OrderPlaced` event, e.g. (PascalCase, as NimBus writes
+/// it):
+///
+/// ```json
+/// {"OrderId":"o-1001","Customer":"acme","Total":150.0,
+///  "Lines":[{"Sku":"A-1","Quantity":2,"UnitPrice":50.0},{"Sku":"B-7","Quantity":1,"UnitPrice":50.0}]}
+/// ```
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct OrderPlaced {
-    /// The order's id.
+    /// The order's id, e.g. `o-1001`.
     pub order_id: String,
     /// The customer's account name.
     pub customer: String,
@@ -23,7 +27,7 @@ pub struct OrderPlaced {
     pub total: f64,
     /// The order lines.
     pub lines: Vec<OrderLine>,
-    /// Asks the handler to fail.
+    /// Asks the handler to fail (for demonstrating block, fix and resubmit).
     #[serde(default)]
     pub fail: bool,
 }
@@ -51,7 +55,13 @@ pub enum Decision {
     Failed(&'static str, String),
 }
 
-/// `examples/orders`' decision, with its messages.
+/// The decision:
+///
+/// 1. an order with no lines can never succeed: `EmptyOrder`, permanent;
+/// 2. `"Fail": true` or a `Customer` of `"fail"` is rejected (`OrderRejected`,
+///    failed), so an operator can be shown block → fix → resubmit;
+/// 3. with `reject_over_total`, a `Total` above it is rejected the same way;
+/// 4. otherwise the order is accepted.
 pub fn decide(order: &OrderPlaced, reject_over_total: Option<f64>) -> Decision {
     if order.lines.is_empty() {
         return Decision::Permanent(
