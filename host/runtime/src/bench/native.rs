@@ -3,7 +3,6 @@
 //! run through the sandbox differ only by the sandbox.
 
 use nimbus_engine::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
-use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 /// The version digest native runs report (there is no component).
@@ -24,55 +23,34 @@ impl Handlers for NativeNoop {
     }
 }
 
-/// The deserialize-and-decide logic of `examples/orders`, natively: the same
-/// payload shape and the same decisions (empty order permanent, a payload
-/// asking to fail is `failed`/`OrderRejected`).
+/// The deserialize-and-decide logic of `examples/orders`, natively: its own
+/// payload type and decision, compiled from its source file.
 #[derive(Debug, Default)]
 pub(crate) struct NativeOrders;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct OrderPlaced {
-    order_id: String,
-    customer: String,
-    #[expect(
-        dead_code,
-        reason = "deserialized to cost what the guest's parse costs"
-    )]
-    total: f64,
-    lines: Vec<OrderLine>,
-    #[serde(default)]
-    fail: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-#[expect(
+#[path = "../../../../examples/orders/src/decision.rs"]
+#[allow(
     dead_code,
-    reason = "deserialized to cost what the guest's parse costs"
+    unreachable_pub,
+    reason = "orders' public items; fields are deserialized to cost what the guest's parse costs, not read"
 )]
-struct OrderLine {
-    sku: String,
-    quantity: u32,
-    unit_price: f64,
-}
+mod decision;
+
+use decision::{Decision, OrderPlaced, decide};
 
 impl Handlers for NativeOrders {
     fn invoke(&self, _endpoint: &str, event: HandlerEvent) -> Option<HandlerReport> {
         let result = match serde_json::from_str::<OrderPlaced>(&event.payload) {
             Err(e) => HandlerResult::Permanent(failure("InvalidPayload", e.to_string())),
-            Ok(order) if order.lines.is_empty() => HandlerResult::Permanent(failure(
-                "EmptyOrder",
-                format!("order {} has no lines", order.order_id),
-            )),
-            Ok(order) if order.fail || order.customer == "fail" => HandlerResult::Failed(failure(
-                "OrderRejected",
-                format!(
-                    "order {} rejected: the payload asked to fail",
-                    order.order_id
-                ),
-            )),
-            Ok(_) => HandlerResult::Completed,
+            Ok(order) => match decide(&order, None) {
+                Decision::Completed => HandlerResult::Completed,
+                Decision::Permanent(error_type, message) => {
+                    HandlerResult::Permanent(failure(error_type, message))
+                }
+                Decision::Failed(error_type, message) => {
+                    HandlerResult::Failed(failure(error_type, message))
+                }
+            },
         };
         Some(report(result))
     }
