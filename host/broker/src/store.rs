@@ -429,6 +429,15 @@ fn writer_loop(
     let mut batch: Vec<Request> = Vec::new();
     while let Ok(first) = rx.recv() {
         batch.push(first);
+        // Give the submitters a turn before taking the batch. On a busy
+        // machine the threads that are about to submit are runnable but not
+        // running; one yield lets them queue their requests, so this commit
+        // carries them and its fixed cost (the WAL frames of the pages every
+        // commit rewrites, the fsync) is shared by more requests. Measured:
+        // ~10 % less CPU per event end to end (decision 0102). An idle
+        // machine has nothing to run, so the yield returns at once and adds
+        // no latency.
+        std::thread::yield_now();
         while batch.len() < MAX_REQUESTS_PER_COMMIT {
             match rx.try_recv() {
                 Ok(next) => batch.push(next),
@@ -920,4 +929,95 @@ pub(crate) fn load(conn: &Connection, path: &Path) -> Result<Snapshot, OpenError
         snap.inbox.push(row.map_err(db)?);
     }
     Ok(snap)
+}
+
+#[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn row(id: i64) -> EntryRow {
+        EntryRow {
+            id,
+            topic: "t".into(),
+            subscription: "s".into(),
+            dead_letter: false,
+            seq: id,
+            enqueued: UNIX_EPOCH,
+            expires: None,
+            failures: 0,
+            dead_letter_reason: None,
+            dead_letter_description: None,
+            message: vec![7; 300],
+        }
+    }
+
+    fn ids(dir: &Path) -> Vec<i64> {
+        let conn = Connection::open(dir.join("broker.sqlite3")).unwrap();
+        let mut stmt = conn.prepare("SELECT id FROM entries ORDER BY id").unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn every_request_of_concurrent_submitters_is_acknowledged_and_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _reader) = Store::open(dir.path(), Durability::Fsync).unwrap();
+        let store = Arc::new(store);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let tasks: Vec<_> = (0..8i64)
+                .map(|submitter| {
+                    let store = Arc::clone(&store);
+                    tokio::spawn(async move {
+                        for n in 0..50 {
+                            let id = submitter * 1000 + n;
+                            store
+                                .submit(vec![StoreOp::InsertEntry(Box::new(row(id)))])
+                                .committed()
+                                .await
+                                .unwrap();
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        store.shutdown();
+        let expected: Vec<i64> = (0..8i64)
+            .flat_map(|s| (0..50).map(move |n| s * 1000 + n))
+            .collect();
+        assert_eq!(ids(dir.path()), expected);
+    }
+
+    #[test]
+    fn a_delete_queued_right_behind_its_insert_leaves_no_row_and_spares_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _reader) = Store::open(dir.path(), Durability::Os).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        // Queued back to back, these usually share a batch (the insert and
+        // delete of 1 then cancel out); either way the outcome is the same.
+        let acks = vec![
+            store.submit(vec![StoreOp::InsertEntry(Box::new(row(1)))]),
+            store.submit(vec![StoreOp::InsertEntry(Box::new(row(2)))]),
+            store.submit(vec![StoreOp::DeleteEntry { id: 1 }]),
+            store.submit(vec![StoreOp::InsertEntry(Box::new(row(3)))]),
+        ];
+        runtime.block_on(async {
+            for ack in acks {
+                ack.committed().await.unwrap();
+            }
+        });
+        store.shutdown();
+        assert_eq!(ids(dir.path()), vec![2, 3]);
+    }
 }
