@@ -43,10 +43,10 @@ const BATCHES: usize = 101;
 const PER_BATCH: usize = 200;
 const SWAPS: usize = 21;
 
-// The deserialize-and-decide work: `examples/orders`' payload type and
-// decision, from the source file the `order-decision` guest is built from
-// too, so both sides run the same code.
-#[path = "../../../examples/orders/src/decision.rs"]
+// The deserialize-and-decide work (`examples/orders`' payload type and
+// decision), from the source file the `order-decision` guest is built from,
+// so both sides run the same code.
+#[path = "../../../tests/guests/order-decision/src/decision.rs"]
 #[allow(
     dead_code,
     unreachable_pub,

@@ -23,12 +23,13 @@ impl Handlers for NativeNoop {
     }
 }
 
-/// The deserialize-and-decide logic of `examples/orders`, natively: its own
-/// payload type and decision, compiled from its source file.
+/// The deserialize-and-decide logic of `examples/orders`, natively: its
+/// payload type and decision, from the source file the dispatch benchmark's
+/// `order-decision` guest is built from.
 #[derive(Debug, Default)]
 pub(crate) struct NativeOrders;
 
-#[path = "../../../../examples/orders/src/decision.rs"]
+#[path = "../../../../tests/guests/order-decision/src/decision.rs"]
 #[allow(
     dead_code,
     unreachable_pub,

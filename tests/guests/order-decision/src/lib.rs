@@ -5,8 +5,7 @@
 
 use nimbus_guest::{Context, Error, Event, Handler, Outcome};
 
-/// `orders`' own payload type and decision, from its source file.
-#[path = "../../../../examples/orders/src/decision.rs"]
+/// `orders`' payload type and decision, shared with the benchmark's native side.
 pub mod decision;
 
 use decision::{Decision, OrderPlaced, decide};

@@ -1,11 +1,16 @@
-//! What `orders` decides about an order, as plain Rust over serde: the
-//! payload type and the decision, with the messages an operator sees.
+//! The deserialize-and-decide work of the dispatch benchmark
+//! (`host/sandbox/benches/dispatch.rs`), written once and compiled twice:
+//! into the `order-decision` guest, and natively into the benchmark (and
+//! into `nimbus bench`'s native `orders`), all by `#[path]`, so the wasm
+//! side and the native side run the same source.
 //!
-//! Kept apart from the handler (`lib.rs`, which adds the config lookup and
-//! the log line around it) and free of the SDK so the dispatch benchmark can
-//! run this very file on both sides of its comparison: compiled into the
-//! `tests/guests/order-decision` component, and natively into
-//! `host/sandbox/benches/dispatch.rs` (both by `#[path]`).
+//! It is `examples/orders`' payload type and decision, without what that
+//! example does around them (reading `reject_over_total` from its config and
+//! logging the accepted order: host calls, measured separately on `orders`
+//! itself). The example keeps its own copy because the SDK's crate docs show
+//! it whole, as one file; `host/sandbox/tests/bench_workload.rs` checks the
+//! two decide every kind of payload alike. Only `serde` here, no SDK, so the
+//! native builds need nothing a host provides.
 
 use serde::Deserialize;
 
