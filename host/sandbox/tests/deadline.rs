@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use nimbus_sandbox::{ErrorKind, Limits, Outcome};
+use nimbus_sandbox::{ErrorKind, HandlerVersion, Limits, Outcome, Sandbox};
 use support::{event, guest, sandbox};
 
 /// Signals, per event id, that the handler wrote a log line containing
@@ -92,6 +92,26 @@ fn loop_entered(event_id: &str) -> mpsc::Receiver<()> {
     receiver
 }
 
+fn load(sandbox: &Sandbox, name: &str, limits: Limits) -> Arc<HandlerVersion> {
+    let bytes = std::fs::read(guest(name)).expect("read guest");
+    Arc::new(
+        sandbox
+            .load_bytes(name, &bytes, limits, BTreeMap::new())
+            .expect("loads"),
+    )
+}
+
+/// `endless-loop` with a deadline that is generous: other handlers' calls
+/// must fit well inside it even on a loaded CI machine. Only the error type
+/// is asserted, never a duration.
+fn load_endless_loop(sandbox: &Sandbox) -> Arc<HandlerVersion> {
+    let limits = Limits {
+        timeout: Duration::from_secs(3),
+        ..Limits::default()
+    };
+    load(sandbox, "endless-loop", limits)
+}
+
 fn loop_event(event_id: &str) -> nimbus_sandbox::Event {
     let mut looping = event("Loop", "{}");
     looping.event_id = event_id.to_owned();
@@ -102,25 +122,9 @@ fn loop_event(event_id: &str) -> nimbus_sandbox::Event {
 fn an_endless_loop_is_stopped_by_its_deadline_while_other_handlers_keep_serving() {
     let entered = loop_entered("deadline-loop");
     let sandbox = sandbox();
-    let load = |name: &str, limits: Limits| {
-        let bytes = std::fs::read(guest(name)).expect("read guest");
-        Arc::new(
-            sandbox
-                .load_bytes(name, &bytes, limits, BTreeMap::new())
-                .expect("loads"),
-        )
-    };
-    // Generous: the other handlers' calls must fit well inside it even on a
-    // loaded CI machine. Only the error type is asserted, never a duration.
-    let endless = load(
-        "endless-loop",
-        Limits {
-            timeout: Duration::from_secs(3),
-            ..Limits::default()
-        },
-    );
-    let noop = load("noop", Limits::default());
-    let orders = load("orders", Limits::default());
+    let endless = load_endless_loop(&sandbox);
+    let noop = load(&sandbox, "noop", Limits::default());
+    let orders = load(&sandbox, "orders", Limits::default());
 
     let loop_finished = Arc::new(AtomicBool::new(false));
     let looping = {
@@ -169,22 +173,8 @@ fn when_every_instance_slot_is_busy_the_event_is_transient_sandbox_busy() {
     // is `transient` (redeliver), not `failed`.
     let entered = loop_entered("busy-loop");
     let sandbox = support::sandbox_with(None, |config| config.max_concurrent_instances = 1);
-    let load = |name: &str, limits: Limits| {
-        let bytes = std::fs::read(guest(name)).expect("read guest");
-        Arc::new(
-            sandbox
-                .load_bytes(name, &bytes, limits, BTreeMap::new())
-                .expect("loads"),
-        )
-    };
-    let endless = load(
-        "endless-loop",
-        Limits {
-            timeout: Duration::from_secs(3),
-            ..Limits::default()
-        },
-    );
-    let noop = load("noop", Limits::default());
+    let endless = load_endless_loop(&sandbox);
+    let noop = load(&sandbox, "noop", Limits::default());
     let looping = {
         let endless = Arc::clone(&endless);
         std::thread::spawn(move || endless.invoke(loop_event("busy-loop")))
