@@ -5,7 +5,8 @@
 //!     (deserialize and decide, nothing else), side by side with the same
 //!     source compiled natively; also through `examples/orders` (the same
 //!     work plus a config lookup and a log line, two host calls) and
-//!     `tests/guests/noop` (the floor). The variants are interleaved batch by
+//!     `tests/guests/noop` (the floor); and through a naive wasmtime set-up
+//!     (`dispatch/naive.rs`), the reference point. The variants are interleaved batch by
 //!     batch so machine noise hits them alike; the report is the median of
 //!     per-batch means, and the ratio wasm/native.
 //! (b) Hot-swap latency: atomic rename of a component whose compiled form is
@@ -55,6 +56,9 @@ const SWAPS: usize = 21;
 mod decision;
 
 use decision::{Decision, OrderPlaced, decide};
+
+#[path = "dispatch/naive.rs"]
+mod naive;
 
 /// The native side: what the guest's SDK and handler do with the payload.
 fn native_decision(payload: &str) -> Decision {
@@ -152,6 +156,10 @@ fn bench_dispatch() {
     let defaults = SandboxConfig::default();
     let default_sandbox = sandbox_with(defaults.keep_resident_bytes, defaults.pagemap_scan);
     let decision = load(&default_sandbox, "order-decision");
+    // cargo's own build of the same guest, before the slimming post-step.
+    let full_decision = guest_from(&guests_dir().join("full"), "order-decision");
+    let naive_pooled = naive::Naive::new(&full_decision, true);
+    let naive_on_demand = naive::Naive::new(&full_decision, false);
     let orders = load(&default_sandbox, "orders");
     let noop = load(&default_sandbox, "noop");
     // The same component with other resident-memory settings, to show where
@@ -207,6 +215,8 @@ fn bench_dispatch() {
         Ok(Outcome::Completed)
     );
     assert_eq!(native_decision(ORDER), Decision::Completed);
+    assert!(naive_pooled.invoke("OrderPlaced", ORDER));
+    assert!(naive_on_demand.invoke("OrderPlaced", ORDER));
     assert_eq!(orders.invoke(event.clone()).result, Ok(Outcome::Completed));
     assert_eq!(
         noop.invoke(noop_event.clone()).result,
@@ -215,6 +225,8 @@ fn bench_dispatch() {
 
     let mut wasm = Samples::default();
     let mut wasm_orders = Samples::default();
+    let mut naive_pooled_samples = Samples::default();
+    let mut naive_on_demand_samples = Samples::default();
     let mut wasm_noop = Samples::default();
     let mut native = Samples::default();
     let mut variants: Vec<Samples> = resident_variants
@@ -225,6 +237,12 @@ fn bench_dispatch() {
     for _ in 0..BATCHES {
         wasm.measure(|| {
             black_box(decision.invoke(black_box(event.clone())));
+        });
+        naive_pooled_samples.measure(|| {
+            black_box(naive_pooled.invoke("OrderPlaced", black_box(&event.payload)));
+        });
+        naive_on_demand_samples.measure(|| {
+            black_box(naive_on_demand.invoke("OrderPlaced", black_box(&event.payload)));
         });
         wasm_orders.measure(|| {
             black_box(orders.invoke(black_box(event.clone())));
@@ -275,6 +293,14 @@ fn bench_dispatch() {
         "  ratio wasm / native                           {:7.1}x  {:7.1}x",
         wasm_wall / native_wall,
         wasm_cpu / native_cpu
+    );
+    let (pooled_wall, pooled_cpu) = naive_pooled_samples.medians();
+    let (on_demand_wall, on_demand_cpu) = naive_on_demand_samples.medians();
+    println!(
+        "  wasm   the same, naive set-up, pooled          {pooled_wall:8.2}  {pooled_cpu:8.2}   (DESIGN.md: 22 µs)"
+    );
+    println!(
+        "  wasm   the same, naive set-up, on-demand       {on_demand_wall:8.2}  {on_demand_cpu:8.2}   (DESIGN.md: 38.6 µs)"
     );
     println!(
         "  wasm   orders example (+ config get, log line) {orders_wall:8.2}  {orders_cpu:8.2}"
