@@ -184,7 +184,7 @@ fn bench_dispatch() {
         (label, load(&sandbox_with(bytes, pagemap), "orders"))
     })
     .collect();
-    // `NIMBUS_BENCH_COMPARE_DIR=<dir>`: the same two guests from another
+    // `NIMBUS_BENCH_COMPARE_DIR=<dir>`: the same three guests from another
     // build (e.g. another allocator or profile), run interleaved with these.
     let compare_dir = std::env::var_os("NIMBUS_BENCH_COMPARE_DIR").map(PathBuf::from);
     let compared: Vec<(String, _)> = compare_dir
