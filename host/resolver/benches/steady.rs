@@ -4,6 +4,11 @@
 //! recorded in group-committed batches, on a store that already holds
 //! `NIMBUS_STEADY_PREFILL` events (default 20 000).
 //!
+//! With `NIMBUS_STEADY_SPLIT=1` an event's two records land in different
+//! commits, as they do end to end (the request copy is recorded when it is
+//! published, the response a round trip later): each commit carries the
+//! responses of the previous batch's events and the requests of its own.
+//!
 //! Prints process CPU µs per event and bytes written per event (WAL,
 //! checkpoints), which track how many pages a record dirties; both are
 //! steadier than wall time on a shared machine.
@@ -87,6 +92,29 @@ fn batch(ids: &mut Ids, first: usize, at_ms: i64) -> Vec<Observation> {
         .collect()
 }
 
+/// Whether an event's request and response go to different commits.
+fn split() -> bool {
+    std::env::var("NIMBUS_STEADY_SPLIT").is_ok_and(|v| v == "1")
+}
+
+/// Regroups whole-event batches so each commit holds the previous batch's
+/// responses and this batch's requests (and a last commit for the last
+/// responses).
+fn split_commits(batches: Vec<Vec<Observation>>) -> Vec<Vec<Observation>> {
+    let mut commits = Vec::with_capacity(batches.len() + 1);
+    let mut responses: Vec<Observation> = Vec::new();
+    for batch in batches {
+        let (requests, next): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|o| o.kind == MessageKind::EventRequest);
+        let mut commit = std::mem::replace(&mut responses, next);
+        commit.extend(requests);
+        commits.push(commit);
+    }
+    commits.push(responses);
+    commits
+}
+
 /// (process CPU seconds, bytes written) so far, from procfs.
 fn usage() -> Option<(f64, u64)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
@@ -122,20 +150,24 @@ fn main() {
         store.record_batch(&batch(&mut ids, n, n as i64)).unwrap();
         n += batch_events();
     }
-    let batches: Vec<Vec<Observation>> = (0..measured / batch_events())
+    let mut batches: Vec<Vec<Observation>> = (0..measured / batch_events())
         .map(|i| batch(&mut ids, n + i * batch_events(), (n + i) as i64))
         .collect();
+    if split() {
+        batches = split_commits(batches);
+    }
     let before = usage();
     let started = Instant::now();
     for b in &batches {
         store.record_batch(b).unwrap();
     }
     let wall = started.elapsed();
-    let events = (batches.len() * batch_events()) as f64;
+    let events = (measured / batch_events() * batch_events()) as f64;
     print!(
-        "resolver steady: {} events on a store of {prefill}, batches of {}: wall {:.1} µs/event",
+        "resolver steady: {} events on a store of {prefill}, batches of {}{}: wall {:.1} µs/event",
         events,
         batch_events(),
+        if split() { " (split)" } else { "" },
         wall.as_secs_f64() * 1e6 / events
     );
     if let (Some((cpu0, w0)), Some((cpu1, w1))) = (before, usage()) {

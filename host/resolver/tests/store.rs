@@ -439,6 +439,18 @@ fn previous_layout(path: &std::path::Path, history_indexes: &str) {
     .unwrap();
 }
 
+/// Every history row as (seq, event_id, message_id, message_type).
+fn history_rows_by_event(path: &std::path::Path) -> Vec<(i64, String, Option<String>, String)> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT seq, event_id, message_id, message_type FROM history ORDER BY seq")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 /// Stores of earlier builds (the history keyed by event id, through one
 /// index or the two before it) are upgraded on open: every event and
 /// history row kept, in order, and each message still recorded once.
@@ -454,8 +466,11 @@ fn stores_of_earlier_builds_are_upgraded_on_open() {
         let path = dir.path().join("resolver.db");
         previous_layout(&path, history_indexes);
 
+        let before = history_rows_by_event(&path);
         let store = SqliteResolverStore::open(&path).unwrap();
         assert_eq!(index_names(&path), ["history_by_ref"], "{history_indexes}");
+        assert!(!table_sql(&path, "history").contains("AUTOINCREMENT"));
+        assert_eq!(history_rows_by_event(&path), before, "{history_indexes}");
         let e1 = &store.event("e1").unwrap()[0];
         assert_eq!(e1.record.status, Status::Failed);
         assert_eq!(e1.record.request_message_id.as_deref(), Some("m1"));
@@ -487,4 +502,160 @@ fn stores_of_earlier_builds_are_upgraded_on_open() {
         let store = SqliteResolverStore::open(&path).unwrap();
         assert_eq!(store.event("e1").unwrap()[0].history.len(), 3);
     }
+}
+
+/// The declaration of `table` as SQLite keeps it.
+fn table_sql(path: &std::path::Path, table: &str) -> String {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row(
+        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+        [table],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
+/// Every history row as (seq, event_ref, message_id, message_type), in
+/// `seq` order, read straight from the file.
+fn history_rows(path: &std::path::Path) -> Vec<(i64, i64, Option<String>, String)> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT seq, event_ref, message_id, message_type FROM history ORDER BY seq")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// A store of the build before this one: the current `events`, and a
+/// history keyed by the event's `id` but declared `AUTOINCREMENT`, whose
+/// numbers have gaps (as rows of failed transactions leave them).
+fn autoincrement_layout(path: &std::path::Path) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE events (
+            id INTEGER PRIMARY KEY,
+            endpoint TEXT NOT NULL, event_id TEXT NOT NULL, session_id TEXT, status TEXT NOT NULL,
+            sub_status TEXT, status_source TEXT NOT NULL, event_type TEXT, correlation_id TEXT,
+            last_message_id TEXT, request_message_id TEXT, request_from TEXT,
+            originating_message_id TEXT, originating_from TEXT, retry_count INTEGER NOT NULL,
+            error_type TEXT, error_text TEXT, dead_letter_reason TEXT, dead_letter_description TEXT,
+            handoff_reason TEXT, external_job_id TEXT, expected_by TEXT, handler_version TEXT,
+            queue_time_ms INTEGER, processing_time_ms INTEGER, payload TEXT,
+            first_seen_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
+            UNIQUE (event_id, endpoint));
+         CREATE INDEX events_by_status ON events (status, updated_ms);
+         CREATE INDEX events_by_session ON events (session_id);
+         CREATE INDEX events_by_endpoint ON events (endpoint, updated_ms);
+         CREATE INDEX events_by_update ON events (updated_ms);
+         CREATE TABLE history (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, endpoint TEXT NOT NULL, event_id TEXT NOT NULL,
+            message_id TEXT, message_type TEXT NOT NULL, status TEXT NOT NULL, at_ms INTEGER NOT NULL,
+            from_endpoint TEXT, retry_count INTEGER NOT NULL, error_type TEXT, error_text TEXT,
+            handler_version TEXT, refused TEXT, event_ref INTEGER);
+         CREATE UNIQUE INDEX history_by_ref ON history (event_ref, message_id, message_type);
+         INSERT INTO events (id, endpoint, event_id, session_id, status, status_source, retry_count, first_seen_ms, updated_ms, request_message_id)
+            VALUES (1, 'billing', 'e0', 's-1', 'Completed', 'ResolutionResponse', 0, 0, 1, 'm0'),
+                   (2, 'billing', 'e1', 's-1', 'Failed', 'ErrorResponse', 0, 1, 2, 'm1');
+         INSERT INTO history (seq, event_ref, endpoint, event_id, message_id, message_type, status, at_ms, retry_count, error_text)
+            VALUES (3, 1, 'billing', 'e0', 'm0', 'EventRequest', 'Pending', 0, 0, NULL),
+                   (7, 2, 'billing', 'e1', 'm1', 'EventRequest', 'Pending', 1, 0, NULL),
+                   (8, 1, 'billing', 'e0', 'r0', 'ResolutionResponse', 'Completed', 1, 0, NULL),
+                   (12, 2, 'billing', 'e1', 'r1', 'ErrorResponse', 'Failed', 2, 0, 'credit check said 503');",
+    )
+    .unwrap();
+}
+
+/// A store whose history was declared `AUTOINCREMENT` is rebuilt on open
+/// without it: every row keeps its number and its columns, the index is
+/// back, the next message is numbered after the last, and a second open
+/// changes nothing.
+#[test]
+fn an_autoincrement_history_is_rebuilt_keeping_every_row_and_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("resolver.db");
+    autoincrement_layout(&path);
+    let before = history_rows(&path);
+    assert!(table_sql(&path, "history").contains("AUTOINCREMENT"));
+
+    let store = SqliteResolverStore::open(&path).unwrap();
+    assert!(
+        !table_sql(&path, "history").contains("AUTOINCREMENT"),
+        "{}",
+        table_sql(&path, "history")
+    );
+    assert_eq!(history_rows(&path), before);
+    assert_eq!(index_names(&path), ["history_by_ref"]);
+    let e1 = &store.event("e1").unwrap()[0];
+    assert_eq!(e1.record.status, Status::Failed);
+    let kinds: Vec<&str> = e1.history.iter().map(|h| h.message_type.as_str()).collect();
+    assert_eq!(kinds, ["EventRequest", "ErrorResponse"]);
+    assert_eq!(
+        e1.history[1].error_text.as_deref(),
+        Some("credit check said 503")
+    );
+    assert_eq!(
+        store
+            .record(&obs(MessageKind::ErrorResponse, "r1", 2))
+            .unwrap(),
+        Recorded::AlreadyRecorded
+    );
+    store
+        .record(&obs(MessageKind::ResubmissionRequest, "m2", 3))
+        .unwrap();
+    let after = history_rows(&path);
+    assert_eq!(after[..before.len()], before[..]);
+    assert_eq!(
+        after[before.len()],
+        (
+            13,
+            2,
+            Some("m2".to_owned()),
+            "ResubmissionRequest".to_owned()
+        )
+    );
+    drop(store);
+
+    let store = SqliteResolverStore::open(&path).unwrap();
+    assert_eq!(history_rows(&path), after);
+    assert_eq!(store.event("e1").unwrap()[0].history.len(), 3);
+}
+
+/// The session is written apart from the status (so a status write leaves
+/// the session index alone), with the rule it always had: a message with
+/// a session sets it, one without keeps the row's.
+#[test]
+fn a_message_with_another_session_moves_the_event_and_one_without_keeps_it() {
+    let (_dir, store) = open();
+    let in_session = |session: &str| {
+        store
+            .events(&EventFilter {
+                session_id: Some(session.to_owned()),
+                ..EventFilter::default()
+            })
+            .unwrap()
+            .iter()
+            .map(|e| e.event_id.clone())
+            .collect::<Vec<_>>()
+    };
+    store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    let mut without = obs(MessageKind::ErrorResponse, "r1", 2);
+    without.session_id = None;
+    store.record(&without).unwrap();
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!(record.session_id.as_deref(), Some("order-1"));
+    assert_eq!(record.status, Status::Failed);
+    assert_eq!(in_session("order-1"), ["e1"]);
+
+    let mut moved = obs(MessageKind::ResubmissionRequest, "m2", 3);
+    moved.session_id = Some("order-2".to_owned());
+    store.record(&moved).unwrap();
+    let record = &store.event("e1").unwrap()[0].record;
+    assert_eq!(record.session_id.as_deref(), Some("order-2"));
+    assert_eq!(record.status, Status::Pending);
+    assert_eq!(in_session("order-2"), ["e1"]);
+    assert!(in_session("order-1").is_empty());
 }
