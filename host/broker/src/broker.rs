@@ -216,6 +216,7 @@ impl Original {
     /// The message for one more use: a clone while others follow, the
     /// original for the last one.
     fn take(&mut self) -> Message {
+        debug_assert!(self.message.is_some(), "the original was taken already");
         self.uses_left = self.uses_left.saturating_sub(1);
         if self.uses_left == 0 {
             self.message.take().unwrap_or_default()

@@ -530,7 +530,8 @@ fn history_rows(path: &std::path::Path) -> Vec<(i64, i64, Option<String>, String
 
 /// A store of the build before this one: the current `events`, and a
 /// history keyed by the event's `id` but declared `AUTOINCREMENT`, whose
-/// numbers have gaps (as rows of failed transactions leave them).
+/// numbers have gaps, which the rebuild must keep as they are (numbers an
+/// operator may already have seen).
 fn autoincrement_layout(path: &std::path::Path) {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.execute_batch(

@@ -157,9 +157,17 @@ fn bench_dispatch() {
     let default_sandbox = sandbox_with(defaults.keep_resident_bytes, defaults.pagemap_scan);
     let decision = load(&default_sandbox, "order-decision");
     // cargo's own build of the same guest, before the slimming post-step.
-    let full_decision = guest_from(&guests_dir().join("full"), "order-decision");
-    let naive_pooled = naive::Naive::new(&full_decision, true);
-    let naive_on_demand = naive::Naive::new(&full_decision, false);
+    // Absent when the guests were built by plain cargo rather than the script.
+    let full_decision = std::fs::read(guests_dir().join("full/order_decision.wasm")).ok();
+    if full_decision.is_none() {
+        eprintln!("no full/order_decision.wasm beside the guests: naive rows skipped");
+    }
+    let naive_pooled = full_decision
+        .as_deref()
+        .map(|bytes| naive::Naive::new(bytes, true));
+    let naive_on_demand = full_decision
+        .as_deref()
+        .map(|bytes| naive::Naive::new(bytes, false));
     let orders = load(&default_sandbox, "orders");
     let noop = load(&default_sandbox, "noop");
     // The same component with other resident-memory settings, to show where
@@ -190,18 +198,21 @@ fn bench_dispatch() {
     let compared: Vec<(String, _)> = compare_dir
         .iter()
         .flat_map(|dir| {
-            ["order-decision", "orders", "noop"].map(|name| {
-                let version = default_sandbox
-                    .load_bytes(
-                        name,
-                        &guest_from(dir, name),
-                        Limits::default(),
-                        BTreeMap::new(),
-                    )
-                    .unwrap();
-                let build = dir.file_name().unwrap_or(dir.as_os_str()).to_string_lossy();
-                (format!("{name} from compare dir {build}"), version)
-            })
+            ["order-decision", "orders", "noop"]
+                .into_iter()
+                .filter_map(|name| {
+                    // A build from before a guest existed lacks it: skip it.
+                    let path = dir.join(format!("{}.wasm", name.replace('-', "_")));
+                    let Ok(bytes) = std::fs::read(&path) else {
+                        eprintln!("{}: absent, not compared", path.display());
+                        return None;
+                    };
+                    let version = default_sandbox
+                        .load_bytes(name, &bytes, Limits::default(), BTreeMap::new())
+                        .unwrap();
+                    let build = dir.file_name().unwrap_or(dir.as_os_str()).to_string_lossy();
+                    Some((format!("{name} from compare dir {build}"), version))
+                })
         })
         .collect();
     let event = order_event();
@@ -215,8 +226,9 @@ fn bench_dispatch() {
         Ok(Outcome::Completed)
     );
     assert_eq!(native_decision(ORDER), Decision::Completed);
-    assert!(naive_pooled.invoke("OrderPlaced", ORDER));
-    assert!(naive_on_demand.invoke("OrderPlaced", ORDER));
+    for naive in naive_pooled.iter().chain(&naive_on_demand) {
+        assert!(naive.invoke("OrderPlaced", ORDER));
+    }
     assert_eq!(orders.invoke(event.clone()).result, Ok(Outcome::Completed));
     assert_eq!(
         noop.invoke(noop_event.clone()).result,
@@ -238,12 +250,16 @@ fn bench_dispatch() {
         wasm.measure(|| {
             black_box(decision.invoke(black_box(event.clone())));
         });
-        naive_pooled_samples.measure(|| {
-            black_box(naive_pooled.invoke("OrderPlaced", black_box(&event.payload)));
-        });
-        naive_on_demand_samples.measure(|| {
-            black_box(naive_on_demand.invoke("OrderPlaced", black_box(&event.payload)));
-        });
+        for (naive, samples) in [
+            (&naive_pooled, &mut naive_pooled_samples),
+            (&naive_on_demand, &mut naive_on_demand_samples),
+        ] {
+            if let Some(naive) = naive {
+                samples.measure(|| {
+                    black_box(naive.invoke("OrderPlaced", black_box(&event.payload)));
+                });
+            }
+        }
         wasm_orders.measure(|| {
             black_box(orders.invoke(black_box(event.clone())));
         });
@@ -294,14 +310,19 @@ fn bench_dispatch() {
         wasm_wall / native_wall,
         wasm_cpu / native_cpu
     );
-    let (pooled_wall, pooled_cpu) = naive_pooled_samples.medians();
-    let (on_demand_wall, on_demand_cpu) = naive_on_demand_samples.medians();
-    println!(
-        "  wasm   the same, naive set-up, pooled          {pooled_wall:8.2}  {pooled_cpu:8.2}   (DESIGN.md: 22 µs)"
-    );
-    println!(
-        "  wasm   the same, naive set-up, on-demand       {on_demand_wall:8.2}  {on_demand_cpu:8.2}   (DESIGN.md: 38.6 µs)"
-    );
+    // DESIGN.md's reference set-ups, on cargo's unslimmed build of the
+    // guest with all of WASI linked (benches/dispatch/naive.rs); DESIGN.md
+    // reported 22 µs pooled and 38.6 µs on-demand for its own guest.
+    if naive_pooled.is_some() {
+        let (pooled_wall, pooled_cpu) = naive_pooled_samples.medians();
+        let (on_demand_wall, on_demand_cpu) = naive_on_demand_samples.medians();
+        println!(
+            "  wasm   naive reference set-up, pooled         {pooled_wall:8.2}  {pooled_cpu:8.2}   (unslimmed, full WASI)"
+        );
+        println!(
+            "  wasm   naive reference set-up, on-demand      {on_demand_wall:8.2}  {on_demand_cpu:8.2}   (unslimmed, full WASI)"
+        );
+    }
     println!(
         "  wasm   orders example (+ config get, log line) {orders_wall:8.2}  {orders_cpu:8.2}"
     );

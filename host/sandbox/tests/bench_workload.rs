@@ -1,8 +1,8 @@
 //! The dispatch benchmark's wasm workload, `tests/guests/order-decision`,
 //! really does the deserialize-and-decide work it is measured for: through
 //! the real sandbox it reaches `examples/orders`' decision on every kind of
-//! payload, and it makes no host call (no log line, unlike `orders`). A
-//! guest that skipped the work would complete all of these and fail here.
+//! payload, and it writes no log line (unlike `orders`). A guest that skipped
+//! the work would complete all of these and fail here.
 
 mod support;
 
@@ -63,7 +63,7 @@ fn order_decision_decides_every_payload_as_the_orders_example_does() {
             expected,
             "orders on {payload}"
         );
-        assert!(ran.logs.is_empty(), "no host call expected: {:?}", ran.logs);
+        assert!(ran.logs.is_empty(), "no log line expected: {:?}", ran.logs);
     }
     let rejected = benched.invoke(event(
         "OrderPlaced",
