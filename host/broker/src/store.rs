@@ -1004,19 +1004,16 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        // Queued back to back, these usually share a batch (the insert and
-        // delete of 1 then cancel out); either way the outcome is the same.
-        let acks = vec![
-            store.submit(vec![StoreOp::InsertEntry(Box::new(row(1)))]),
-            store.submit(vec![StoreOp::InsertEntry(Box::new(row(2)))]),
-            store.submit(vec![StoreOp::DeleteEntry { id: 1 }]),
-            store.submit(vec![StoreOp::InsertEntry(Box::new(row(3)))]),
-        ];
-        runtime.block_on(async {
-            for ack in acks {
-                ack.committed().await.unwrap();
-            }
-        });
+        // One request, so one batch: the insert and delete of 1 cancel out
+        // (neither touches the table) and must leave 2 and 3 alone. As
+        // separate requests they would share a batch only usually.
+        let ack = store.submit(vec![
+            StoreOp::InsertEntry(Box::new(row(1))),
+            StoreOp::InsertEntry(Box::new(row(2))),
+            StoreOp::DeleteEntry { id: 1 },
+            StoreOp::InsertEntry(Box::new(row(3))),
+        ]);
+        runtime.block_on(async { ack.committed().await.unwrap() });
         store.shutdown();
         assert_eq!(ids(dir.path()), vec![2, 3]);
     }
