@@ -48,41 +48,37 @@ async fn topology(broker: &Broker) {
             .expect("topic");
     }
     let sub = |t: &str, s: &str| SubscriptionPath::new(t, s);
-    broker
-        .create_subscription_with_rules(
-            &sub("t", "plain"),
+    let subscriptions = [
+        (
+            "plain",
             SubscriptionSettings::default(),
             vec![RuleDescription::new("all", "1=1")],
-        )
-        .await
-        .expect("plain");
-    broker
-        .create_subscription_with_rules(
-            &sub("t", "both"),
+        ),
+        (
+            "both",
             SubscriptionSettings::default(),
             vec![
                 RuleDescription::new("a-all", "1=1"),
                 RuleDescription::new("b-tagged", "1=1").with_action("SET Copy = 'yes'"),
             ],
-        )
-        .await
-        .expect("both");
-    broker
-        .create_subscription_with_rules(
-            &sub("t", "broken"),
+        ),
+        (
+            "broken",
             SubscriptionSettings::default(),
             vec![RuleDescription::new("div", "Amount / 0 = 1")],
-        )
-        .await
-        .expect("broken");
-    broker
-        .create_subscription_with_rules(
-            &sub("t", "fwd"),
+        ),
+        (
+            "fwd",
             SubscriptionSettings::default().with_forward_to(Some("u".into())),
             vec![RuleDescription::new("all", "1=1")],
-        )
-        .await
-        .expect("fwd");
+        ),
+    ];
+    for (name, settings, rules) in subscriptions {
+        broker
+            .create_subscription_with_rules(&sub("t", name), settings, rules)
+            .await
+            .expect(name);
+    }
     broker
         .create_subscription(&sub("u", "us"), SubscriptionSettings::default())
         .await
