@@ -85,6 +85,15 @@ async fn topology(broker: &Broker) {
         .expect("us");
 }
 
+/// A broker in a fresh temp dir, with [`topology`] made.
+async fn routed() -> (tempfile::TempDir, ManualClock, Broker) {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock).await;
+    topology(&broker).await;
+    (dir, clock, broker)
+}
+
 async fn drain(broker: &Broker, topic: &str, sub: &str, queue: SubQueue) -> Vec<ReceivedMessage> {
     drain_within(broker, topic, sub, queue, ARRIVES).await
 }
@@ -155,10 +164,7 @@ async fn assert_every_placement_whole(broker: &Broker) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_placement_of_a_fanned_out_message_gets_all_of_it() {
-    let dir = tempfile::tempdir().expect("dir");
-    let clock = ManualClock::at_fixed_start();
-    let broker = open(dir.path(), &clock).await;
-    topology(&broker).await;
+    let (_dir, _clock, broker) = routed().await;
     broker
         .publish("t", vec![published()])
         .await
@@ -168,10 +174,7 @@ async fn every_placement_of_a_fanned_out_message_gets_all_of_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_placement_of_a_fanned_out_message_survives_a_restart_whole() {
-    let dir = tempfile::tempdir().expect("dir");
-    let clock = ManualClock::at_fixed_start();
-    let broker = open(dir.path(), &clock).await;
-    topology(&broker).await;
+    let (dir, clock, broker) = routed().await;
     broker
         .publish("t", vec![published()])
         .await
@@ -183,10 +186,7 @@ async fn every_placement_of_a_fanned_out_message_survives_a_restart_whole() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settlement_publishes_its_messages_whole_and_in_order() {
-    let dir = tempfile::tempdir().expect("dir");
-    let clock = ManualClock::at_fixed_start();
-    let broker = open(dir.path(), &clock).await;
-    topology(&broker).await;
+    let (_dir, _clock, broker) = routed().await;
     broker
         .publish("u", vec![Message::new(b"trigger".to_vec())])
         .await

@@ -103,6 +103,19 @@ fn order_event() -> Event {
     }
 }
 
+/// The event a guest of the diagnostics claims: `Noop` for `noop`, else the
+/// order.
+fn event_for(guest: &str) -> Event {
+    if guest == "noop" {
+        Event {
+            event_type: "Noop".into(),
+            ..order_event()
+        }
+    } else {
+        order_event()
+    }
+}
+
 fn median(mut samples: Vec<f64>) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
@@ -426,14 +439,7 @@ fn profile(spec: &str) {
     // What the instantiation has to link, per event.
     eprintln!("{name} imports: {:?}", version.imports());
     eprintln!("{name} exports: {:?}", version.exports());
-    let event = if name == "noop" {
-        Event {
-            event_type: "Noop".into(),
-            ..order_event()
-        }
-    } else {
-        order_event()
-    };
+    let event = event_for(name);
     assert_eq!(version.invoke(event.clone()).result, Ok(Outcome::Completed));
     for _ in 0..events {
         black_box(version.invoke(black_box(event.clone())));
@@ -456,14 +462,7 @@ fn pages(name: &str) {
     let version = sandbox
         .load_bytes(name, &guest(name), Limits::default(), BTreeMap::new())
         .unwrap();
-    let event = if name == "noop" {
-        Event {
-            event_type: "Noop".into(),
-            ..order_event()
-        }
-    } else {
-        order_event()
-    };
+    let event = event_for(name);
     for _ in 0..3 {
         assert_eq!(version.invoke(event.clone()).result, Ok(Outcome::Completed));
     }
