@@ -207,7 +207,7 @@ impl Transport for Broker {
                 );
                 return Ok(session);
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            if !crate::wait::notified_before(deadline, notified).await {
                 return Err(match selector {
                     SessionSelector::NextAvailable => {
                         AcceptSessionError::NoSessionAvailable { entity }

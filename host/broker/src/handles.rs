@@ -108,7 +108,7 @@ impl SessionLock for BrokerSession {
                 Some(Some(message)) => return Ok(Some(message)),
                 Some(None) => {}
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            if !crate::wait::notified_before(deadline, notified).await {
                 return Ok(None);
             }
         }
@@ -291,7 +291,7 @@ impl Receiver for BrokerReceiver {
                 }
                 Some(None) => {}
             }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            if !crate::wait::notified_before(deadline, notified).await {
                 return Ok(None);
             }
         }

@@ -32,6 +32,7 @@ mod rules;
 mod state;
 mod store;
 mod timers;
+mod wait;
 
 pub use api::Broker;
 pub use broker::{

@@ -24,6 +24,9 @@ use tokio_util::sync::CancellationToken;
 
 const E: &str = "billing";
 
+/// How long the `"slow"` action runs.
+const SLOW_HANDLER: Duration = Duration::from_millis(1500);
+
 /// A native handler whose behaviour each test scripts per event payload.
 #[derive(Default)]
 struct Scripted {
@@ -58,6 +61,10 @@ impl Handlers for Scripted {
                 expected_by: Some(Duration::from_secs(60)),
             },
             "unknown-type" => return None,
+            "slow" => {
+                std::thread::sleep(SLOW_HANDLER);
+                HandlerResult::Completed
+            }
             _ => HandlerResult::Completed,
         };
         Some(HandlerReport {
@@ -76,13 +83,16 @@ struct Harness {
     shutdown: CancellationToken,
 }
 
-async fn provision(broker: &Broker, max_delivery_count: u32) {
+async fn provision(broker: &Broker, max_delivery_count: u32, lock_duration: Option<Duration>) {
     broker
         .create_topic(E, TopicSettings::default())
         .await
         .unwrap();
     let sub = |name: &str| SubscriptionPath::new(E, name);
-    let session = SubscriptionSettings::sessions().with_max_delivery_count(max_delivery_count);
+    let mut session = SubscriptionSettings::sessions().with_max_delivery_count(max_delivery_count);
+    if let Some(lock) = lock_duration {
+        session = session.with_lock_duration(lock);
+    }
     broker
         .create_subscription(&sub(E), session.clone())
         .await
@@ -165,19 +175,40 @@ async fn start_with_inbox(
     start_with(retry, max_delivery_count, inbox_retention, |_| {}).await
 }
 
+/// What a test may change beyond the policies: the session processor's
+/// settings and the endpoint's lock timing.
+struct Tuning {
+    processor: ProcessorSettings,
+    /// The endpoint subscription's lock duration; the broker's default when
+    /// `None`.
+    lock_duration: Option<Duration>,
+    renew_every: Duration,
+}
+
 async fn start_with(
     retry: RetryPolicies,
     max_delivery_count: u32,
     inbox_retention: Option<Duration>,
-    tune: impl FnOnce(&mut ProcessorSettings),
+    tune: impl FnOnce(&mut Tuning),
 ) -> Harness {
+    let mut tuning = Tuning {
+        processor: ProcessorSettings {
+            max_concurrent_sessions: 8,
+            session_idle_timeout: Duration::from_millis(200),
+            session_max_hold: Duration::from_secs(5),
+            accept_timeout: Duration::from_millis(500),
+        },
+        lock_duration: None,
+        renew_every: Duration::from_secs(5),
+    };
+    tune(&mut tuning);
     let dir = tempfile::tempdir().unwrap();
     let broker = Arc::new(
         Broker::open(BrokerOptions::new(dir.path()).durability(Durability::Os))
             .await
             .unwrap(),
     );
-    provision(&broker, max_delivery_count).await;
+    provision(&broker, max_delivery_count, tuning.lock_duration).await;
     let handler = Arc::new(Scripted::default());
     let endpoint = Arc::new(Endpoint {
         name: E.to_owned(),
@@ -191,22 +222,15 @@ async fn start_with(
             },
         )),
         max_delivery_count,
-        renew_every: Duration::from_secs(5),
+        renew_every: tuning.renew_every,
         sdk_version: "test".into(),
         inbox_retention,
     });
     let shutdown = CancellationToken::new();
-    let mut settings = ProcessorSettings {
-        max_concurrent_sessions: 8,
-        session_idle_timeout: Duration::from_millis(200),
-        session_max_hold: Duration::from_secs(5),
-        accept_timeout: Duration::from_millis(500),
-    };
-    tune(&mut settings);
     tokio::spawn(run_endpoint(
         broker.clone(),
         endpoint,
-        settings,
+        tuning.processor,
         shutdown.clone(),
     ));
     tokio::spawn(run_replayer(broker.clone(), E.to_owned(), shutdown.clone()));
@@ -318,9 +342,9 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 /// One session slot; session `a` has ten events waiting and `b` one,
 /// published between `a`'s fifth and sixth: (handler order).
 async fn one_slot_two_sessions(max_hold: Duration) -> Vec<String> {
-    let h = start_with(RetryPolicies::default(), 10, None, |settings| {
-        settings.max_concurrent_sessions = 1;
-        settings.session_max_hold = max_hold;
+    let h = start_with(RetryPolicies::default(), 10, None, |tuning| {
+        tuning.processor.max_concurrent_sessions = 1;
+        tuning.processor.session_max_hold = max_hold;
     })
     .await;
     let mut messages: Vec<Message> = (1..=5)
@@ -357,6 +381,25 @@ async fn a_busy_session_is_released_after_its_hold_so_waiting_sessions_get_a_tur
         one_slot_two_sessions(Duration::from_secs(3600)).await,
         starved
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_outlives_the_lock_keeps_its_session_by_renewal() {
+    // The lock would lapse three times over while the handler runs; only
+    // the renewals while it runs keep the session and the message.
+    let h = start_with(RetryPolicies::default(), 10, None, |tuning| {
+        tuning.lock_duration = Some(Duration::from_millis(500));
+        tuning.renew_every = Duration::from_millis(150);
+    })
+    .await;
+    h.publish(event("s1", "e1", "A", "slow")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("ResolutionResponse", "e1"), ("ResolutionResponse", "e2")])
+    );
+    assert_eq!(h.seen(), ["A", "B"], "each handler ran once, in order");
+    h.shutdown.cancel();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
