@@ -284,3 +284,34 @@ async fn a_failed_commit_is_a_transient_error_and_poisons_the_broker_until_reope
     }
     assert_eq!(bodies, vec![b"kept".to_vec()], "only what was acknowledged");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_messages_reach_the_database_file_while_the_broker_runs() {
+    // Fewer pages than SQLite's own automatic checkpoint would wait for:
+    // only the background checkpointer moves them out of the WAL.
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    let _path = with_sub(&broker, SubscriptionSettings::default()).await;
+    let database = dir.path().join("broker.sqlite3");
+    let before = std::fs::metadata(&database).expect("database").len();
+    for _ in 0..100 {
+        broker
+            .publish("t", vec![Message::new(vec![7u8; 4096])])
+            .await
+            .expect("publish");
+    }
+    let deadline = std::time::Instant::now() + ARRIVES;
+    loop {
+        let len = std::fs::metadata(&database).expect("database").len();
+        if len >= before + 100 * 4096 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file is still {len} bytes ({before} before 400 KiB were committed)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(broker);
+}

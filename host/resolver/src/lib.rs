@@ -21,7 +21,6 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 
-mod checkpointer;
 mod consumer;
 mod decode;
 mod guard;

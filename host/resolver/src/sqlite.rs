@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, OptionalExtension, Row as SqlRow, params};
 
-use crate::checkpointer::{BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer};
 use crate::guard::{self, Row, Verdict};
 use crate::observation::Observation;
 use crate::status::{MessageKind, Status};
@@ -14,6 +13,7 @@ use crate::store::{
     EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded, ResolverStore,
     StoreError,
 };
+use nimbus_checkpointer::{BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError};
 
 /// The columns of `events` after its key, in the order the table declares
 /// them (an older store is copied into a new table column by column).
@@ -161,7 +161,17 @@ impl SqliteResolverStore {
             .lock()
             .pragma_update(None, "wal_autocheckpoint", BACKSTOP_AUTOCHECKPOINT_PAGES)
             .map_err(db("setting wal_autocheckpoint"))?;
-        store._checkpointer = Some(Checkpointer::start(path)?);
+        store._checkpointer = Some(
+            Checkpointer::start(path, "nimbus-resolver-ckpt", "resolver store").map_err(
+                |e| match e {
+                    StartError::Open(source) => StoreError::Database {
+                        context: "opening the checkpoint connection",
+                        source,
+                    },
+                    StartError::Thread(e) => StoreError::Panicked(e.to_string()),
+                },
+            )?,
+        );
         Ok(store)
     }
 
