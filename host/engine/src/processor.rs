@@ -3,8 +3,19 @@
 //!
 //! Exclusivity comes from the broker's session lock, never from an
 //! in-process mutex, so several hosts can share one namespace.
+//!
+//! Slots are handed over, not only timed out: while every slot is held, the
+//! processor keeps one accept open, and when it finds a session with a
+//! message waiting, a held session with nothing in hand gives up its slot at
+//! once instead of idling out [`ProcessorSettings::session_idle_timeout`].
+//! Without that, more active sessions than slots with sparse traffic each
+//! (the usual shape: many orders, a few events apiece) starved: a held
+//! session's next event kept arriving within the idle timeout, so the
+//! others waited for [`ProcessorSettings::session_max_hold`] (decision
+//! 0104).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nimbus_transport::{
@@ -12,7 +23,7 @@ use nimbus_transport::{
     Transport,
 };
 use nimbus_wire::SessionState;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, warn};
@@ -24,7 +35,8 @@ use crate::delivery::{Delivery, Endpoint};
 pub struct ProcessorSettings {
     /// At most this many sessions are held at once.
     pub max_concurrent_sessions: usize,
-    /// A held session with no message for this long is released.
+    /// A held session with no message for this long is released; at once
+    /// when another session is waiting for its slot.
     pub session_idle_timeout: Duration,
     /// A session that has been held this long is released after the
     /// message in hand, even while it still has messages, and the next
@@ -48,6 +60,38 @@ impl Default for ProcessorSettings {
     }
 }
 
+/// A request for one slot, from a session with waiting messages that every
+/// held slot keeps out. One held session claims it and, if it has nothing
+/// in hand, hands its slot over.
+#[derive(Default)]
+struct Waiting {
+    now: AtomicBool,
+    /// Pinged when a request is made.
+    began: Notify,
+}
+
+impl Waiting {
+    /// Asks the held sessions for a slot (again, when a claimer turned out
+    /// to be busy). Wakes one holder at a time, so a request passed on
+    /// among busy holders costs one wake per pass, not one per holder.
+    fn begin(&self) {
+        self.now.store(true, Ordering::SeqCst);
+        self.began.notify_one();
+    }
+
+    /// The slot came (handed over or freed otherwise).
+    fn end(&self) {
+        self.now.store(false, Ordering::SeqCst);
+    }
+
+    /// Takes the request, if there is one: only one session answers it.
+    fn claim(&self) -> bool {
+        self.now
+            .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+}
+
 /// Runs the session processor of `endpoint` until `shutdown` is cancelled,
 /// then lets the sessions in hand finish the message they are on (each
 /// delivery settles in full) and returns. Messages not started stay on the
@@ -60,26 +104,50 @@ pub async fn run_endpoint<T: Transport>(
 ) {
     let path = SubscriptionPath::new(endpoint.name.clone(), endpoint.name.clone());
     let slots = Arc::new(Semaphore::new(settings.max_concurrent_sessions.max(1)));
+    let waiting = Arc::new(Waiting::default());
     let sessions = TaskTracker::new();
     loop {
-        let permit = tokio::select! {
+        // A free slot, or (every slot held) an accept that looks for a
+        // session to take the next slot that is handed over.
+        let free = Arc::clone(&slots).try_acquire_owned().ok();
+        let accepted = tokio::select! {
+            // A slot that comes free wins over the standby accept: it is
+            // filled by a plain accept, with nobody asked to hand over.
+            biased;
             () = shutdown.cancelled() => break,
-            permit = Arc::clone(&slots).acquire_owned() => match permit {
-                Ok(permit) => permit,
+            permit = Arc::clone(&slots).acquire_owned(), if free.is_none() => match permit {
+                Ok(_) => continue,
                 Err(_) => break,
             },
-        };
-        let accepted = tokio::select! {
-            () = shutdown.cancelled() => break,
             accepted = transport.accept_session(&path, SessionSelector::NextAvailable, settings.accept_timeout) => accepted,
         };
         match accepted {
             Ok(lock) => {
+                let Some(permit) = free else {
+                    // Every slot is held and a session has a message
+                    // waiting. Let it go again: the slot that comes free
+                    // goes to whichever session's message waited longest,
+                    // as any accept does. Then ask a holder with nothing in
+                    // hand to hand its slot over.
+                    lock.close().await;
+                    if Arc::clone(&slots).try_acquire_owned().is_ok() {
+                        continue;
+                    }
+                    waiting.begin();
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        permit = Arc::clone(&slots).acquire_owned() => if permit.is_err() { break },
+                    }
+                    waiting.end();
+                    continue;
+                };
                 let endpoint = Arc::clone(&endpoint);
                 let shutdown = shutdown.clone();
                 let transport = Arc::clone(&transport);
+                let waiting = Arc::clone(&waiting);
                 sessions.spawn(async move {
-                    process_session(&*transport, &endpoint, lock, settings, &shutdown).await;
+                    process_session(&*transport, &endpoint, lock, settings, &waiting, &shutdown)
+                        .await;
                     drop(permit);
                 });
             }
@@ -109,6 +177,7 @@ async fn process_session<T: Transport>(
     endpoint: &Endpoint,
     lock: T::Session,
     settings: ProcessorSettings,
+    waiting: &Waiting,
     shutdown: &CancellationToken,
 ) {
     let held_since = tokio::time::Instant::now();
@@ -128,10 +197,26 @@ async fn process_session<T: Transport>(
         }
     };
     while !shutdown.is_cancelled() {
+        let began = waiting.began.notified();
+        let mut began = std::pin::pin!(began);
+        began.as_mut().enable();
+        // Another session waits for a slot: take only what is here already,
+        // and hand the slot over if that is nothing.
+        let claimed = waiting.claim();
+        let wait = if claimed {
+            Duration::ZERO
+        } else {
+            settings.session_idle_timeout
+        };
         let received = tokio::select! {
             () = shutdown.cancelled() => break,
-            received = lock.receive(settings.session_idle_timeout) => received,
+            received = lock.receive(wait) => received,
+            () = began, if !claimed => continue,
         };
+        if claimed && matches!(received, Ok(Some(_))) {
+            // Busy after all: pass the request on to another holder.
+            waiting.begin();
+        }
         match received {
             Ok(Some(message)) => {
                 let mut delivery = Delivery {
@@ -153,7 +238,12 @@ async fn process_session<T: Transport>(
                     break;
                 }
             }
-            Ok(None) => break,
+            Ok(None) => {
+                if claimed {
+                    debug!(endpoint = %endpoint.name, session = %session_id, "nothing in hand; handing the slot to a waiting session");
+                }
+                break;
+            }
             Err(ReceiveError::SessionLockLost { .. }) => {
                 debug!(endpoint = %endpoint.name, session = %session_id, "session lock lost while idle");
                 break;

@@ -384,6 +384,27 @@ async fn a_busy_session_is_released_after_its_hold_so_waiting_sessions_get_a_tur
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_hands_its_slot_to_a_session_with_a_waiting_message() {
+    // One slot, and idle and hold times far beyond the test's waits: only
+    // the hand-over lets `b` in while `a` is held.
+    let h = start_with(RetryPolicies::default(), 10, None, |tuning| {
+        tuning.processor.max_concurrent_sessions = 1;
+        tuning.processor.session_idle_timeout = Duration::from_secs(600);
+        tuning.processor.session_max_hold = Duration::from_secs(600);
+    })
+    .await;
+    h.publish(event("a", "a1", "a1", "complete")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "a1")]));
+    h.publish(event("b", "b1", "b1", "complete")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "b1")]));
+    // And back: `a` gets the slot from the now idle `b`.
+    h.publish(event("a", "a2", "a2", "complete")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "a2")]));
+    assert_eq!(h.seen(), ["a1", "b1", "a2"]);
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_that_outlives_the_lock_keeps_its_session_by_renewal() {
     // The lock would lapse three times over while the handler runs; only
     // the renewals while it runs keep the session and the message.
