@@ -72,11 +72,12 @@ struct Waiting {
 
 impl Waiting {
     /// Asks the held sessions for a slot (again, when a claimer turned out
-    /// to be busy). Wakes one holder at a time, so a request passed on
-    /// among busy holders costs one wake per pass, not one per holder.
+    /// to be busy). Wakes the holders waiting idle, the ones that can hand
+    /// over; a busy holder checks for a request each time it turns to its
+    /// next message.
     fn begin(&self) {
         self.now.store(true, Ordering::SeqCst);
-        self.began.notify_one();
+        self.began.notify_waiters();
     }
 
     /// The slot came (handed over or freed otherwise).
