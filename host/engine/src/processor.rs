@@ -15,15 +15,14 @@
 //! 0104).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nimbus_transport::{
-    AcceptSessionError, ErrorKind, ReceiveError, SessionLock, SessionSelector, SubscriptionPath,
-    Transport,
+    AcceptSessionError, ErrorKind, ReceiveError, SessionLock, SessionSelector, SlotRequests,
+    SubscriptionPath, Transport,
 };
 use nimbus_wire::SessionState;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, warn};
@@ -60,39 +59,6 @@ impl Default for ProcessorSettings {
     }
 }
 
-/// A request for one slot, from a session with waiting messages that every
-/// held slot keeps out. One held session claims it and, if it has nothing
-/// in hand, hands its slot over.
-#[derive(Default)]
-struct Waiting {
-    now: AtomicBool,
-    /// Pinged when a request is made.
-    began: Notify,
-}
-
-impl Waiting {
-    /// Asks the held sessions for a slot (again, when a claimer turned out
-    /// to be busy). Wakes the holders waiting idle, the ones that can hand
-    /// over; a busy holder checks for a request each time it turns to its
-    /// next message.
-    fn begin(&self) {
-        self.now.store(true, Ordering::SeqCst);
-        self.began.notify_waiters();
-    }
-
-    /// The slot came (handed over or freed otherwise).
-    fn end(&self) {
-        self.now.store(false, Ordering::SeqCst);
-    }
-
-    /// Takes the request, if there is one: only one session answers it.
-    fn claim(&self) -> bool {
-        self.now
-            .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-    }
-}
-
 /// Runs the session processor of `endpoint` until `shutdown` is cancelled,
 /// then lets the sessions in hand finish the message they are on (each
 /// delivery settles in full) and returns. Messages not started stay on the
@@ -105,7 +71,7 @@ pub async fn run_endpoint<T: Transport>(
 ) {
     let path = SubscriptionPath::new(endpoint.name.clone(), endpoint.name.clone());
     let slots = Arc::new(Semaphore::new(settings.max_concurrent_sessions.max(1)));
-    let waiting = Arc::new(Waiting::default());
+    let waiting = Arc::new(SlotRequests::default());
     let sessions = TaskTracker::new();
     loop {
         // A free slot, or (every slot held) an accept that looks for a
@@ -134,12 +100,12 @@ pub async fn run_endpoint<T: Transport>(
                     if Arc::clone(&slots).try_acquire_owned().is_ok() {
                         continue;
                     }
-                    waiting.begin();
+                    waiting.post();
                     tokio::select! {
                         () = shutdown.cancelled() => break,
                         permit = Arc::clone(&slots).acquire_owned() => if permit.is_err() { break },
                     }
-                    waiting.end();
+                    waiting.withdraw();
                     continue;
                 };
                 let endpoint = Arc::clone(&endpoint);
@@ -178,7 +144,7 @@ async fn process_session<T: Transport>(
     endpoint: &Endpoint,
     lock: T::Session,
     settings: ProcessorSettings,
-    waiting: &Waiting,
+    waiting: &SlotRequests,
     shutdown: &CancellationToken,
 ) {
     let held_since = tokio::time::Instant::now();
@@ -198,7 +164,7 @@ async fn process_session<T: Transport>(
         }
     };
     while !shutdown.is_cancelled() {
-        let began = waiting.began.notified();
+        let began = waiting.posted();
         let mut began = std::pin::pin!(began);
         began.as_mut().enable();
         // Another session waits for a slot: take only what is here already,
@@ -216,7 +182,7 @@ async fn process_session<T: Transport>(
         };
         if claimed && matches!(received, Ok(Some(_))) {
             // Busy after all: pass the request on to another holder.
-            waiting.begin();
+            waiting.post();
         }
         match received {
             Ok(Some(message)) => {

@@ -577,6 +577,30 @@ async fn heartbeat_answers_are_noted_per_endpoint_and_probe_copies_are_not_event
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_holding_an_idle_session_lets_it_go_for_a_session_with_a_message() {
+    // One worker, and idle and hold times far beyond the test's patience:
+    // only the hand-over lets `b`, then `a` again, in while the other is
+    // held idle.
+    let mut h = Harness::start_tuned(
+        &["billing"],
+        |store| store,
+        |settings| {
+            settings.max_concurrent_sessions = 1;
+            settings.session_idle_timeout = Duration::from_secs(600);
+            settings.session_max_hold = Duration::from_secs(600);
+        },
+    )
+    .await;
+    for (event, session) in [("e1", "a"), ("e2", "b"), ("e3", "a")] {
+        h.send("billing", &forwarded(event, session, &format!("m-{event}")))
+            .await;
+        let outcome = h.next().await.outcome;
+        assert_eq!(recorded(&outcome).1, event);
+    }
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_sessions_at_once_keep_each_sessions_order() {
     let mut h = Harness::start(&["billing", "shipping"]).await;
     const SESSIONS: usize = 40;

@@ -22,6 +22,7 @@ mod error;
 mod message;
 pub mod provision;
 mod settlement;
+mod slots;
 mod topology;
 mod transport;
 
@@ -34,6 +35,7 @@ pub use error::{
 };
 pub use message::{LockToken, Message, Properties, PropertyValue, ReceivedMessage};
 pub use settlement::{Disposition, InboxRecord, SettleReceipt, Settlement, SettlementParts};
+pub use slots::SlotRequests;
 pub use topology::{
     DEFAULT_LOCK_DURATION, DEFAULT_MAX_DELIVERY_COUNT, DEFAULT_RULE_FILTER, DEFAULT_RULE_NAME,
     RuleDescription, SubscriptionDescription, SubscriptionSettings, TopicDescription,
