@@ -1,14 +1,17 @@
 //! Behaviours specific to the embedded broker (beyond the shared
 //! conformance suite): restart of timers, durability levels, refusing data
-//! it cannot read, entity deletion under live handles.
+//! it cannot read, entity deletion under live handles, zero waits.
 
+use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use nimbus_broker::{Broker, BrokerOptions, Clock, Durability, ManualClock, OpenError};
 use nimbus_transport::{
-    Admin, ErrorKind, Message, Receiver, SessionLock, SessionSelector, SubQueue, SubscriptionPath,
-    SubscriptionSettings, TopicSettings, Transport,
+    AcceptSessionError, Admin, ErrorKind, Message, Receiver, SessionLock, SessionSelector,
+    SubQueue, SubscriptionPath, SubscriptionSettings, TopicSettings, Transport,
 };
 
 const fn assert_send_sync<T: Send + Sync>() {}
@@ -46,6 +49,14 @@ async fn with_sub(broker: &Broker, settings: SubscriptionSettings) -> Subscripti
 
 fn body(m: &nimbus_transport::ReceivedMessage) -> &[u8] {
     &m.message.body
+}
+
+/// Polls `future` once, with a waker that does nothing.
+fn first_poll<F: Future>(future: F) -> Poll<F::Output> {
+    let mut future = pin!(future);
+    future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,4 +325,68 @@ async fn committed_messages_reach_the_database_file_while_the_broker_runs() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(broker);
+}
+
+// A zero wait means "only what is already there": a receive or accept with
+// `Duration::ZERO` and nothing to hand out answers on its first poll,
+// without going through tokio's timer (which would hold it until the
+// timer's next millisecond tick; decision 0104).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_receive_with_zero_wait_answers_none_on_its_first_poll() {
+    let dir = tempfile::tempdir().expect("dir");
+    let broker = open(dir.path(), &ManualClock::at_fixed_start(), Durability::Os).await;
+    let path = with_sub(&broker, SubscriptionSettings::sessions()).await;
+    let mut message = Message::new(b"only".to_vec());
+    message.session_id = Some("k".into());
+    broker.publish("t", vec![message]).await.expect("publish");
+    let lock = broker
+        .accept_session(
+            &path,
+            SessionSelector::Named("k".into()),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("accept");
+
+    match first_poll(lock.receive(Duration::ZERO)) {
+        Poll::Ready(Ok(Some(m))) => assert_eq!(m.message.body, b"only"),
+        other => panic!("the queued message on the first poll, got {other:?}"),
+    }
+    match first_poll(lock.receive(Duration::ZERO)) {
+        Poll::Ready(Ok(None)) => {}
+        other => panic!("an empty session answers None at once, got {other:?}"),
+    }
+    // A wait that is not zero still waits.
+    assert!(first_poll(lock.receive(Duration::from_secs(10))).is_pending());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_receive_with_zero_wait_answers_none_on_its_first_poll() {
+    let dir = tempfile::tempdir().expect("dir");
+    let broker = open(dir.path(), &ManualClock::at_fixed_start(), Durability::Os).await;
+    let path = with_sub(&broker, SubscriptionSettings::default()).await;
+    let receiver = broker
+        .receiver(&path, SubQueue::Main)
+        .await
+        .expect("receiver");
+    match first_poll(receiver.receive(Duration::ZERO)) {
+        Poll::Ready(Ok(None)) => {}
+        other => panic!("an empty queue answers None at once, got {other:?}"),
+    }
+    assert!(first_poll(receiver.receive(Duration::from_secs(10))).is_pending());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepting_with_zero_wait_and_no_session_fails_on_its_first_poll() {
+    let dir = tempfile::tempdir().expect("dir");
+    let broker = open(dir.path(), &ManualClock::at_fixed_start(), Durability::Os).await;
+    let path = with_sub(&broker, SubscriptionSettings::sessions()).await;
+    match first_poll(broker.accept_session(&path, SessionSelector::NextAvailable, Duration::ZERO)) {
+        Poll::Ready(Err(AcceptSessionError::NoSessionAvailable { .. })) => {}
+        other => panic!(
+            "no session available at once, got {:?}",
+            other.map(|r| r.map(|s| s.session_id().to_owned()))
+        ),
+    }
 }

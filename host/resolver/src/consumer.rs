@@ -256,6 +256,20 @@ impl<T> Context<T> {
     }
 }
 
+impl<T: Transport> Context<T> {
+    /// Waits (up to the accept timeout) for the session whose oldest
+    /// message has waited longest.
+    async fn accept_next(&self) -> Result<T::Session, AcceptSessionError> {
+        self.transport
+            .accept_session(
+                &self.settings.subscription,
+                SessionSelector::NextAvailable,
+                self.settings.accept_timeout,
+            )
+            .await
+    }
+}
+
 /// While every worker holds a session, looks for a session with messages
 /// waiting; when it finds one, lets it go again and asks a worker with
 /// nothing in hand to release its session, so the next accept takes the
@@ -284,11 +298,7 @@ async fn scout<T: Transport>(
             () = stop.cancelled() => return Ok(()),
             // A worker let go meanwhile: its own accept takes over.
             () = changed => continue,
-            accepted = context.transport.accept_session(
-                &settings.subscription,
-                SessionSelector::NextAvailable,
-                settings.accept_timeout,
-            ) => accepted,
+            accepted = context.accept_next() => accepted,
         };
         match accepted {
             Ok(session) => {
@@ -325,11 +335,7 @@ async fn worker<T: Transport>(
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return Ok(()),
-            accepted = context.transport.accept_session(
-                &settings.subscription,
-                SessionSelector::NextAvailable,
-                settings.accept_timeout,
-            ) => accepted,
+            accepted = context.accept_next() => accepted,
         };
         match accepted {
             Ok(session) => {
