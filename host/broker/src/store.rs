@@ -332,18 +332,19 @@ impl Store {
 
     /// Stops the writer after it committed everything queued.
     pub(crate) fn shutdown(&self) {
-        self.tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        // Stopped first, so the writer's closing TRUNCATE checkpoint does
-        // not wait on a background round.
+        // Stopped (after its last round) before the writer is told to
+        // finish, so the writer's closing TRUNCATE checkpoint never waits
+        // on a background round.
         drop(
             self.checkpointer
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         let thread = self
             .thread
             .lock()

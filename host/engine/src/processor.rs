@@ -12,7 +12,7 @@
 //! (the usual shape: many orders, a few events apiece) starved: a held
 //! session's next event kept arriving within the idle timeout, so the
 //! others waited for [`ProcessorSettings::session_max_hold`] (decision
-//! 0104).
+//! 0105).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,26 +164,10 @@ async fn process_session<T: Transport>(
         }
     };
     while !shutdown.is_cancelled() {
-        let began = waiting.posted();
-        let mut began = std::pin::pin!(began);
-        began.as_mut().enable();
-        // Another session waits for a slot: take only what is here already,
-        // and hand the slot over if that is nothing.
-        let claimed = waiting.claim();
-        let wait = if claimed {
-            Duration::ZERO
-        } else {
-            settings.session_idle_timeout
-        };
         let received = tokio::select! {
             () = shutdown.cancelled() => break,
-            received = lock.receive(wait) => received,
-            () = began, if !claimed => continue,
+            received = waiting.next_or_hand_over(&lock, settings.session_idle_timeout) => received,
         };
-        if claimed && matches!(received, Ok(Some(_))) {
-            // Busy after all: pass the request on to another holder.
-            waiting.post();
-        }
         match received {
             Ok(Some(message)) => {
                 let mut delivery = Delivery {
@@ -206,9 +190,7 @@ async fn process_session<T: Transport>(
                 }
             }
             Ok(None) => {
-                if claimed {
-                    debug!(endpoint = %endpoint.name, session = %session_id, "nothing in hand; handing the slot to a waiting session");
-                }
+                debug!(endpoint = %endpoint.name, session = %session_id, "nothing in hand (idle, or another session waits); releasing the session");
                 break;
             }
             Err(ReceiveError::SessionLockLost { .. }) => {

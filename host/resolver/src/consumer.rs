@@ -434,28 +434,11 @@ async fn receive_batch<T: Transport>(
     stop: &CancellationToken,
 ) -> Option<Vec<ReceivedMessage>> {
     let most = context.settings.max_in_flight_per_session.max(1);
-    let next = loop {
-        let posted = context.requests.posted();
-        let mut posted = std::pin::pin!(posted);
-        posted.as_mut().enable();
-        // Another session waits for a worker: take only what is here
-        // already, and let the session go if that is nothing.
-        let claimed = context.requests.claim();
-        let wait = if claimed {
-            Duration::ZERO
-        } else {
-            context.settings.session_idle_timeout
-        };
-        let next = tokio::select! {
-            () = stop.cancelled() => return None,
-            next = session.receive(wait) => next,
-            () = posted, if !claimed => continue,
-        };
-        if claimed && matches!(next, Ok(Some(_))) {
-            // Busy after all: leave the request for another worker.
-            context.requests.post();
-        }
-        break next;
+    // `None` also when another session waits for a worker and this one
+    // has nothing in hand (decision 0105).
+    let next = tokio::select! {
+        () = stop.cancelled() => return None,
+        next = context.requests.next_or_hand_over(session, context.settings.session_idle_timeout) => next,
     };
     let first = match next {
         Ok(Some(message)) => message,

@@ -168,7 +168,7 @@ impl SqliteResolverStore {
                         context: "opening the checkpoint connection",
                         source,
                     },
-                    StartError::Thread(e) => StoreError::Panicked(e.to_string()),
+                    thread @ StartError::Thread(_) => StoreError::Panicked(thread.to_string()),
                 },
             )?,
         );

@@ -7,54 +7,93 @@
 //! session at a time, each held session's next event arrives before it idles
 //! out, and the other sessions wait for the whole hold.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::sync::futures::Notified;
+use tokio::time::Instant;
+
+use crate::{ReceiveError, ReceivedMessage, SessionLock};
+
+/// No request.
+const IDLE: u8 = 0;
+/// A request waits for a holder to claim it.
+const OPEN: u8 = 1;
+/// A holder took the request and is looking at its session.
+const CLAIMED: u8 = 2;
 
 /// An open request for one session slot, shared by the consumer that posts
-/// it and the holders that answer it.
-///
-/// A holder, each time it turns to its session's next message: registers
-/// for [`SlotRequests::posted`] (and enables it), then [`claims`]. If it
-/// claimed, it takes only what its session already has and lets the
-/// session go when that is nothing, or [`post`]s the request again when a
-/// message was there after all. If it did not claim, it waits for its next
-/// message or for a request, whichever comes first. Registering before
-/// claiming means no request falls between the two.
-///
-/// [`claims`]: SlotRequests::claim
-/// [`post`]: SlotRequests::post
+/// it and the holders that answer it through
+/// [`SlotRequests::next_or_hand_over`].
 #[derive(Debug, Default)]
 pub struct SlotRequests {
-    open: AtomicBool,
+    state: AtomicU8,
     posted: Notify,
 }
 
 impl SlotRequests {
-    /// Opens a request and wakes the holders waiting for a request (the
-    /// idle ones, which can answer it). A busy holder sees it when it turns
-    /// to its next message.
+    /// Opens a request and wakes the holders waiting for their next
+    /// message (the idle ones, which can answer it). A busy holder sees it
+    /// when it turns to its next message.
     pub fn post(&self) {
-        self.open.store(true, Ordering::SeqCst);
+        self.state.store(OPEN, Ordering::SeqCst);
         self.posted.notify_waiters();
     }
 
     /// Closes the request: a slot came free, handed over or otherwise.
     pub fn withdraw(&self) {
-        self.open.store(false, Ordering::SeqCst);
+        self.state.store(IDLE, Ordering::SeqCst);
     }
 
     /// Takes the open request, if there is one; only one holder gets it.
-    pub fn claim(&self) -> bool {
-        self.open
-            .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
+    fn claim(&self) -> bool {
+        self.state
+            .compare_exchange(OPEN, CLAIMED, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     }
 
-    /// Completes when a request is posted after this was enabled.
-    pub fn posted(&self) -> Notified<'_> {
-        self.posted.notified()
+    /// Gives a claimed request back to the other holders, unless it was
+    /// withdrawn meanwhile (a slot came free some other way).
+    fn unclaim(&self) {
+        if self
+            .state
+            .compare_exchange(CLAIMED, OPEN, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.posted.notify_waiters();
+        }
+    }
+
+    /// The next message of `session`, waiting up to `idle_timeout` for it;
+    /// `Ok(None)` when the holder should let the session go: it idled out,
+    /// or another session waits for a slot and this one has nothing in hand.
+    ///
+    /// Registering for the wake before claiming means no request falls
+    /// between the two. A wake does not restart the idle clock.
+    pub async fn next_or_hand_over<S: SessionLock>(
+        &self,
+        session: &S,
+        idle_timeout: Duration,
+    ) -> Result<Option<ReceivedMessage>, ReceiveError> {
+        let idle_until = Instant::now() + idle_timeout;
+        loop {
+            let posted = self.posted.notified();
+            let mut posted = std::pin::pin!(posted);
+            posted.as_mut().enable();
+            if self.claim() {
+                let next = session.receive(Duration::ZERO).await;
+                if matches!(next, Ok(Some(_))) {
+                    // Busy after all: leave the request to another holder.
+                    self.unclaim();
+                }
+                return next;
+            }
+            let left = idle_until.saturating_duration_since(Instant::now());
+            tokio::select! {
+                next = session.receive(left) => return next,
+                () = posted => {}
+            }
+        }
     }
 }
 
@@ -75,9 +114,22 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_claimer_gives_the_request_back_unless_it_was_withdrawn() {
+        let requests = SlotRequests::default();
+        requests.post();
+        assert!(requests.claim());
+        requests.unclaim();
+        assert!(requests.claim(), "given back: another holder can take it");
+        // A slot came free some other way while the claimer looked.
+        requests.withdraw();
+        requests.unclaim();
+        assert!(!requests.claim(), "a withdrawn request is not reopened");
+    }
+
+    #[test]
     fn a_holder_registered_before_a_post_is_woken() {
         let requests = SlotRequests::default();
-        let mut posted = std::pin::pin!(requests.posted());
+        let mut posted = std::pin::pin!(requests.posted.notified());
         posted.as_mut().enable();
         let mut context = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(std::future::Future::poll(posted.as_mut(), &mut context).is_pending());
