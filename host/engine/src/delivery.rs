@@ -3,8 +3,12 @@
 //! settlement (responses, follow-ups, session state, scheduled retry, replay
 //! trigger, disposal) in one atomic commit under the session lock.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+use futures_util::FutureExt;
 
 use nimbus_transport::{
     Disposition, ErrorKind, Properties, PropertyValue, ReceivedMessage, SessionLock, SettleError,
@@ -66,8 +70,8 @@ pub(crate) enum DeliveryError {
     },
     #[error("renewing the session lock while the handler ran failed: {0}")]
     Renew(nimbus_transport::RenewError),
-    #[error("the handler task failed: {0}")]
-    HandlerTask(tokio::task::JoinError),
+    #[error("the handler panicked: {0}")]
+    HandlerPanicked(String),
     #[error("checking the inbox failed: {0}")]
     Inbox(TransientError),
 }
@@ -82,7 +86,7 @@ impl DeliveryError {
             DeliveryError::Renew(e) => {
                 nimbus_transport::Error::from(e.clone()).kind() == ErrorKind::SessionLockLost
             }
-            DeliveryError::HandlerTask(_) | DeliveryError::Inbox(_) => false,
+            DeliveryError::HandlerPanicked(_) | DeliveryError::Inbox(_) => false,
         }
     }
 }
@@ -295,12 +299,13 @@ impl<T: Transport> Delivery<'_, T> {
         InboxKey::new(&self.endpoint.name, message.message_id.as_deref()?)
     }
 
-    /// Calls the handler on a blocking thread, renewing the session lock
-    /// while it runs.
+    /// Runs the handler on this task, renewing the session lock while it
+    /// runs. A panic in it is this delivery's failure (the message is left
+    /// to the broker), not the session task's end.
     async fn invoke(&self, event: HandlerEvent) -> Result<Option<HandlerReport>, DeliveryError> {
-        let handlers = Arc::clone(&self.endpoint.handlers);
-        let endpoint = self.endpoint.name.clone();
-        let mut task = tokio::task::spawn_blocking(move || handlers.invoke(&endpoint, event));
+        let call = AssertUnwindSafe(self.endpoint.handlers.invoke(&self.endpoint.name, event))
+            .catch_unwind();
+        tokio::pin!(call);
         // The first renewal is one period in. (Awaiting `interval`'s
         // immediate first tick instead waited for the timer's next
         // millisecond tick, adding up to 1 ms to every call; decision 0104.)
@@ -310,7 +315,9 @@ impl<T: Transport> Delivery<'_, T> {
         );
         loop {
             tokio::select! {
-                joined = &mut task => return joined.map_err(DeliveryError::HandlerTask),
+                ended = &mut call => {
+                    return ended.map_err(|panic| DeliveryError::HandlerPanicked(panic_message(&*panic)));
+                }
                 _ = renew.tick() => {
                     self.lock.renew().await.map_err(DeliveryError::Renew)?;
                 }
@@ -672,4 +679,13 @@ fn dead_letter_reason(
             "no handler failure recorded".to_owned(),
         ),
     }
+}
+
+/// The message a panic carried, when it was a string.
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

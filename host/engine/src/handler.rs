@@ -3,6 +3,8 @@
 //! bench` plugs in a native handler through the same seam to measure what
 //! the sandbox costs.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use nimbus_transport::Properties;
@@ -81,13 +83,18 @@ pub struct HandlerReport {
     pub version: String,
 }
 
+/// One handler run in progress; `None` when the endpoint has no handler for
+/// the event's type.
+pub type HandlerCall<'a> = Pin<Box<dyn Future<Output = Option<HandlerReport>> + Send + 'a>>;
+
 /// The handlers an engine dispatches to.
 ///
-/// `invoke` is synchronous and CPU-bound: the engine calls it on a blocking
-/// thread, never on the reactor.
+/// The engine polls the call on the session's own task, beside the lock
+/// renewal: no thread hand-off per event (decision 0106). So a call must not
+/// block its thread for long: CPU-bound work yields now and then (the
+/// sandbox yields at every epoch tick), and waiting is awaited, not slept.
 pub trait Handlers: Send + Sync + 'static {
     /// Runs `event` on the handler that `endpoint` serves its event type
-    /// with, start to finish on one version; `None` when the endpoint has no
-    /// handler for the type.
-    fn invoke(&self, endpoint: &str, event: HandlerEvent) -> Option<HandlerReport>;
+    /// with, start to finish on one version.
+    fn invoke<'a>(&'a self, endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a>;
 }

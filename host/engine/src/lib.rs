@@ -25,7 +25,9 @@ pub mod retry;
 pub mod session_state;
 
 pub use delivery::{Endpoint, HANDLER_VERSION_PROPERTY, MAX_DELIVERY_COUNT_EXCEEDED};
-pub use handler::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
+pub use handler::{
+    HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
+};
 pub use policies::{Policies, TransientBackoff};
 pub use processor::{ProcessorSettings, run_endpoint};
 pub use replayer::run_replayer;

@@ -12,8 +12,9 @@ use std::time::Duration;
 use nimbus_broker::{Broker, BrokerOptions, Durability};
 use nimbus_engine::Classifier;
 use nimbus_engine::{
-    Endpoint, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers, Policies,
-    ProcessorSettings, RetryPolicies, RetryPolicy, TransientBackoff, run_endpoint, run_replayer,
+    Endpoint, HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
+    Policies, ProcessorSettings, RetryPolicies, RetryPolicy, TransientBackoff, run_endpoint,
+    run_replayer,
 };
 use nimbus_transport::{
     Admin, Message, Receiver, RuleDescription, SubQueue, SubscriptionPath, SubscriptionSettings,
@@ -37,14 +38,23 @@ struct Scripted {
 }
 
 impl Handlers for Scripted {
-    fn invoke(&self, _endpoint: &str, event: HandlerEvent) -> Option<HandlerReport> {
+    fn invoke<'a>(&'a self, _endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
+        Box::pin(self.run(event))
+    }
+}
+
+impl Scripted {
+    async fn run(&self, event: HandlerEvent) -> Option<HandlerReport> {
         let payload: serde_json::Value = serde_json::from_str(&event.payload).unwrap();
         let id = payload["Id"].as_str().unwrap_or_default().to_owned();
         self.seen.lock().unwrap().push(id.clone());
         let action = payload["Action"].as_str().unwrap_or("complete");
-        let mut failures = self.failures.lock().unwrap();
-        let count = failures.entry(id).or_default();
-        *count += 1;
+        let count = {
+            let mut failures = self.failures.lock().unwrap();
+            let count = failures.entry(id).or_default();
+            *count += 1;
+            *count
+        };
         let failure = |t: &str| HandlerFailure {
             error_type: t.to_owned(),
             message: format!("scripted {t}"),
@@ -52,7 +62,7 @@ impl Handlers for Scripted {
         };
         let result = match action {
             "fail" => HandlerResult::Failed(failure("Scripted")),
-            "fail-once" if *count == 1 => HandlerResult::Failed(failure("Scripted")),
+            "fail-once" if count == 1 => HandlerResult::Failed(failure("Scripted")),
             "transient" => HandlerResult::Transient(failure("Flaky")),
             "permanent" => HandlerResult::Permanent(failure("Validation")),
             "handoff" => HandlerResult::PendingHandoff {
@@ -62,9 +72,10 @@ impl Handlers for Scripted {
             },
             "unknown-type" => return None,
             "slow" => {
-                std::thread::sleep(SLOW_HANDLER);
+                tokio::time::sleep(SLOW_HANDLER).await;
                 HandlerResult::Completed
             }
+            "panic-once" if count == 1 => panic!("scripted panic"),
             _ => HandlerResult::Completed,
         };
         Some(HandlerReport {
@@ -420,6 +431,21 @@ async fn a_handler_that_outlives_the_lock_keeps_its_session_by_renewal() {
         pairs(&[("ResolutionResponse", "e1"), ("ResolutionResponse", "e2")])
     );
     assert_eq!(h.seen(), ["A", "B"], "each handler ran once, in order");
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_panics_leaves_its_message_to_the_broker_and_its_session_goes_on_in_order() {
+    // The handler runs on the session's task: its panic must neither lose
+    // the message nor leave the session locked.
+    let h = start(RetryPolicies::default(), 10).await;
+    h.publish(event("s1", "e1", "A", "panic-once")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("ResolutionResponse", "e1"), ("ResolutionResponse", "e2")])
+    );
+    assert_eq!(h.seen(), ["A", "A", "B"], "A again after its panic, then B");
     h.shutdown.cancel();
 }
 

@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use nimbus_engine::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
-use nimbus_sandbox::{ErrorKind, Event, Outcome, Property, PropertyValue, Registry};
+use nimbus_engine::{
+    HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
+};
+use nimbus_sandbox::{ErrorKind, Event, Invocation, Outcome, Property, PropertyValue, Registry};
 use nimbus_transport::PropertyValue as WireValue;
 use nimbus_wire::build::FollowUp;
 
@@ -23,9 +25,18 @@ impl SandboxHandlers {
 }
 
 impl Handlers for SandboxHandlers {
-    fn invoke(&self, endpoint: &str, event: HandlerEvent) -> Option<HandlerReport> {
-        let version = self.registry.lookup(endpoint, &event.event_type)?;
-        let invocation = version.invoke(to_sandbox_event(event));
+    fn invoke<'a>(&'a self, endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
+        Box::pin(async move {
+            let version = self.registry.lookup(endpoint, &event.event_type)?;
+            let invocation = version.invoke_async(to_sandbox_event(event)).await;
+            Some(report(invocation))
+        })
+    }
+}
+
+/// The engine's report of a sandbox invocation.
+fn report(invocation: Invocation) -> HandlerReport {
+    {
         let result = match invocation.result {
             Ok(Outcome::Completed) => HandlerResult::Completed,
             Ok(Outcome::PendingHandoff(handoff)) => HandlerResult::PendingHandoff {
@@ -61,11 +72,11 @@ impl Handlers for SandboxHandlers {
                     .collect(),
             })
             .collect();
-        Some(HandlerReport {
+        HandlerReport {
             result,
             follow_ups,
             version: invocation.digest.hex(),
-        })
+        }
     }
 }
 

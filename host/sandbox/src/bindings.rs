@@ -7,3 +7,20 @@ wasmtime::component::bindgen!({
 });
 
 pub(crate) use nimbus::handler::{config, log, publish, types};
+
+/// The same world with `dispatch` called asynchronously, for
+/// [`crate::HandlerVersion::invoke_async`]. The imported interfaces are the
+/// ones above (one implementation of each serves both).
+pub(crate) mod asynchronous {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "handler",
+        exports: { default: async },
+        with: {
+            "nimbus:handler/types": crate::bindings::nimbus::handler::types,
+            "nimbus:handler/log": crate::bindings::nimbus::handler::log,
+            "nimbus:handler/publish": crate::bindings::nimbus::handler::publish,
+            "nimbus:handler/config": crate::bindings::nimbus::handler::config,
+        },
+    });
+}

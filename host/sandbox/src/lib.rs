@@ -1,14 +1,16 @@
 //! The handler sandbox: loads handler components, limits them, runs one event
 //! per fresh instance, and swaps new versions in while the host keeps serving.
 //!
-//! Its place in the system: the engine (a later part) hands it one [`Event`]
-//! at a time on a blocking thread and gets back an [`Invocation`]: the
+//! Its place in the system: the engine hands it one [`Event`] at a time on
+//! the session's own task ([`HandlerVersion::invoke_async`]; tools and tests
+//! call [`HandlerVersion::invoke`] on a plain thread) and gets back an
+//! [`Invocation`]: the
 //! handler's outcome or error, the follow-up events it asked for, its logs and
 //! the digest of the version that ran it. The sandbox never talks to a broker
 //! and never settles anything; follow-ups are held, not sent.
 //!
 //! Of wasmtime it uses exactly this: the component model with synchronous
-//! calls, the pooling allocator with a pre-linked `InstancePre` per handler
+//! calls and calls on a fiber that yield at every epoch tick, the pooling allocator with a pre-linked `InstancePre` per handler
 //! version, epoch interruption for wall-clock deadlines (one ticker thread), a
 //! `ResourceLimiter` for memory, instance and table counts, and WASI preview 2
 //! with nothing granted (no directories, network, environment or inherited
@@ -69,7 +71,7 @@ pub use watcher::WatchGuard;
 
 #[cfg(test)]
 mod send_sync {
-    // The engine shares these across tasks and blocking threads.
+    // The engine shares these across tasks and threads.
     const fn assert_send_sync<T: Send + Sync>() {}
     const _: () = {
         assert_send_sync::<crate::Sandbox>();

@@ -1,5 +1,6 @@
 //! The process-wide part: one wasmtime `Engine` (pooling allocator, epoch
-//! interruption), one `Linker` with every host import added once, the epoch
+//! interruption), two `Linker`s with every host import added once (one for
+//! synchronous calls, one for calls on an async executor), the epoch
 //! ticker and the compile cache. Loading a component gives a
 //! [`HandlerVersion`], which owns its pre-linked `InstancePre`.
 
@@ -38,6 +39,7 @@ pub struct Sandbox {
 pub(crate) struct SandboxInner {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<InvocationState>,
+    pub(crate) linker_async: Linker<InvocationState>,
     pub(crate) config: SandboxConfig,
     cache: Option<ArtifactCache>,
     counters: Counters,
@@ -64,6 +66,9 @@ impl Sandbox {
         let mut linker = Linker::new(&engine);
         crate::host::add_to_linker(&mut linker)
             .map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
+        let mut linker_async = Linker::new(&engine);
+        crate::host::add_to_linker_async(&mut linker_async)
+            .map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
         let cache = match &config.cache_dir {
             Some(dir) => Some(ArtifactCache::open(dir, &engine).map_err(|source| {
                 SandboxError::CacheDir {
@@ -79,6 +84,7 @@ impl Sandbox {
             inner: Arc::new(SandboxInner {
                 engine,
                 linker,
+                linker_async,
                 config,
                 cache,
                 counters: Counters::default(),
@@ -189,6 +195,10 @@ fn engine_config(config: &SandboxConfig) -> Result<Config, SandboxError> {
         .max_tables_per_component(MAX_TABLES)
         .max_core_instances_per_component(MAX_INSTANCES)
         .max_memory_size(max_memory)
+        // One fiber stack per instance called asynchronously. Never zeroed
+        // nor decommitted on return (wasmtime's defaults), so a reused stack
+        // costs no page faults.
+        .total_stacks(slots)
         .linear_memory_keep_resident(config.keep_resident_bytes)
         .table_keep_resident(config.keep_resident_bytes)
         .pagemap_scan(if config.pagemap_scan {

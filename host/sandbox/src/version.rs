@@ -7,10 +7,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use wasmtime::Store;
 use wasmtime::component::Component;
+use wasmtime::{Store, UpdateDeadline};
 
-use crate::bindings::{Handler, HandlerPre};
+use crate::bindings::asynchronous::HandlerPre as AsyncHandlerPre;
+use crate::bindings::{Handler, HandlerPre, types};
 use crate::cache::ArtifactSource;
 use crate::classify::classify;
 use crate::config::Limits;
@@ -38,6 +39,8 @@ pub struct HandlerVersion {
     exports: Vec<String>,
     source: ArtifactSource,
     pre: HandlerPre<InvocationState>,
+    /// The same component linked for [`HandlerVersion::invoke_async`].
+    pre_async: AsyncHandlerPre<InvocationState>,
 }
 
 impl fmt::Debug for HandlerVersion {
@@ -72,6 +75,11 @@ impl HandlerVersion {
             .instantiate_pre(component)
             .map_err(link_error)?;
         let pre = HandlerPre::new(instance_pre).map_err(link_error)?;
+        let instance_pre_async = sandbox
+            .linker_async
+            .instantiate_pre(component)
+            .map_err(link_error)?;
+        let pre_async = AsyncHandlerPre::new(instance_pre_async).map_err(link_error)?;
         let component_type = component.component_type();
         let imports = component_type
             .imports(&sandbox.engine)
@@ -92,6 +100,7 @@ impl HandlerVersion {
             exports,
             source,
             pre,
+            pre_async,
         };
         version.event_types = version.subscriptions()?;
         Ok(version)
@@ -165,6 +174,29 @@ impl HandlerVersion {
         store
     }
 
+    /// A store for [`Self::invoke_async`]: at every epoch tick the handler
+    /// yields to the executor, so a long handler shares its thread with the
+    /// tasks beside it; at the deadline it traps as [`Self::new_store`]'s
+    /// does (a `Timeout`).
+    fn new_yielding_store(&self, tags: InvocationTags) -> Store<InvocationState> {
+        let mut store = self.new_store(tags);
+        let deadline = Instant::now() + self.limits.timeout;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                // Tokio's own yield, so the task's cooperative budget and
+                // the scheduler's fairness see it.
+                Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
+            }
+        });
+        store
+    }
+
     /// The deadline in epoch ticks, rounded up, plus one because the next
     /// tick may come at any moment after the store is created.
     fn deadline_ticks(&self) -> u64 {
@@ -181,18 +213,57 @@ impl HandlerVersion {
     /// back as `failed` errors in [`Invocation::result`].
     pub fn invoke(&self, event: Event) -> Invocation {
         let started = Instant::now();
-        let mut store = self.new_store(InvocationTags {
-            handler: Arc::clone(&self.name),
-            digest: self.digest,
-            event_id: event.event_id.clone(),
-            session_id: event.session_id.clone(),
-        });
+        let mut store = self.new_store(self.tags(&event));
         let event = event_to_wit(event);
         let called = self.pre.instantiate(&mut store).and_then(|handler| {
             handler
                 .nimbus_handler_dispatch()
                 .call_handle(&mut store, &event)
         });
+        self.finish(started, store, called)
+    }
+
+    /// Runs one event as [`Self::invoke`] does, on the async executor that
+    /// polls the returned future: no thread hand-off per event. The handler
+    /// runs on a fiber and yields at every epoch tick
+    /// ([`crate::SandboxConfig::epoch_tick`]), so a slow handler delays the
+    /// executor's other tasks by at most a tick at a time; limits, traps
+    /// and the deadline are the same as [`Self::invoke`]'s.
+    ///
+    /// Poll it on a Tokio runtime (WASI's host functions use Tokio).
+    pub async fn invoke_async(&self, event: Event) -> Invocation {
+        let started = Instant::now();
+        let mut store = self.new_yielding_store(self.tags(&event));
+        let event = event_to_wit(event);
+        let called = match self.pre_async.instantiate_async(&mut store).await {
+            Ok(handler) => {
+                handler
+                    .nimbus_handler_dispatch()
+                    .call_handle(&mut store, &event)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        self.finish(started, store, called)
+    }
+
+    fn tags(&self, event: &Event) -> InvocationTags {
+        InvocationTags {
+            handler: Arc::clone(&self.name),
+            digest: self.digest,
+            event_id: event.event_id.clone(),
+            session_id: event.session_id.clone(),
+        }
+    }
+
+    /// The invocation's report, from what the call returned and what the
+    /// store collected.
+    fn finish(
+        &self,
+        started: Instant,
+        store: Store<InvocationState>,
+        called: wasmtime::Result<Result<types::Outcome, types::Error>>,
+    ) -> Invocation {
         let result = match called {
             Ok(result) => result_from_wit(result),
             Err(error) => Err(classify(&error, store.data(), &self.limits)),

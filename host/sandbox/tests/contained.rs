@@ -92,6 +92,49 @@ fn an_endless_loop_alone_is_stopped_with_error_type_timeout() {
 }
 
 #[test]
+fn called_asynchronously_every_misbehaviour_is_contained_the_same_way() {
+    let sandbox = sandbox();
+    let memory = Limits {
+        memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
+    let short = Limits {
+        timeout: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let cases = [
+        (
+            load(&sandbox, "panicker", Limits::default()),
+            "Panic",
+            "Panic",
+        ),
+        (
+            load(&sandbox, "memory-bomb", memory),
+            "MemoryBomb",
+            "MemoryLimit",
+        ),
+        (
+            load(&sandbox, "deep-recursion", Limits::default()),
+            "Recurse",
+            "Trap",
+        ),
+        (load(&sandbox, "endless-loop", short), "Loop", "Timeout"),
+    ];
+    let noop = load(&sandbox, "noop", Limits::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        for (hostile, event_type, error_type) in &cases {
+            let invocation = hostile.invoke_async(event(event_type, "{}")).await;
+            assert_failed(&invocation, error_type);
+            let served = noop.invoke_async(event("Noop", "{}")).await;
+            assert_eq!(served.result, Ok(Outcome::Completed), "after {event_type}");
+        }
+    });
+}
+
+#[test]
 fn the_sandbox_keeps_serving_after_every_kind_of_misbehaviour() {
     let sandbox = sandbox();
     let limits = Limits {

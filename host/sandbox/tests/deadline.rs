@@ -1,5 +1,5 @@
 //! An endless loop is stopped by its deadline while other handlers keep
-//! serving on other threads.
+//! serving on other threads, and, called asynchronously, on its own thread.
 //!
 //! The test learns that the loop is running from the handler's own log line
 //! ("entering the loop"), which the sandbox emits to `tracing` as it is
@@ -162,6 +162,45 @@ fn an_endless_loop_is_stopped_by_its_deadline_while_other_handlers_keep_serving(
 
     let invocation = looping.join().expect("loop thread");
     let error = invocation.result.expect_err("the loop is stopped");
+    assert_eq!(error.kind, ErrorKind::Failed);
+    assert_eq!(error.detail.error_type, "Timeout", "{error}");
+}
+
+#[test]
+fn an_async_endless_loop_yields_its_thread_to_other_handlers_until_its_deadline() {
+    // One thread for everything: the loop and the other handlers' calls
+    // are tasks on a current-thread runtime. They are served while the
+    // loop runs only if the loop yields the thread at its epoch ticks.
+    let entered = loop_entered("async-loop");
+    let sandbox = sandbox();
+    let endless = load_endless_loop(&sandbox);
+    let noop = load(&sandbox, "noop", Limits::default());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let (served_while_looping, looped) = runtime.block_on(async {
+        let looping = tokio::spawn({
+            let endless = Arc::clone(&endless);
+            async move { endless.invoke_async(loop_event("async-loop")).await }
+        });
+        while entered.try_recv().is_err() {
+            tokio::task::yield_now().await;
+        }
+        let mut served_while_looping = 0;
+        for _ in 0..10 {
+            let invocation = noop.invoke_async(event("Noop", "{}")).await;
+            assert_eq!(invocation.result, Ok(Outcome::Completed));
+            if !looping.is_finished() {
+                served_while_looping += 1;
+            }
+        }
+        (served_while_looping, looping.await.expect("loop task"))
+    });
+    assert!(
+        served_while_looping > 0,
+        "the loop must yield its thread while it runs"
+    );
+    let error = looped.result.expect_err("the loop is stopped");
     assert_eq!(error.kind, ErrorKind::Failed);
     assert_eq!(error.detail.error_type, "Timeout", "{error}");
 }

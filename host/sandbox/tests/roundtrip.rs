@@ -275,6 +275,39 @@ fn logs_stdout_and_stderr_are_captured_with_level_source_and_fields() {
 }
 
 #[test]
+fn called_asynchronously_stdout_and_stderr_are_captured_through_async_wasi() {
+    let sandbox = sandbox();
+    let echo = load(&sandbox, "echo", &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let invocation = runtime.block_on(echo.invoke_async(event(
+        "Echo",
+        r#"{"Stdout":"async out\n","Stderr":"async err\n"}"#,
+    )));
+    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    let source_of = |message: &str| {
+        invocation
+            .logs
+            .iter()
+            .find(|r| r.message == message)
+            .map(|r| r.source)
+    };
+    assert_eq!(
+        source_of("async out"),
+        Some(LogSource::Stdout),
+        "{:?}",
+        invocation.logs
+    );
+    assert_eq!(
+        source_of("async err"),
+        Some(LogSource::Stderr),
+        "{:?}",
+        invocation.logs
+    );
+}
+
+#[test]
 fn config_is_read_from_the_manifest_table() {
     let sandbox = sandbox();
     let echo = load(&sandbox, "echo", &[("reject_over_total", "100")]);

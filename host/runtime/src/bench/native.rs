@@ -2,7 +2,9 @@
 //! Rust behind the engine's [`Handlers`] trait, so a run through them and a
 //! run through the sandbox differ only by the sandbox.
 
-use nimbus_engine::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
+use nimbus_engine::{
+    HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
+};
 use serde::de::IgnoredAny;
 
 /// The version digest native runs report (there is no component).
@@ -14,12 +16,12 @@ const NATIVE_VERSION: &str = "native";
 pub(crate) struct NativeNoop;
 
 impl Handlers for NativeNoop {
-    fn invoke(&self, _endpoint: &str, event: HandlerEvent) -> Option<HandlerReport> {
+    fn invoke<'a>(&'a self, _endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
         let result = match serde_json::from_str::<IgnoredAny>(&event.payload) {
             Ok(_) => HandlerResult::Completed,
             Err(e) => HandlerResult::Permanent(failure("InvalidPayload", e.to_string())),
         };
-        Some(report(result))
+        Box::pin(std::future::ready(Some(report(result))))
     }
 }
 
@@ -40,7 +42,7 @@ mod decision;
 use decision::{Decision, OrderPlaced, decide};
 
 impl Handlers for NativeOrders {
-    fn invoke(&self, _endpoint: &str, event: HandlerEvent) -> Option<HandlerReport> {
+    fn invoke<'a>(&'a self, _endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
         let result = match serde_json::from_str::<OrderPlaced>(&event.payload) {
             Err(e) => HandlerResult::Permanent(failure("InvalidPayload", e.to_string())),
             Ok(order) => match decide(&order, None) {
@@ -53,7 +55,7 @@ impl Handlers for NativeOrders {
                 }
             },
         };
-        Some(report(result))
+        Box::pin(std::future::ready(Some(report(result))))
     }
 }
 

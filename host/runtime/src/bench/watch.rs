@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use nimbus_engine::{HandlerEvent, HandlerReport, Handlers};
+use nimbus_engine::{HandlerCall, HandlerEvent, Handlers};
 use nimbus_resolver::{
     EventDetail, EventFilter, EventRecord, Heartbeat, Observation, Recorded, ResolverStore, Status,
     StoreError,
@@ -134,12 +134,14 @@ impl Timed {
 }
 
 impl Handlers for Timed {
-    fn invoke(&self, endpoint: &str, event: HandlerEvent) -> Option<HandlerReport> {
-        let start = Instant::now();
-        let report = self.inner.invoke(endpoint, event);
-        let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.clock.calls.fetch_add(1, Ordering::Relaxed);
-        self.clock.nanos.fetch_add(nanos, Ordering::Relaxed);
-        report
+    fn invoke<'a>(&'a self, endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
+        Box::pin(async move {
+            let start = Instant::now();
+            let report = self.inner.invoke(endpoint, event).await;
+            let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.clock.calls.fetch_add(1, Ordering::Relaxed);
+            self.clock.nanos.fetch_add(nanos, Ordering::Relaxed);
+            report
+        })
     }
 }

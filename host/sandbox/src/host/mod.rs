@@ -34,9 +34,22 @@ impl HasData for TypesData {
 
 impl bindings::types::Host for InvocationState {}
 
-/// Adds the `nimbus:handler` imports and WASI preview 2 to `linker`.
+/// Adds the `nimbus:handler` imports and WASI preview 2 to `linker`, for
+/// instances called synchronously.
 pub(crate) fn add_to_linker(linker: &mut Linker<InvocationState>) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_sync(linker)?;
+    add_nimbus_imports(linker)
+}
+
+/// The same for instances called asynchronously: WASI's async host
+/// functions (its sync ones would block on a runtime inside the runtime).
+/// The `nimbus:handler` imports never wait, so they are the same functions.
+pub(crate) fn add_to_linker_async(linker: &mut Linker<InvocationState>) -> wasmtime::Result<()> {
+    wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    add_nimbus_imports(linker)
+}
+
+fn add_nimbus_imports(linker: &mut Linker<InvocationState>) -> wasmtime::Result<()> {
     bindings::types::add_to_linker::<InvocationState, TypesData>(linker, |state| state)?;
     bindings::log::add_to_linker::<InvocationState, LogData>(linker, InvocationState::log_view)?;
     bindings::publish::add_to_linker::<InvocationState, PublishData>(
