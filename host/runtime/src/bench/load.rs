@@ -325,25 +325,24 @@ pub(crate) async fn open_loop(
     let start = Instant::now();
     let mut sent = 0u64;
     // Tokio's timer ticks in milliseconds: each tick releases every event
-    // that fell due since the last, stamped with the tick's time.
+    // that fell due since the last, each stamped with the instant it fell
+    // due, so a late tick (or a late publisher) counts in the latency.
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     while sent < events {
         tick.tick().await;
-        let now = Instant::now();
-        let due = ((now - start).as_secs_f64() * rate) as u64;
-        let due = due.min(events);
-        if due <= sent {
+        let released = fallen_due(start, Instant::now(), rate, sent, events);
+        if released.is_empty() {
             continue;
         }
-        let mut batch = Vec::new();
-        for n in sent..due {
+        let mut batch = Vec::with_capacity(released.len());
+        for (n, due) in released {
             let session = (n % source.sessions as u64) as usize;
             let (key, message) = source.message(phase, n, session);
-            drop(tracker.expect(key, now, session));
+            drop(tracker.expect(key, due, session));
             batch.push(message);
+            sent = n + 1;
         }
-        sent = due;
         if batches.send(batch).is_err() {
             break;
         }
@@ -351,6 +350,22 @@ pub(crate) async fn open_loop(
     drop(batches);
     publisher.await.context("the publish task panicked")??;
     drain(tracker).await
+}
+
+/// The events after the first `sent` that have fallen due by `now` at
+/// `rate` events/s from `start` (at most `events` in all), each with the
+/// instant it fell due: event `n` falls due at `start + n / rate`.
+fn fallen_due(
+    start: Instant,
+    now: Instant,
+    rate: f64,
+    sent: u64,
+    events: u64,
+) -> Vec<(u64, Instant)> {
+    let due = (((now - start).as_secs_f64() * rate) as u64 + 1).min(events);
+    (sent..due)
+        .map(|n| (n, start + Duration::from_secs_f64(n as f64 / rate)))
+        .collect()
 }
 
 /// Waits until no event is in flight, failing after [`STALL`] without progress.
@@ -384,6 +399,26 @@ mod tests {
             payload: Arc::new(|_, _| "{}".to_owned()),
             failure_rate,
         }
+    }
+
+    #[test]
+    fn open_loop_events_released_late_carry_the_instant_they_fell_due() {
+        let start = Instant::now();
+        // A tick 5.5 ms in at 1,000 events/s: events 0 to 5 fell due at 0,
+        // 1, ... 5 ms, not at the tick.
+        let released = fallen_due(start, start + Duration::from_micros(5_500), 1000.0, 0, 100);
+        let offsets: Vec<(u64, Duration)> =
+            released.iter().map(|&(n, at)| (n, at - start)).collect();
+        assert_eq!(
+            offsets,
+            (0..6)
+                .map(|n| (n, Duration::from_millis(n)))
+                .collect::<Vec<_>>()
+        );
+        // The next tick releases only what fell due since, and never more
+        // than the phase's events.
+        let next = fallen_due(start, start + Duration::from_micros(7_200), 1000.0, 6, 7);
+        assert_eq!(next.iter().map(|&(n, _)| n).collect::<Vec<_>>(), [6]);
     }
 
     #[test]
