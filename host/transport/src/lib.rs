@@ -14,9 +14,10 @@
 //! - Each operation has its own error type; all convert into [`Error`] and
 //!   answer [`ErrorKind`] (lock lost, session lock lost, not found, session
 //!   cannot be locked, transient, ...).
-//! - With the `conformance` feature, [`conformance`] holds the Service Bus
-//!   behaviours as test bodies written once against the traits;
-//!   [`transport_conformance!`] stamps them out for a backend.
+//! - With the `conformance` feature, the `conformance` module holds the
+//!   Service Bus behaviours as test bodies written once against the traits;
+//!   the `transport_conformance!` macro stamps them out for a backend. (Plain
+//!   names, not links: both exist only with the feature.)
 
 mod error;
 mod message;
