@@ -18,7 +18,7 @@ use nimbus_wire::build::{self, Handoff, ResponseTimes};
 use nimbus_wire::{Failure, InboxKey, MessageType, NimbusMessage, SessionState, dead_letter};
 use tracing::{debug, info, warn};
 
-use crate::handler::{HandlerEvent, HandlerReport, HandlerResult, Handlers};
+use crate::handler::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
 use crate::policies::Policies;
 use crate::session_state::{self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle};
 
@@ -70,8 +70,6 @@ pub(crate) enum DeliveryError {
     },
     #[error("renewing the session lock while the handler ran failed: {0}")]
     Renew(nimbus_transport::RenewError),
-    #[error("the handler panicked: {0}")]
-    HandlerPanicked(String),
     #[error("checking the inbox failed: {0}")]
     Inbox(TransientError),
 }
@@ -86,7 +84,7 @@ impl DeliveryError {
             DeliveryError::Renew(e) => {
                 nimbus_transport::Error::from(e.clone()).kind() == ErrorKind::SessionLockLost
             }
-            DeliveryError::HandlerPanicked(_) | DeliveryError::Inbox(_) => false,
+            DeliveryError::Inbox(_) => false,
         }
     }
 }
@@ -300,11 +298,16 @@ impl<T: Transport> Delivery<'_, T> {
     }
 
     /// Runs the handler on this task, renewing the session lock while it
-    /// runs. A panic in it is this delivery's failure (the message is left
-    /// to the broker), not the session task's end.
+    /// runs. A panic in it (building its future or polling it) is the
+    /// handler's `failed` outcome with the error type `Panic`, as a guest's
+    /// panic in the sandbox is: the failure policy applies and an operator
+    /// sees it, where leaving the message to the broker would redeliver it
+    /// without counting, forever.
     async fn invoke(&self, event: HandlerEvent) -> Result<Option<HandlerReport>, DeliveryError> {
-        let call = AssertUnwindSafe(self.endpoint.handlers.invoke(&self.endpoint.name, event))
-            .catch_unwind();
+        let handlers = &self.endpoint.handlers;
+        let name = &self.endpoint.name;
+        let call =
+            AssertUnwindSafe(async move { handlers.invoke(name, event).await }).catch_unwind();
         tokio::pin!(call);
         // The first renewal is one period in. (Awaiting `interval`'s
         // immediate first tick instead waited for the timer's next
@@ -316,7 +319,7 @@ impl<T: Transport> Delivery<'_, T> {
         loop {
             tokio::select! {
                 ended = &mut call => {
-                    return ended.map_err(|panic| DeliveryError::HandlerPanicked(panic_message(&*panic)));
+                    return Ok(ended.unwrap_or_else(|panic| Some(panicked(&*panic))));
                 }
                 _ = renew.tick() => {
                     self.lock.renew().await.map_err(DeliveryError::Renew)?;
@@ -681,11 +684,25 @@ fn dead_letter_reason(
     }
 }
 
-/// The message a panic carried, when it was a string.
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    panic
+/// The error type of a handler that panicked (the sandbox's for a guest).
+pub const HANDLER_PANIC: &str = "Panic";
+
+/// The report of a handler that panicked: `failed`, with the panic's
+/// message. No version ran to the end, so none is named.
+fn panicked(panic: &(dyn Any + Send)) -> HandlerReport {
+    let message = panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
+        .unwrap_or_else(|| "a panic without a message".to_owned());
+    warn!(%message, "the handler panicked");
+    HandlerReport {
+        result: HandlerResult::Failed(HandlerFailure {
+            error_type: HANDLER_PANIC.to_owned(),
+            message: format!("the handler panicked: {message}"),
+            retry_after: None,
+        }),
+        follow_ups: Vec::new(),
+        version: "unknown".to_owned(),
+    }
 }

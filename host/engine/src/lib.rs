@@ -24,7 +24,9 @@ mod replayer;
 pub mod retry;
 pub mod session_state;
 
-pub use delivery::{Endpoint, HANDLER_VERSION_PROPERTY, MAX_DELIVERY_COUNT_EXCEEDED};
+pub use delivery::{
+    Endpoint, HANDLER_PANIC, HANDLER_VERSION_PROPERTY, MAX_DELIVERY_COUNT_EXCEEDED,
+};
 pub use handler::{
     HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
 };

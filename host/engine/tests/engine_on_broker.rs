@@ -39,6 +39,12 @@ struct Scripted {
 
 impl Handlers for Scripted {
     fn invoke<'a>(&'a self, _endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
+        // Before any future exists, as a handler that panics while it sets
+        // up its call would.
+        assert!(
+            !event.payload.contains("panic-on-call"),
+            "scripted panic on call"
+        );
         Box::pin(self.run(event))
     }
 }
@@ -75,7 +81,7 @@ impl Scripted {
                 tokio::time::sleep(SLOW_HANDLER).await;
                 HandlerResult::Completed
             }
-            "panic-once" if count == 1 => panic!("scripted panic"),
+            "panic" => panic!("scripted panic"),
             _ => HandlerResult::Completed,
         };
         Some(HandlerReport {
@@ -435,17 +441,44 @@ async fn a_handler_that_outlives_the_lock_keeps_its_session_by_renewal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_that_panics_leaves_its_message_to_the_broker_and_its_session_goes_on_in_order() {
-    // The handler runs on the session's task: its panic must neither lose
-    // the message nor leave the session locked.
+async fn a_handler_that_panics_fails_its_event_and_blocks_the_session_like_any_failure() {
+    // The handler runs on the session's task. Its panic, while it runs or
+    // before its call is even set up, is a `failed` outcome of type
+    // `Panic`: the session blocks and parks what follows, an operator can
+    // act on it, and nothing is redelivered in a loop.
     let h = start(RetryPolicies::default(), 10).await;
-    h.publish(event("s1", "e1", "A", "panic-once")).await;
+    h.publish(event("s1", "e1", "A", "panic")).await;
     h.publish(event("s1", "e2", "B", "complete")).await;
+    h.publish(event("s2", "e3", "C", "panic-on-call")).await;
+    let mut responses = Vec::new();
+    for _ in 0..3 {
+        let (kind, event_id, message) = h.response().await;
+        let error_type = message
+            .content
+            .and_then(|c| c.error_content)
+            .and_then(|e| e.error_type);
+        responses.push((kind, event_id, error_type));
+    }
+    responses.sort_by(|a, b| a.1.cmp(&b.1));
+    let panic = Some("Panic".to_owned());
     assert_eq!(
-        h.responses(2).await,
-        pairs(&[("ResolutionResponse", "e1"), ("ResolutionResponse", "e2")])
+        responses,
+        [
+            ("ErrorResponse".to_owned(), "e1".to_owned(), panic.clone()),
+            (
+                "DeferralResponse".to_owned(),
+                "e2".to_owned(),
+                Some("SessionBlockedException".to_owned())
+            ),
+            ("ErrorResponse".to_owned(), "e3".to_owned(), panic),
+        ]
     );
-    assert_eq!(h.seen(), ["A", "A", "B"], "A again after its panic, then B");
+    assert_eq!(h.session_state("s1").await.blocked_by(), Some("e1"));
+    assert_eq!(
+        h.seen(),
+        ["A"],
+        "each panicking handler ran once: no redelivery loop"
+    );
     h.shutdown.cancel();
 }
 

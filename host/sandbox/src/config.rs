@@ -58,9 +58,12 @@ pub struct SandboxConfig {
     /// The most linear memory any manifest may ask for; also the size of a
     /// pool slot. A manifest asking for more is a load error.
     pub max_memory_bytes: u64,
-    /// How many handler instances may run at once (the pool's size).
+    /// How many handler instances may run at once (the pool's size; as many
+    /// fiber stacks are reserved for calls on the async executor).
     pub max_concurrent_instances: u32,
-    /// The epoch tick: the granularity of deadlines.
+    /// The epoch tick: the granularity of deadlines, and the longest slice
+    /// of CPU a handler called asynchronously runs before it yields its
+    /// thread (decision 0106).
     pub epoch_tick: Duration,
     /// Linear memory kept resident (not returned to the OS) when a pool slot
     /// is reused: what the next instance touches first (stack, data) stays

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::component::Component;
-use wasmtime::{Store, UpdateDeadline};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 use crate::bindings::asynchronous::HandlerPre as AsyncHandlerPre;
 use crate::bindings::{Handler, HandlerPre, types};
@@ -176,23 +176,34 @@ impl HandlerVersion {
 
     /// A store for [`Self::invoke_async`]: at every epoch tick the handler
     /// yields to the executor, so a long handler shares its thread with the
-    /// tasks beside it; at the deadline it traps as [`Self::new_store`]'s
+    /// tasks beside it; at `deadline` it traps as [`Self::new_store`]'s
     /// does (a `Timeout`).
-    fn new_yielding_store(&self, tags: InvocationTags) -> Store<InvocationState> {
+    fn new_yielding_store(
+        &self,
+        tags: InvocationTags,
+        deadline: Instant,
+    ) -> Store<InvocationState> {
         let mut store = self.new_store(tags);
-        let deadline = Instant::now() + self.limits.timeout;
         store.set_epoch_deadline(1);
+        // After a yield the deadline is due again at once (delta 0), so the
+        // clock is read as soon as the handler runs again: a deadline that
+        // passed while the task waited in the run queue stops it there,
+        // instead of after one more tick of guest code.
+        let mut just_resumed = false;
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline {
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                // Tokio's own yield, so the task's cooperative budget and
-                // the scheduler's fairness see it.
-                Ok(UpdateDeadline::YieldCustom(
-                    1,
-                    Box::pin(tokio::task::yield_now()),
-                ))
+                return Ok(UpdateDeadline::Interrupt);
             }
+            if std::mem::take(&mut just_resumed) {
+                return Ok(UpdateDeadline::Continue(1));
+            }
+            just_resumed = true;
+            // Tokio's own yield, so the task's cooperative budget and the
+            // scheduler's fairness see it.
+            Ok(UpdateDeadline::YieldCustom(
+                0,
+                Box::pin(tokio::task::yield_now()),
+            ))
         });
         store
     }
@@ -230,20 +241,29 @@ impl HandlerVersion {
     /// executor's other tasks by at most a tick at a time; limits, traps
     /// and the deadline are the same as [`Self::invoke`]'s.
     ///
-    /// Poll it on a Tokio runtime (WASI's host functions use Tokio).
+    /// A guest waiting inside a WASI call (a sleep, a poll) runs no wasm,
+    /// so no epoch check can stop it; the wait itself is cut off one epoch
+    /// tick after the deadline, and that is a `Timeout` too. Dropping the
+    /// future stops the handler and returns its instance slot.
+    ///
+    /// Poll it on a Tokio runtime with its timer enabled (WASI's host
+    /// functions and the deadline use Tokio's).
     pub async fn invoke_async(&self, event: Event) -> Invocation {
         let started = Instant::now();
-        let mut store = self.new_yielding_store(self.tags(&event));
+        let deadline = started + self.limits.timeout;
+        let mut store = self.new_yielding_store(self.tags(&event), deadline);
         let event = event_to_wit(event);
-        let called = match self.pre_async.instantiate_async(&mut store).await {
-            Ok(handler) => {
-                handler
-                    .nimbus_handler_dispatch()
-                    .call_handle(&mut store, &event)
-                    .await
-            }
-            Err(error) => Err(error),
+        let call = async {
+            let handler = self.pre_async.instantiate_async(&mut store).await?;
+            handler
+                .nimbus_handler_dispatch()
+                .call_handle(&mut store, &event)
+                .await
         };
+        let cut_off = tokio::time::Instant::from_std(deadline + self.sandbox.config.epoch_tick);
+        let called = tokio::time::timeout_at(cut_off, call)
+            .await
+            .unwrap_or_else(|_| Err(wasmtime::Error::from(Trap::Interrupt)));
         self.finish(started, store, called)
     }
 

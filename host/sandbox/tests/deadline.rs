@@ -175,10 +175,7 @@ fn an_async_endless_loop_yields_its_thread_to_other_handlers_until_its_deadline(
     let sandbox = sandbox();
     let endless = load_endless_loop(&sandbox);
     let noop = load(&sandbox, "noop", Limits::default());
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("runtime");
-    let (served_while_looping, looped) = runtime.block_on(async {
+    let (served_while_looping, looped) = on_one_thread(async {
         let looping = tokio::spawn({
             let endless = Arc::clone(&endless);
             async move { endless.invoke_async(loop_event("async-loop")).await }
@@ -203,6 +200,67 @@ fn an_async_endless_loop_yields_its_thread_to_other_handlers_until_its_deadline(
     let error = looped.result.expect_err("the loop is stopped");
     assert_eq!(error.kind, ErrorKind::Failed);
     assert_eq!(error.detail.error_type, "Timeout", "{error}");
+}
+
+/// Runs `test` on a current-thread runtime with its timer, failing it
+/// rather than hanging if it has not finished in two minutes.
+fn on_one_thread<T>(test: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            tokio::time::timeout(Duration::from_secs(120), test)
+                .await
+                .expect("the test finishes within two minutes")
+        })
+}
+
+#[test]
+fn an_async_handler_asleep_in_a_wasi_call_is_stopped_at_its_deadline() {
+    // No guest code runs while it waits, so no epoch check can stop it;
+    // only the host's cut-off of the wait does.
+    let sandbox = sandbox();
+    let limits = Limits {
+        timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let sleeper = load(&sandbox, "endless-loop", limits);
+    let invocation = on_one_thread(sleeper.invoke_async(event("Sleep", "{}")));
+    let error = invocation.result.expect_err("the sleep is cut off");
+    assert_eq!(error.kind, ErrorKind::Failed);
+    assert_eq!(error.detail.error_type, "Timeout", "{error}");
+    assert!(
+        invocation
+            .logs
+            .iter()
+            .any(|r| r.message.contains("endless-loop: going to sleep")),
+        "{:?}",
+        invocation.logs
+    );
+}
+
+#[test]
+fn an_async_handler_dropped_mid_run_gives_its_instance_slot_back() {
+    // A pool of one: if cancelling the loop's call leaked its instance (or
+    // its fiber stack), the next event would be `SandboxBusy`.
+    let entered = loop_entered("dropped-loop");
+    let sandbox = support::sandbox_with(None, |config| config.max_concurrent_instances = 1);
+    let endless = load_endless_loop(&sandbox);
+    let noop = load(&sandbox, "noop", Limits::default());
+    let served = on_one_thread(async {
+        let looping = tokio::spawn({
+            let endless = Arc::clone(&endless);
+            async move { endless.invoke_async(loop_event("dropped-loop")).await }
+        });
+        while entered.try_recv().is_err() {
+            tokio::task::yield_now().await;
+        }
+        looping.abort();
+        assert!(looping.await.is_err_and(|e| e.is_cancelled()));
+        noop.invoke_async(event("Noop", "{}")).await
+    });
+    assert_eq!(served.result, Ok(Outcome::Completed));
 }
 
 #[test]

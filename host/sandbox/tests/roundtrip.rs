@@ -279,6 +279,7 @@ fn called_asynchronously_stdout_and_stderr_are_captured_through_async_wasi() {
     let sandbox = sandbox();
     let echo = load(&sandbox, "echo", &[]);
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .expect("runtime");
     let invocation = runtime.block_on(echo.invoke_async(event(

@@ -245,7 +245,7 @@ impl fmt::Display for BenchReport {
         }
         writeln!(
             f,
-            "\ncpu µs: process CPU per event; handler µs: mean time in the handler call; queue/proc: median ms the engine reports from enqueue to handler entry / handler entry to response"
+            "\ncpu µs: process CPU per event; handler µs: mean wall time in the handler call (on the session's task, so time spent yielded to other tasks counts); queue/proc: median ms the engine reports from enqueue to handler entry / handler entry to response"
         )?;
         let wasm = self.modes.iter().find(|m| m.mode == Mode::Wasm);
         let native = self.modes.iter().find(|m| m.mode == Mode::Native);

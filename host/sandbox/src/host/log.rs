@@ -61,10 +61,13 @@ impl From<Level> for LogLevel {
 }
 
 impl LogCapture {
-    /// Emits `record` to tracing and keeps it, within the per-event bound.
+    /// Emits `record` to tracing and keeps it, within the per-event bound;
+    /// past it, only counts it. (The handler runs on an engine worker: a
+    /// guest writing log lines in a loop must not also flood the host's
+    /// log writer from there.)
     pub(crate) fn push(&mut self, record: LogRecord) {
-        emit(&self.tags, &record);
         if self.records.len() < MAX_LOG_RECORDS_PER_EVENT {
+            emit(&self.tags, &record);
             self.records.push(record);
         } else {
             self.dropped += 1;

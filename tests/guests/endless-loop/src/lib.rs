@@ -1,7 +1,10 @@
 //! `endless-loop`: claims `Loop` and never returns, so the host's wall-clock
-//! deadline (epoch interruption) must stop it and report `failed`/`Timeout`.
+//! deadline (epoch interruption) must stop it and report `failed`/`Timeout`;
+//! and `Sleep`, which waits an hour inside a WASI call, where no epoch check
+//! runs, so the host's deadline must stop the wait itself.
 
 use std::hint::black_box;
+use std::time::Duration;
 
 use nimbus_guest::{Context, Error, Event, Handler, Outcome};
 use serde::Deserialize;
@@ -30,4 +33,20 @@ impl Handler<Loop> for EndlessLoop {
     }
 }
 
-nimbus_guest::export!(EndlessLoop => Loop);
+/// Any JSON payload.
+#[derive(Deserialize)]
+pub struct Sleep(IgnoredAny);
+
+impl Event for Sleep {
+    const EVENT_TYPE: &'static str = "Sleep";
+}
+
+impl Handler<Sleep> for EndlessLoop {
+    fn handle(&self, _: Sleep, ctx: &Context) -> Result<Outcome, Error> {
+        ctx.info("endless-loop: going to sleep");
+        std::thread::sleep(Duration::from_secs(3600));
+        Ok(Outcome::Completed)
+    }
+}
+
+nimbus_guest::export!(EndlessLoop => Loop, Sleep);
