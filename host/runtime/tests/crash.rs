@@ -171,6 +171,30 @@ async fn crash_child_host() {
     std::future::pending::<()>().await;
 }
 
+/// The test's data directory, kept (and named on stderr) when the test
+/// fails, so the broker's and the Resolver's databases of a failed run can
+/// be read afterwards; removed otherwise.
+struct KeepOnFailure(Option<tempfile::TempDir>);
+
+impl KeepOnFailure {
+    fn path(&self) -> &Path {
+        self.0.as_ref().expect("present until dropped").path()
+    }
+}
+
+impl Drop for KeepOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(dir) = self.0.take()
+        {
+            eprintln!(
+                "kept the failed run's data directory: {}",
+                dir.keep().display()
+            );
+        }
+    }
+}
+
 struct Rng(u64);
 
 impl Rng {
@@ -327,10 +351,12 @@ async fn every_event_reaches_one_terminal_status_in_order_across_sigkills() {
     if std::env::var(ROOT_VAR).is_ok() {
         return;
     }
-    let root_dir = tempfile::Builder::new()
-        .prefix("host-crash-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("temp dir");
+    let root_dir = KeepOnFailure(Some(
+        tempfile::Builder::new()
+            .prefix("host-crash-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("temp dir"),
+    ));
     let root = root_dir.path();
     install(&root.join("handlers"), ENDPOINT, "echo", "echo");
     let seed = std::env::var("NIMBUS_HOST_CRASH_SEED")
