@@ -36,47 +36,45 @@ impl Handlers for SandboxHandlers {
 
 /// The engine's report of a sandbox invocation.
 fn report(invocation: Invocation) -> HandlerReport {
-    {
-        let result = match invocation.result {
-            Ok(Outcome::Completed) => HandlerResult::Completed,
-            Ok(Outcome::PendingHandoff(handoff)) => HandlerResult::PendingHandoff {
-                reason: handoff.reason,
-                external_job_id: handoff.external_job_id,
-                expected_by: handoff.expected_by_ms.map(Duration::from_millis),
-            },
-            Err(error) => {
-                let failure = HandlerFailure {
-                    error_type: error.detail.error_type,
-                    message: error.detail.message,
-                    retry_after: error.detail.retry_after_ms.map(Duration::from_millis),
-                };
-                match error.kind {
-                    ErrorKind::Failed => HandlerResult::Failed(failure),
-                    ErrorKind::Transient => HandlerResult::Transient(failure),
-                    ErrorKind::Permanent => HandlerResult::Permanent(failure),
-                }
+    let result = match invocation.result {
+        Ok(Outcome::Completed) => HandlerResult::Completed,
+        Ok(Outcome::PendingHandoff(handoff)) => HandlerResult::PendingHandoff {
+            reason: handoff.reason,
+            external_job_id: handoff.external_job_id,
+            expected_by: handoff.expected_by_ms.map(Duration::from_millis),
+        },
+        Err(error) => {
+            let failure = HandlerFailure {
+                error_type: error.detail.error_type,
+                message: error.detail.message,
+                retry_after: error.detail.retry_after_ms.map(Duration::from_millis),
+            };
+            match error.kind {
+                ErrorKind::Failed => HandlerResult::Failed(failure),
+                ErrorKind::Transient => HandlerResult::Transient(failure),
+                ErrorKind::Permanent => HandlerResult::Permanent(failure),
             }
-        };
-        let follow_ups = invocation
-            .follow_ups
-            .into_iter()
-            .map(|f| FollowUp {
-                event_type_id: f.event_type,
-                message_id: f.message_id,
-                payload: f.payload,
-                session_id: f.session_id,
-                properties: f
-                    .properties
-                    .into_iter()
-                    .map(|p| (p.name, from_sandbox_value(p.value)))
-                    .collect(),
-            })
-            .collect();
-        HandlerReport {
-            result,
-            follow_ups,
-            version: invocation.digest.hex(),
         }
+    };
+    let follow_ups = invocation
+        .follow_ups
+        .into_iter()
+        .map(|f| FollowUp {
+            event_type_id: f.event_type,
+            message_id: f.message_id,
+            payload: f.payload,
+            session_id: f.session_id,
+            properties: f
+                .properties
+                .into_iter()
+                .map(|p| (p.name, from_sandbox_value(p.value)))
+                .collect(),
+        })
+        .collect();
+    HandlerReport {
+        result,
+        follow_ups,
+        version: invocation.digest.hex(),
     }
 }
 

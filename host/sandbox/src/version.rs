@@ -165,10 +165,17 @@ impl HandlerVersion {
         Ok(declared)
     }
 
-    fn new_store(&self, tags: InvocationTags) -> Store<InvocationState> {
+    /// A store under this version's limits, with no epoch behaviour yet.
+    fn limited_store(&self, tags: InvocationTags) -> Store<InvocationState> {
         let state = InvocationState::new(tags, &self.limits, Arc::clone(&self.config));
         let mut store = Store::new(&self.sandbox.engine, state);
         store.limiter(|state| &mut state.limiter);
+        store
+    }
+
+    /// A store for synchronous calls: it traps at the deadline.
+    fn new_store(&self, tags: InvocationTags) -> Store<InvocationState> {
+        let mut store = self.limited_store(tags);
         store.set_epoch_deadline(self.deadline_ticks());
         store.epoch_deadline_trap();
         store
@@ -183,7 +190,7 @@ impl HandlerVersion {
         tags: InvocationTags,
         deadline: Instant,
     ) -> Store<InvocationState> {
-        let mut store = self.new_store(tags);
+        let mut store = self.limited_store(tags);
         store.set_epoch_deadline(1);
         // After a yield the deadline is due again at once (delta 0), so the
         // clock is read as soon as the handler runs again: a deadline that

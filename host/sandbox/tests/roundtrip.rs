@@ -309,6 +309,28 @@ fn called_asynchronously_stdout_and_stderr_are_captured_through_async_wasi() {
 }
 
 #[test]
+fn log_records_past_the_per_event_bound_are_counted_not_kept() {
+    let logs: Vec<String> = (0..1005)
+        .map(|n| format!(r#"{{"Level":"Info","Message":"line {n}"}}"#))
+        .collect();
+    let invocation = echo(&format!(r#"{{"Logs":[{}]}}"#, logs.join(",")));
+    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    let handler_records = invocation
+        .logs
+        .iter()
+        .filter(|r| r.source == LogSource::Handler)
+        .count();
+    assert_eq!(handler_records, 1000);
+    let note = invocation.logs.last().expect("the sandbox's note");
+    assert_eq!(note.source, LogSource::Sandbox);
+    assert!(
+        note.message.starts_with("5 more log records were dropped"),
+        "{}",
+        note.message
+    );
+}
+
+#[test]
 fn config_is_read_from_the_manifest_table() {
     let sandbox = sandbox();
     let echo = load(&sandbox, "echo", &[("reject_over_total", "100")]);
