@@ -25,7 +25,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::codec;
 use crate::rules::{CompiledRule, RuleOutcome};
 use crate::state::{Entry, EntryId, EntryStatus, Scheduled, SubCore, TopicCore, Wakeups};
-use crate::store::{self, Ack, EntryRow, OpenError, Store, StoreError, StoreOp};
+use crate::store::{self, Ack, EntryRow, OnCommit, OpenError, Store, StoreError, StoreOp};
 use crate::timers::{TimerEvent, Timers};
 
 /// Most auto-forward hops a message may take; beyond it the copy goes to
@@ -266,13 +266,21 @@ impl Inner {
     }
 
     /// Queues `ops` plus the sequence high-water mark.
-    pub(crate) fn submit(&self, mut ops: Vec<StoreOp>) -> Ack {
+    pub(crate) fn submit(&self, ops: Vec<StoreOp>) -> Ack {
+        self.submit_with(ops, OnCommit::default())
+    }
+
+    /// Queues `ops` plus the sequence high-water mark; the messages they
+    /// insert become deliverable when `on_commit` runs.
+    pub(crate) fn submit_with(&self, mut ops: Vec<StoreOp>, on_commit: OnCommit) -> Ack {
         if !ops.is_empty() {
-            ops.push(StoreOp::SequenceHighWater(
-                self.sequence.load(Ordering::Relaxed),
-            ));
+            ops.push(self.high_water());
         }
-        self.store.submit(ops)
+        self.store.submit(ops, on_commit)
+    }
+
+    fn high_water(&self) -> StoreOp {
+        StoreOp::SequenceHighWater(self.sequence.load(Ordering::Relaxed))
     }
 
     /// Topics reachable from `roots` through forwarding, found by locking
@@ -585,17 +593,19 @@ impl Inner {
             dead_letter_reason: reason,
             dead_letter_description: description,
             status: EntryStatus::Available,
+            commit: None,
         }
     }
 
-    /// Applies a plan to memory; returns the store ops.
+    /// Applies a plan to memory; returns the store ops. The messages it
+    /// places are delivered once `on_commit` runs.
     pub(crate) fn apply_plan(
         &self,
         locked: &mut Locked<'_>,
         plan: Plan,
         now: SystemTime,
         ops: &mut Vec<StoreOp>,
-        wake: &mut Wakeups,
+        on_commit: &mut OnCommit,
     ) {
         for (topic, sub, dead, entry) in plan.placements {
             let Some(core) = locked.get_mut(&topic) else {
@@ -625,7 +635,7 @@ impl Inner {
             } else {
                 &mut sub_core.main
             };
-            queue.insert(entry, wake);
+            queue.insert_uncommitted(entry, on_commit);
         }
         for (topic, seq, scheduled) in plan.scheduled {
             let Some(core) = locked.get_mut(&topic) else {
@@ -688,7 +698,6 @@ impl Inner {
     ) -> Result<Vec<i64>, PublishError> {
         self.healthy()?;
         let now = self.now();
-        let mut wake = Wakeups::default();
         let outcome = self
             .with_topics(&[topic], |locked| {
                 let mut plan = Plan::default();
@@ -697,11 +706,17 @@ impl Inner {
                 }
                 let sequence_numbers = std::mem::take(&mut plan.sequence_numbers);
                 let mut ops = Vec::new();
-                self.apply_plan(locked, plan, now, &mut ops, &mut wake);
-                Ok::<_, PublishError>((sequence_numbers, self.submit(ops)))
+                let mut on_commit = OnCommit::default();
+                self.apply_plan(locked, plan, now, &mut ops, &mut on_commit);
+                if ops.is_empty() {
+                    // Every message was a duplicate. Its original may not be
+                    // committed yet; an empty request still queues behind it,
+                    // so this acknowledgement cannot overtake that commit.
+                    ops.push(self.high_water());
+                }
+                Ok::<_, PublishError>((sequence_numbers, self.submit_with(ops, on_commit)))
             })
             .map_err(|topic| PublishError::TopicNotFound { topic })??;
-        wake.fire();
         let (sequence_numbers, ack) = outcome;
         ack.committed().await.map_err(TransientError::from)?;
         Ok(sequence_numbers)
@@ -781,6 +796,7 @@ impl Inner {
         now: SystemTime,
         wake: &mut Wakeups,
     ) -> Result<(SettleReceipt, Ack), SettleError> {
+        let mut on_commit = OnCommit::default();
         let lost = || match session {
             Some((id, _)) => SettleError::SessionLockLost {
                 session_id: id.to_owned(),
@@ -867,6 +883,7 @@ impl Inner {
                     now,
                     &mut ops,
                     wake,
+                    &mut on_commit,
                 );
             }
             if let (Some((id, _)), Some(state)) = (session, &parts.session_state) {
@@ -885,8 +902,11 @@ impl Inner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .record(&parts.inbox, now, &mut ops);
         }
-        self.apply_plan(locked, plan, now, &mut ops, wake);
-        Ok((SettleReceipt::new(sequence_numbers), self.submit(ops)))
+        self.apply_plan(locked, plan, now, &mut ops, &mut on_commit);
+        Ok((
+            SettleReceipt::new(sequence_numbers),
+            self.submit_with(ops, on_commit),
+        ))
     }
 
     #[expect(
@@ -904,6 +924,7 @@ impl Inner {
         now: SystemTime,
         ops: &mut Vec<StoreOp>,
         wake: &mut Wakeups,
+        on_commit: &mut OnCommit,
     ) {
         let token = message.lock_token;
         match disposition {
@@ -949,6 +970,7 @@ impl Inner {
                         now,
                         ops,
                         wake,
+                        on_commit,
                     );
                 } else {
                     tracing::warn!(id, "abandoned message vanished while settling");
@@ -959,7 +981,7 @@ impl Inner {
                 description,
             } => {
                 if let Some(entry) = sub.main.remove_locked(token, wake) {
-                    move_to_dead_letter(sub, entry, reason, description, ops, wake);
+                    move_to_dead_letter(sub, entry, reason, description, ops, on_commit);
                 }
             }
         }
@@ -968,6 +990,8 @@ impl Inner {
     /// Counts a failed delivery of available message `id` (abandon or lock
     /// expiry): dead-letters it at the max delivery count, else persists the
     /// count. `changed` is the re-encoded message when abandon changed it.
+    /// A dead-lettered message is delivered from there once `on_commit`
+    /// runs.
     #[expect(
         clippy::too_many_arguments,
         reason = "the message's full address is needed for the store and timers"
@@ -984,6 +1008,7 @@ impl Inner {
         now: SystemTime,
         ops: &mut Vec<StoreOp>,
         wake: &mut Wakeups,
+        on_commit: &mut OnCommit,
     ) {
         let max = sub.settings.max_delivery_count;
         let q = match queue {
@@ -1007,7 +1032,14 @@ impl Inner {
                 }
                 let description =
                     format!("Message could not be consumed after {max} delivery attempts.");
-                move_to_dead_letter(sub, entry, REASON_MAX_DELIVERY, &description, ops, wake);
+                move_to_dead_letter(
+                    sub,
+                    entry,
+                    REASON_MAX_DELIVERY,
+                    &description,
+                    ops,
+                    on_commit,
+                );
             }
             return;
         }
@@ -1042,14 +1074,15 @@ fn outcome_id(parts: &SettlementParts) -> String {
 }
 
 /// Moves a message (already removed from the main queue) into the
-/// dead-letter queue, in place on disk.
+/// dead-letter queue, in place on disk; it is delivered from there once
+/// `on_commit` runs.
 pub(crate) fn move_to_dead_letter(
     sub: &mut SubCore,
     mut entry: Entry,
     reason: &str,
     description: &str,
     ops: &mut Vec<StoreOp>,
-    wake: &mut Wakeups,
+    on_commit: &mut OnCommit,
 ) {
     entry.status = EntryStatus::Available;
     entry.dead_letter_reason = Some(reason.to_owned());
@@ -1060,7 +1093,7 @@ pub(crate) fn move_to_dead_letter(
         reason: reason.to_owned(),
         description: description.to_owned(),
     });
-    sub.dead_letter.insert(entry, wake);
+    sub.dead_letter.insert_uncommitted(entry, on_commit);
 }
 
 pub(crate) fn row(topic: &str, sub: &str, dead: bool, entry: &Entry) -> EntryRow {
@@ -1130,6 +1163,7 @@ pub(crate) fn open(options: BrokerOptions) -> Result<Arc<Inner>, OpenError> {
             dead_letter_reason: row.dead_letter_reason,
             dead_letter_description: row.dead_letter_description,
             status: EntryStatus::Available,
+            commit: None,
         };
         if row.dead_letter {
             sub.dead_letter.insert(entry, &mut wake);
@@ -1281,6 +1315,7 @@ impl Inner {
                     .unwrap_or_default();
                 if let Some(id) = q.release_locked(token, &mut wake) {
                     let mut ops = Vec::new();
+                    let mut on_commit = OnCommit::default();
                     self.count_failure(
                         &topic,
                         &subscription,
@@ -1292,8 +1327,9 @@ impl Inner {
                         now,
                         &mut ops,
                         &mut wake,
+                        &mut on_commit,
                     );
-                    self.store.submit_detached(ops);
+                    self.store.submit_detached(ops, on_commit);
                 }
             }
             TimerEvent::SessionLock {
@@ -1319,6 +1355,7 @@ impl Inner {
                 tracing::debug!(%topic, %subscription, %session, "session lock expired");
                 let released = sub.main.unlock_session(&session, &mut wake);
                 let mut ops = Vec::new();
+                let mut on_commit = OnCommit::default();
                 for id in released {
                     self.count_failure(
                         &topic,
@@ -1331,9 +1368,10 @@ impl Inner {
                         now,
                         &mut ops,
                         &mut wake,
+                        &mut on_commit,
                     );
                 }
-                self.store.submit_detached(ops);
+                self.store.submit_detached(ops, on_commit);
             }
             TimerEvent::Scheduled { topic, seq } => {
                 let result = self.with_topics(&[topic.as_str()], |locked| {
@@ -1345,6 +1383,7 @@ impl Inner {
                     };
                     let mut plan = Plan::default();
                     let mut ops = vec![StoreOp::DeleteScheduled { seq }];
+                    let mut on_commit = OnCommit::default();
                     // Activation routes with a fresh sequence number, so the
                     // message queues after everything enqueued before now.
                     let active_seq = self.alloc();
@@ -1357,13 +1396,13 @@ impl Inner {
                         0,
                         &mut plan,
                     ) {
-                        Ok(()) => self.apply_plan(locked, plan, now, &mut ops, &mut wake),
+                        Ok(()) => self.apply_plan(locked, plan, now, &mut ops, &mut on_commit),
                         Err(error) => tracing::error!(
                             %topic, seq, %error,
                             "scheduled message can no longer be routed; dropped"
                         ),
                     }
-                    self.store.submit_detached(ops);
+                    self.store.submit_detached(ops, on_commit);
                 });
                 if result.is_err() {
                     tracing::debug!(%topic, seq, "scheduled message's topic is gone");
@@ -1403,6 +1442,7 @@ impl Inner {
                     return;
                 }
                 let mut ops = Vec::new();
+                let mut on_commit = OnCommit::default();
                 if let Some(entry) = sub.main.remove_id(&key, id, &mut wake) {
                     if sub.settings.dead_letter_on_expiry {
                         move_to_dead_letter(
@@ -1411,13 +1451,13 @@ impl Inner {
                             REASON_EXPIRED,
                             "The message expired and was dead-lettered.",
                             &mut ops,
-                            &mut wake,
+                            &mut on_commit,
                         );
                     } else {
                         ops.push(StoreOp::DeleteEntry { id });
                     }
                 }
-                self.store.submit_detached(ops);
+                self.store.submit_detached(ops, on_commit);
             }
         }
         wake.fire();

@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use crate::broker::{Inner, TopicState};
 use crate::state::{EntryStatus, Wakeups};
-use crate::store::StoreOp;
+use crate::store::{OnCommit, StoreOp};
 use crate::timers::TimerEvent;
 
 /// An exclusive lock on one session of a session-enabled subscription of
@@ -397,11 +397,15 @@ impl Receiver for BrokerReceiver {
             entry.dead_letter_description = None;
             entry.status = EntryStatus::Available;
             let row = crate::broker::row(&self.topic.name, &self.subscription, false, &entry);
-            sub.main.insert(entry, &mut wake);
-            self.inner.submit(vec![
-                StoreOp::DeleteEntry { id: old_id },
-                StoreOp::InsertEntry(Box::new(row)),
-            ])
+            let mut on_commit = OnCommit::default();
+            sub.main.insert_uncommitted(entry, &mut on_commit);
+            self.inner.submit_with(
+                vec![
+                    StoreOp::DeleteEntry { id: old_id },
+                    StoreOp::InsertEntry(Box::new(row)),
+                ],
+                on_commit,
+            )
         };
         wake.fire();
         ack.committed().await.map_err(TransientError::from)?;

@@ -15,6 +15,7 @@ use nimbus_transport::{LockToken, Message, ReceivedMessage, SubscriptionSettings
 use tokio::sync::Notify;
 
 use crate::rules::CompiledRule;
+use crate::store::{CommitFlag, OnCommit};
 
 /// Entry ids order messages within a queue; sequence numbers and entry ids
 /// share one broker-wide counter.
@@ -48,9 +49,24 @@ pub(crate) struct Entry {
     pub(crate) dead_letter_reason: Option<String>,
     pub(crate) dead_letter_description: Option<String>,
     pub(crate) status: EntryStatus,
+    /// The commit of the request that put it here, while that may still be
+    /// pending; `None` once known committed.
+    pub(crate) commit: Option<Arc<CommitFlag>>,
 }
 
 impl Entry {
+    /// Whether it may be handed out: only once it is in the log.
+    fn deliverable(&mut self) -> bool {
+        match &self.commit {
+            None => true,
+            Some(flag) if flag.is_set() => {
+                self.commit = None;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
     fn received(&self, token: LockToken, until: SystemTime) -> ReceivedMessage {
         ReceivedMessage {
             message: self.message.clone(),
@@ -195,9 +211,26 @@ impl QueueCore {
         self.reindex(&key, wake);
     }
 
-    /// The session whose oldest available message is the oldest, unlocked.
-    pub(crate) fn next_ready_session(&self) -> Option<&str> {
-        self.ready.first().map(|(_, key)| key.as_str())
+    /// Adds a message its request has not committed yet: it is handed out,
+    /// and its receivers woken, once that commit is done.
+    pub(crate) fn insert_uncommitted(&mut self, mut entry: Entry, on_commit: &mut OnCommit) {
+        entry.commit = Some(on_commit.flag());
+        self.insert(entry, &mut on_commit.wake);
+    }
+
+    /// The unlocked session whose oldest available message is the oldest of
+    /// all, if that message is deliverable. When it is not, none is taken:
+    /// commits follow the order messages were queued in, so the sessions
+    /// behind it wait for the same commit or a later one, and that commit
+    /// wakes the waiters.
+    pub(crate) fn next_ready_session(&mut self) -> Option<&str> {
+        let (id, key) = self.ready.first()?;
+        let deliverable = self
+            .partitions
+            .get_mut(key)
+            .and_then(|p| p.entries.get_mut(id))
+            .is_some_and(Entry::deliverable);
+        deliverable.then_some(key.as_str())
     }
 
     pub(crate) fn partition(&self, key: &str) -> Option<&Partition> {
@@ -261,7 +294,8 @@ impl QueueCore {
         released
     }
 
-    /// Locks the first available, unexpired message of partition `key`.
+    /// Locks the first available, unexpired message of partition `key`, if
+    /// it is deliverable (the messages behind it wait with it: order).
     pub(crate) fn take_next(
         &mut self,
         key: &str,
@@ -278,9 +312,12 @@ impl QueueCore {
                 .get(id)
                 .is_some_and(|e| !expiring || e.expires.is_none_or(|x| x > now))
         })?;
+        let entry = partition.entries.get_mut(&id)?;
+        if !entry.deliverable() {
+            return None;
+        }
         partition.available.remove(&id);
         let token = LockToken::new();
-        let entry = partition.entries.get_mut(&id)?;
         entry.status = EntryStatus::Locked {
             token,
             until,

@@ -10,6 +10,7 @@
 //! database at a prefix of the memory history. See `docs/broker.md`.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -22,6 +23,7 @@ use tokio::sync::oneshot;
 use nimbus_transport::{Message, SubscriptionSettings, TopicSettings, TransientError};
 
 use crate::Durability;
+use crate::state::Wakeups;
 
 /// Most requests folded into one transaction: bounds the latency a request
 /// waits behind others when the queue is long.
@@ -180,6 +182,49 @@ pub enum OpenError {
 struct Request {
     ops: Vec<StoreOp>,
     ack: Option<oneshot::Sender<Result<(), StoreError>>>,
+    on_commit: OnCommit,
+}
+
+/// Set once the transaction of the request that inserted a message has
+/// committed. Until then the message is not handed out: a consumer that
+/// acted on it (a handler calling a partner, the Resolver writing its own
+/// database) would act on a message a crash can still take back (decision
+/// 0107).
+#[derive(Debug, Default)]
+pub(crate) struct CommitFlag(AtomicBool);
+
+impl CommitFlag {
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// What a request makes deliverable when it commits: the flag its new
+/// messages carry, and the receivers to wake for them.
+#[derive(Default)]
+pub(crate) struct OnCommit {
+    flag: Option<Arc<CommitFlag>>,
+    pub(crate) wake: Wakeups,
+}
+
+impl OnCommit {
+    /// The flag for one more message of this request.
+    pub(crate) fn flag(&mut self) -> Arc<CommitFlag> {
+        Arc::clone(self.flag.get_or_insert_with(Arc::default))
+    }
+
+    fn committed(self) {
+        if let Some(flag) = self.flag {
+            // Set before the wake: a receiver checks the flag after it
+            // registered for the wake, so it sees one or the other.
+            flag.set();
+        }
+        self.wake.fire();
+    }
 }
 
 /// The handle to the writer thread.
@@ -291,9 +336,11 @@ impl Store {
 
     /// Queues `ops` for the next commit. Call while holding the locks under
     /// which the ops were applied in memory, so the log order is the memory
-    /// order. Await the returned [`Ack`] after releasing them.
-    pub(crate) fn submit(&self, ops: Vec<StoreOp>) -> Ack {
+    /// order. Await the returned [`Ack`] after releasing them. `on_commit`
+    /// runs after the commit, before the acknowledgement.
+    pub(crate) fn submit(&self, ops: Vec<StoreOp>, on_commit: OnCommit) -> Ack {
         if ops.is_empty() {
+            on_commit.committed();
             return Ack(None, None);
         }
         let (ack, rx) = oneshot::channel();
@@ -302,6 +349,7 @@ impl Store {
             tx.send(Request {
                 ops,
                 ack: Some(ack),
+                on_commit,
             })
         });
         match sent {
@@ -317,16 +365,21 @@ impl Store {
     }
 
     /// Queues `ops` without waiting for their commit (timer work, whose
-    /// effect is already visible and whose loss in a crash is harmless).
-    pub(crate) fn submit_detached(&self, ops: Vec<StoreOp>) {
+    /// loss in a crash is harmless: the timer fires again after a restart).
+    pub(crate) fn submit_detached(&self, ops: Vec<StoreOp>, on_commit: OnCommit) {
         if ops.is_empty() {
+            on_commit.committed();
             return;
         }
         let guard = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(tx) = guard.as_ref() {
             // A closed channel means shutdown; the failure is reported to
             // every acknowledged caller instead.
-            let _ = tx.send(Request { ops, ack: None });
+            let _ = tx.send(Request {
+                ops,
+                ack: None,
+                on_commit,
+            });
         }
     }
 
@@ -484,6 +537,11 @@ fn writer_loop(
             }),
         };
         for request in batch.drain(..) {
+            // A failed commit leaves its messages undeliverable: memory is
+            // ahead of the log, and the broker is poisoned until reopened.
+            if result.is_ok() {
+                request.on_commit.committed();
+            }
             if let Some(ack) = request.ack {
                 // The caller may have given up waiting; nothing to do then.
                 let _ = ack.send(result.clone());
@@ -497,23 +555,6 @@ fn writer_loop(
 }
 
 fn commit_batch(conn: &mut Connection, batch: &[Request]) -> rusqlite::Result<()> {
-    // A message published and completed within one batch never needs to
-    // touch the table: the batch commits atomically, so skipping both the
-    // insert and the delete leaves the same state. At steady load with a
-    // fast consumer this is most messages.
-    let mut inserted: std::collections::HashSet<i64> = std::collections::HashSet::new();
-    let mut cancelled: std::collections::HashSet<i64> = std::collections::HashSet::new();
-    for op in batch.iter().flat_map(|r| &r.ops) {
-        match op {
-            StoreOp::InsertEntry(row) => {
-                inserted.insert(row.id);
-            }
-            StoreOp::DeleteEntry { id } if inserted.contains(id) => {
-                cancelled.insert(*id);
-            }
-            _ => {}
-        }
-    }
     let tx = conn.transaction()?;
     let mut high_water = None;
     {
@@ -526,8 +567,6 @@ fn commit_batch(conn: &mut Connection, batch: &[Request]) -> rusqlite::Result<()
                     StoreOp::SequenceHighWater(n) => {
                         high_water = Some(high_water.map_or(*n, |h: i64| h.max(*n)));
                     }
-                    StoreOp::InsertEntry(row) if cancelled.contains(&row.id) => {}
-                    StoreOp::DeleteEntry { id } if cancelled.contains(id) => {}
                     StoreOp::InsertEntry(row) => {
                         insert_entry(&mut insert, row)?;
                     }
@@ -1004,7 +1043,10 @@ mod tests {
                         for n in 0..50 {
                             let id = submitter * 1000 + n;
                             store
-                                .submit(vec![StoreOp::InsertEntry(Box::new(row(id)))])
+                                .submit(
+                                    vec![StoreOp::InsertEntry(Box::new(row(id)))],
+                                    OnCommit::default(),
+                                )
                                 .committed()
                                 .await
                                 .unwrap();
@@ -1021,26 +1063,5 @@ mod tests {
             .flat_map(|s| (0..50).map(move |n| s * 1000 + n))
             .collect();
         assert_eq!(ids(dir.path()), expected);
-    }
-
-    #[test]
-    fn a_delete_queued_right_behind_its_insert_leaves_no_row_and_spares_the_others() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _reader) = Store::open(dir.path(), Durability::Os).unwrap();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        // One request, so one batch: the insert and delete of 1 cancel out
-        // (neither touches the table) and must leave 2 and 3 alone. As
-        // separate requests they would share a batch only usually.
-        let ack = store.submit(vec![
-            StoreOp::InsertEntry(Box::new(row(1))),
-            StoreOp::InsertEntry(Box::new(row(2))),
-            StoreOp::DeleteEntry { id: 1 },
-            StoreOp::InsertEntry(Box::new(row(3))),
-        ]);
-        runtime.block_on(async { ack.committed().await.unwrap() });
-        store.shutdown();
-        assert_eq!(ids(dir.path()), vec![2, 3]);
     }
 }

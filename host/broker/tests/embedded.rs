@@ -390,3 +390,187 @@ async fn accepting_with_zero_wait_and_no_session_fails_on_its_first_poll() {
         ),
     }
 }
+
+// A message is handed out only once the transaction that put it in its
+// queue has committed (decision 0107). Before, a receiver could take a
+// message whose publish a crash then took back: the host crash test found a
+// Resolver that had recorded an event the broker no longer had. These tests
+// hold the database's write lock from another connection, so the broker's
+// commits wait (well within its five-second busy timeout) while they look.
+
+/// The database's write lock, held by another connection until released.
+struct HeldWriteLock(rusqlite::Connection);
+
+impl HeldWriteLock {
+    fn take(dir: &std::path::Path) -> Self {
+        let connection =
+            rusqlite::Connection::open(dir.join("broker.sqlite3")).expect("open sqlite");
+        connection.execute_batch("BEGIN IMMEDIATE").expect("lock");
+        HeldWriteLock(connection)
+    }
+
+    fn release(self) {
+        self.0.execute_batch("ROLLBACK").expect("unlock");
+    }
+}
+
+fn in_session(body: &[u8], session: &str) -> Message {
+    let mut m = Message::new(body.to_vec());
+    m.session_id = Some(session.into());
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_message_is_handed_out_only_once_its_publish_has_committed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Os).await;
+    let queue = with_sub(&broker, SubscriptionSettings::default()).await;
+    let sessions = SubscriptionPath::new("t", "sessions");
+    broker
+        .create_subscription(&sessions, SubscriptionSettings::sessions())
+        .await
+        .expect("session sub");
+    let receiver = broker
+        .receiver(&queue, SubQueue::Main)
+        .await
+        .expect("receiver");
+    let named = broker
+        .accept_session(&sessions, SessionSelector::Named("k".into()), ARRIVES)
+        .await
+        .expect("named session");
+
+    let held = HeldWriteLock::take(dir.path());
+    let publishing = tokio::spawn({
+        let broker = broker.clone();
+        async move { broker.publish("t", vec![in_session(b"m", "k")]).await }
+    });
+    // Give the publish time to be applied in memory and queued.
+    tokio::time::sleep(ABSENT).await;
+    assert!(
+        !publishing.is_finished(),
+        "the publish waits for its commit"
+    );
+    assert!(
+        receiver.receive(ABSENT).await.expect("receive").is_none(),
+        "a queue receiver got a message whose publish is not committed"
+    );
+    assert!(
+        named.receive(ABSENT).await.expect("receive").is_none(),
+        "a session receiver got a message whose publish is not committed"
+    );
+    let next = broker
+        .accept_session(&sessions, SessionSelector::NextAvailable, ABSENT)
+        .await;
+    assert!(
+        matches!(next, Err(AcceptSessionError::NoSessionAvailable { .. })),
+        "a session was offered for a message whose publish is not committed"
+    );
+
+    // Receivers already waiting get it when the commit happens.
+    let waiting = tokio::spawn(async move { receiver.receive(ARRIVES).await });
+    tokio::time::sleep(ABSENT).await;
+    held.release();
+    publishing.await.expect("join").expect("publish");
+    let got = waiting.await.expect("join").expect("receive");
+    assert_eq!(got.as_ref().map(body), Some(&b"m"[..]));
+    let got = named.receive(ARRIVES).await.expect("receive");
+    assert_eq!(got.as_ref().map(body), Some(&b"m"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_message_is_in_the_dead_letter_queue_only_once_that_is_committed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Os).await;
+    let queue = with_sub(&broker, SubscriptionSettings::default()).await;
+    broker
+        .publish("t", vec![Message::new(b"poison".to_vec())])
+        .await
+        .expect("publish");
+    let receiver = broker
+        .receiver(&queue, SubQueue::Main)
+        .await
+        .expect("receiver");
+    let dead = broker
+        .receiver(&queue, SubQueue::DeadLetter)
+        .await
+        .expect("dead-letter receiver");
+    let message = receiver
+        .receive(ARRIVES)
+        .await
+        .expect("receive")
+        .expect("arrived");
+
+    let held = HeldWriteLock::take(dir.path());
+    let settling = tokio::spawn(async move {
+        receiver
+            .dead_letter(message, "Poison".into(), "cannot be read".into())
+            .await
+    });
+    tokio::time::sleep(ABSENT).await;
+    assert!(
+        dead.receive(ABSENT).await.expect("receive").is_none(),
+        "the dead-letter queue handed out a move that is not committed"
+    );
+    held.release();
+    settling.await.expect("join").expect("dead-letter");
+    let got = dead.receive(ARRIVES).await.expect("receive").expect("dead");
+    assert_eq!(got.dead_letter_reason.as_deref(), Some("Poison"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_is_acknowledged_only_once_its_original_is_committed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Os).await;
+    broker
+        .create_topic(
+            "t",
+            TopicSettings::default().with_duplicate_detection(Duration::from_secs(600)),
+        )
+        .await
+        .expect("topic");
+    let path = SubscriptionPath::new("t", "s");
+    broker
+        .create_subscription(&path, SubscriptionSettings::default())
+        .await
+        .expect("sub");
+    let with_id = || {
+        let mut m = Message::new(b"once".to_vec());
+        m.message_id = Some("m-1".into());
+        m
+    };
+
+    let held = HeldWriteLock::take(dir.path());
+    let original = tokio::spawn({
+        let broker = broker.clone();
+        async move { broker.publish("t", vec![with_id()]).await }
+    });
+    tokio::time::sleep(ABSENT).await;
+    assert!(!original.is_finished(), "the original waits for its commit");
+    // Acknowledging the duplicate now would promise a message a crash can
+    // still take back.
+    let duplicate = tokio::time::timeout(ABSENT, broker.publish("t", vec![with_id()])).await;
+    assert!(
+        duplicate.is_err(),
+        "the duplicate was acknowledged before its original was committed: {duplicate:?}"
+    );
+    held.release();
+    let first = original.await.expect("join").expect("publish");
+    let again = broker
+        .publish("t", vec![with_id()])
+        .await
+        .expect("duplicate");
+    assert_eq!(
+        again, first,
+        "the duplicate answers the original's sequence number"
+    );
+    let receiver = broker
+        .receiver(&path, SubQueue::Main)
+        .await
+        .expect("receiver");
+    let got = receiver.receive(ARRIVES).await.expect("receive");
+    assert_eq!(got.as_ref().map(body), Some(&b"once"[..]));
+    assert!(receiver.receive(ABSENT).await.expect("receive").is_none());
+}
