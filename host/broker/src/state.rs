@@ -55,11 +55,12 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// Whether it may be handed out: only once it is in the log.
-    fn deliverable(&mut self) -> bool {
+    /// Whether it may be handed out: only once it is in the log. If not,
+    /// `notify` is woken when it is.
+    fn deliverable_or_wake(&mut self, notify: &Arc<Notify>) -> bool {
         match &self.commit {
             None => true,
-            Some(flag) if flag.is_set() => {
+            Some(flag) if flag.is_set_or_wake(notify) => {
                 self.commit = None;
                 true
             }
@@ -221,15 +222,15 @@ impl QueueCore {
     /// The unlocked session whose oldest available message is the oldest of
     /// all, if that message is deliverable. When it is not, none is taken:
     /// commits follow the order messages were queued in, so the sessions
-    /// behind it wait for the same commit or a later one, and that commit
-    /// wakes the waiters.
+    /// behind it wait for the same commit or a later one, which wakes the
+    /// accepts waiting on this queue.
     pub(crate) fn next_ready_session(&mut self) -> Option<&str> {
         let (id, key) = self.ready.first()?;
         let deliverable = self
             .partitions
             .get_mut(key)
             .and_then(|p| p.entries.get_mut(id))
-            .is_some_and(Entry::deliverable);
+            .is_some_and(|e| e.deliverable_or_wake(&self.notify));
         deliverable.then_some(key.as_str())
     }
 
@@ -313,7 +314,14 @@ impl QueueCore {
                 .is_some_and(|e| !expiring || e.expires.is_none_or(|x| x > now))
         })?;
         let entry = partition.entries.get_mut(&id)?;
-        if !entry.deliverable() {
+        // Session receivers wait on the partition, queue receivers on the
+        // queue.
+        let waiters = if self.sessionful {
+            &partition.notify
+        } else {
+            &self.notify
+        };
+        if !entry.deliverable_or_wake(waiters) {
             return None;
         }
         partition.available.remove(&id);

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nimbus_checkpointer::{BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError};
 use rusqlite::{Connection, OptionalExtension, params};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use nimbus_transport::{Message, SubscriptionSettings, TopicSettings, TransientError};
 
@@ -191,15 +191,39 @@ struct Request {
 /// database) would act on a message a crash can still take back (decision
 /// 0107).
 #[derive(Debug, Default)]
-pub(crate) struct CommitFlag(AtomicBool);
+pub(crate) struct CommitFlag {
+    done: AtomicBool,
+    /// Receivers that met a message of this request first in line in a
+    /// state its request's own wakes do not cover (a session let go after
+    /// the message arrived), woken when it commits.
+    late: Mutex<Vec<Arc<Notify>>>,
+}
 
 impl CommitFlag {
-    pub(crate) fn is_set(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+    /// Whether the request committed; if not, `notify` is woken when it
+    /// does. A receiver registers for its wake before it looks, so it sees
+    /// one or the other.
+    pub(crate) fn is_set_or_wake(&self, notify: &Arc<Notify>) -> bool {
+        if self.done.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut late = self.late.lock().unwrap_or_else(PoisonError::into_inner);
+        // Checked again under the lock `set` takes after setting it.
+        if self.done.load(Ordering::Acquire) {
+            return true;
+        }
+        if !late.iter().any(|n| Arc::ptr_eq(n, notify)) {
+            late.push(Arc::clone(notify));
+        }
+        false
     }
 
     fn set(&self) {
-        self.0.store(true, Ordering::Release);
+        self.done.store(true, Ordering::Release);
+        let late = std::mem::take(&mut *self.late.lock().unwrap_or_else(PoisonError::into_inner));
+        for notify in late {
+            notify.notify_waiters();
+        }
     }
 }
 

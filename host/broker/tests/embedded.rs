@@ -574,3 +574,45 @@ async fn a_duplicate_is_acknowledged_only_once_its_original_is_committed() {
     assert_eq!(got.as_ref().map(body), Some(&b"once"[..]));
     assert!(receiver.receive(ABSENT).await.expect("receive").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_released_before_its_message_commits_is_offered_once_it_commits() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Os).await;
+    let path = with_sub(&broker, SubscriptionSettings::sessions()).await;
+    // The session is held while its message arrives, and let go before
+    // that message's commit: the message became the session's first while
+    // nobody could accept it.
+    let held_session = broker
+        .accept_session(&path, SessionSelector::Named("k".into()), ARRIVES)
+        .await
+        .expect("named session");
+    let held = HeldWriteLock::take(dir.path());
+    let publishing = tokio::spawn({
+        let broker = broker.clone();
+        async move { broker.publish("t", vec![in_session(b"m", "k")]).await }
+    });
+    tokio::time::sleep(ABSENT).await;
+    held_session.close().await;
+    let accepting = tokio::spawn({
+        let broker = broker.clone();
+        let path = path.clone();
+        async move {
+            broker
+                .accept_session(&path, SessionSelector::NextAvailable, ARRIVES)
+                .await
+        }
+    });
+    tokio::time::sleep(ABSENT).await;
+    assert!(!accepting.is_finished(), "offered before the commit");
+    held.release();
+    publishing.await.expect("join").expect("publish");
+    let session = accepting
+        .await
+        .expect("join")
+        .expect("the waiting accept is woken by the commit");
+    assert_eq!(session.session_id(), "k");
+    let got = session.receive(ARRIVES).await.expect("receive");
+    assert_eq!(got.as_ref().map(body), Some(&b"m"[..]));
+}
