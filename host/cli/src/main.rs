@@ -27,7 +27,8 @@ const EXIT_ERROR: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    init_tracing(cli.verbose);
+    // Held to the end of `main`: dropping it writes out what is queued.
+    let _log_writer = init_tracing(cli.verbose);
     match commands::run(cli) {
         Ok(code) => code,
         Err(error) => {
@@ -38,7 +39,13 @@ fn main() -> ExitCode {
 }
 
 /// Logs go to stderr so stdout stays clean JSON; `RUST_LOG` overrides.
-fn init_tracing(verbose: u8) {
+///
+/// Lines are written by a thread of their own: a handler's log records are
+/// emitted from the engine's async workers, which must not wait on a slow
+/// stderr (a pipe into a log shipper that stalls). Nothing is dropped: past
+/// its queue of lines the writer makes the logger wait, as a direct write
+/// would.
+fn init_tracing(verbose: u8) -> tracing_appender::non_blocking::WorkerGuard {
     let default = match verbose {
         0 => "warn",
         1 => "info",
@@ -46,8 +53,13 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("nimbus-log")
+        .finish(std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .init();
+    guard
 }
