@@ -11,7 +11,7 @@ use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use crate::bindings::asynchronous::HandlerPre as AsyncHandlerPre;
-use crate::bindings::{Handler, HandlerPre, types};
+use crate::bindings::{HandlerPre, types};
 use crate::cache::ArtifactSource;
 use crate::classify::classify;
 use crate::config::Limits;
@@ -111,27 +111,19 @@ impl HandlerVersion {
             name: self.name.to_string(),
             message,
         };
-        let mut store = self.new_store(InvocationTags {
-            handler: Arc::clone(&self.name),
-            digest: self.digest,
-            event_id: String::new(),
-            session_id: String::new(),
-        });
-        let declared = self
-            .pre
-            .instantiate(&mut store)
-            .and_then(|handler: Handler| {
-                handler
-                    .nimbus_handler_dispatch()
-                    .call_subscriptions(&mut store)
-            })
-            .map_err(|e| {
-                let error = classify(&e, store.data(), &self.limits);
-                validate_error(format!(
-                    "instantiating it and calling `subscriptions` failed: {}: {}",
-                    error.detail.error_type, error.detail.message
-                ))
-            })?;
+        // On a thread of its own, with a runtime of its own: loading is
+        // called from the registry's watcher thread and from async code
+        // alike, and the yielding call (whose waits in WASI the deadline
+        // cuts off, unlike a synchronous call's) needs a runtime to poll it.
+        let declared = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("nimbus-load".to_owned())
+                .spawn_scoped(scope, || self.call_subscriptions())
+                .map_err(|e| format!("cannot start a thread to call `subscriptions`: {e}"))?
+                .join()
+                .map_err(|_| "calling `subscriptions` panicked in the host".to_owned())?
+        })
+        .map_err(validate_error)?;
         if declared.is_empty() {
             return Err(validate_error(
                 "it declares no event types (`subscriptions` returned an empty list)".to_owned(),
@@ -163,6 +155,45 @@ impl HandlerVersion {
             }
         }
         Ok(declared)
+    }
+
+    /// Instantiates the component and calls `subscriptions` under the
+    /// version's limits and deadline, as an event's call would run.
+    fn call_subscriptions(&self) -> Result<Vec<String>, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| format!("cannot start a runtime to call `subscriptions`: {e}"))?;
+        let deadline = Instant::now() + self.limits.timeout;
+        let mut store = self.new_yielding_store(
+            InvocationTags {
+                handler: Arc::clone(&self.name),
+                digest: self.digest,
+                event_id: String::new(),
+                session_id: String::new(),
+            },
+            deadline,
+        );
+        let call = async {
+            let handler = self.pre_async.instantiate_async(&mut store).await?;
+            handler
+                .nimbus_handler_dispatch()
+                .call_subscriptions(&mut store)
+                .await
+        };
+        let cut_off = deadline + self.sandbox.config.epoch_tick;
+        let called = runtime.block_on(async {
+            tokio::time::timeout_at(tokio::time::Instant::from_std(cut_off), call)
+                .await
+                .unwrap_or_else(|_| Err(wasmtime::Error::from(Trap::Interrupt)))
+        });
+        called.map_err(|e| {
+            let error = classify(&e, store.data(), &self.limits);
+            format!(
+                "instantiating it and calling `subscriptions` failed: {}: {}",
+                error.detail.error_type, error.detail.message
+            )
+        })
     }
 
     /// A store under this version's limits, with no epoch behaviour yet.

@@ -264,3 +264,43 @@ fn a_missing_handlers_directory_is_a_clear_error() {
     let error = Registry::open(sandbox(), &missing).err().expect("fails");
     assert!(error.to_string().contains("nope"), "{error}");
 }
+
+#[test]
+fn a_component_whose_subscriptions_waits_in_wasi_fails_to_load_at_its_deadline() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "noop", &guest("noop"));
+    dir.install("ep", "slow-start", &guest("slow-start"));
+    dir.manifest("ep", "slow-start", "[limits]\ntimeout = \"300ms\"\n");
+    // The load used to wait out the guest's hour in WASI (on the watcher
+    // thread, which then swapped in nothing else); the guard is far above
+    // the deadline, so a slow CI machine cannot fail it.
+    let (opened, open) = std::sync::mpsc::channel();
+    let path = dir.path().to_owned();
+    std::thread::spawn(move || {
+        let _ = opened.send(Registry::open(sandbox(), &path));
+    });
+    let registry = open
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the load ended")
+        .expect("opens");
+
+    let snapshot = registry.snapshot();
+    assert!(snapshot.lookup("ep", "SlowStart").is_none());
+    let noop = snapshot
+        .lookup("ep", "Noop")
+        .expect("the other component serves");
+    assert_eq!(
+        noop.invoke(event("Noop", "{}")).result,
+        Ok(Outcome::Completed)
+    );
+    let status = snapshot
+        .handlers()
+        .find(|s| s.key.handler == "slow-start")
+        .expect("its status");
+    assert!(status.serving.is_none());
+    let error = status.last_error.as_deref().expect("a load error");
+    assert!(
+        error.contains("`subscriptions`") && error.contains("Timeout"),
+        "{error}"
+    );
+}
