@@ -420,6 +420,16 @@ fn in_session(body: &[u8], session: &str) -> Message {
     m
 }
 
+/// Publishes `message` on a task of its own: with the write lock held, the
+/// publish is applied and queued, and then waits for its commit.
+fn publish_in_background(
+    broker: &Broker,
+    message: Message,
+) -> tokio::task::JoinHandle<Result<Vec<i64>, nimbus_transport::PublishError>> {
+    let broker = broker.clone();
+    tokio::spawn(async move { broker.publish("t", vec![message]).await })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_message_is_handed_out_only_once_its_publish_has_committed() {
     let dir = tempfile::tempdir().expect("dir");
@@ -441,10 +451,7 @@ async fn a_published_message_is_handed_out_only_once_its_publish_has_committed()
         .expect("named session");
 
     let held = HeldWriteLock::take(dir.path());
-    let publishing = tokio::spawn({
-        let broker = broker.clone();
-        async move { broker.publish("t", vec![in_session(b"m", "k")]).await }
-    });
+    let publishing = publish_in_background(&broker, in_session(b"m", "k"));
     // Give the publish time to be applied in memory and queued.
     tokio::time::sleep(ABSENT).await;
     assert!(
@@ -543,10 +550,7 @@ async fn a_duplicate_is_acknowledged_only_once_its_original_is_committed() {
     };
 
     let held = HeldWriteLock::take(dir.path());
-    let original = tokio::spawn({
-        let broker = broker.clone();
-        async move { broker.publish("t", vec![with_id()]).await }
-    });
+    let original = publish_in_background(&broker, with_id());
     tokio::time::sleep(ABSENT).await;
     assert!(!original.is_finished(), "the original waits for its commit");
     // Acknowledging the duplicate now would promise a message a crash can
@@ -589,10 +593,7 @@ async fn a_session_released_before_its_message_commits_is_offered_once_it_commit
         .await
         .expect("named session");
     let held = HeldWriteLock::take(dir.path());
-    let publishing = tokio::spawn({
-        let broker = broker.clone();
-        async move { broker.publish("t", vec![in_session(b"m", "k")]).await }
-    });
+    let publishing = publish_in_background(&broker, in_session(b"m", "k"));
     tokio::time::sleep(ABSENT).await;
     held_session.close().await;
     let accepting = tokio::spawn({
