@@ -558,15 +558,21 @@ impl Admin for Broker {
                 reason: format!("subscription '{path}' does not require sessions"),
             });
         }
+        // A message counts once its publish has committed, as it is handed
+        // out only then (decision 0107): a crash can still take it back.
         let mut sessions: Vec<SessionInfo> = sub
             .main
             .partitions
             .iter()
-            .filter(|(_, p)| !p.entries.is_empty() || p.state.is_some() || p.owner.is_some())
-            .map(|(id, p)| SessionInfo {
+            .map(|(id, p)| {
+                let committed = p.entries.values().filter(|e| e.is_committed()).count();
+                (id, p, committed)
+            })
+            .filter(|(_, p, committed)| *committed > 0 || p.state.is_some() || p.owner.is_some())
+            .map(|(id, p, committed)| SessionInfo {
                 session_id: id.clone(),
                 state: p.state.clone(),
-                active_messages: p.entries.len() as u64,
+                active_messages: committed as u64,
                 locked: p.owner.is_some_and(|o| o.until > now),
             })
             .collect();

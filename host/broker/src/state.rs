@@ -68,6 +68,11 @@ impl Entry {
         }
     }
 
+    /// Whether its request has committed, without waiting for it.
+    pub(crate) fn is_committed(&self) -> bool {
+        self.commit.as_ref().is_none_or(|flag| flag.is_set())
+    }
+
     fn received(&self, token: LockToken, until: SystemTime) -> ReceivedMessage {
         ReceivedMessage {
             message: self.message.clone(),

@@ -218,6 +218,11 @@ impl CommitFlag {
         false
     }
 
+    /// Whether the request committed.
+    pub(crate) fn is_set(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
     fn set(&self) {
         self.done.store(true, Ordering::Release);
         let late = std::mem::take(&mut *self.late.lock().unwrap_or_else(PoisonError::into_inner));

@@ -617,3 +617,41 @@ async fn a_session_released_before_its_message_commits_is_offered_once_it_commit
     let got = session.receive(ARRIVES).await.expect("receive");
     assert_eq!(got.as_ref().map(body), Some(&b"m"[..]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_listing_counts_a_message_only_once_its_publish_has_committed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let clock = ManualClock::at_fixed_start();
+    let broker = open(dir.path(), &clock, Durability::Os).await;
+    let path = with_sub(&broker, SubscriptionSettings::sessions()).await;
+    broker
+        .publish("t", vec![in_session(b"first", "k")])
+        .await
+        .expect("publish");
+
+    let held = HeldWriteLock::take(dir.path());
+    let to_k = publish_in_background(&broker, in_session(b"second", "k"));
+    let to_new = publish_in_background(&broker, in_session(b"only", "new"));
+    tokio::time::sleep(ABSENT).await;
+    assert!(!to_k.is_finished(), "the publish waits for its commit");
+    let listed = broker.list_sessions(&path).await.expect("list");
+    let counts: Vec<(&str, u64)> = listed
+        .iter()
+        .map(|s| (s.session_id.as_str(), s.active_messages))
+        .collect();
+    assert_eq!(
+        counts,
+        [("k", 1)],
+        "messages a crash can still take back are counted"
+    );
+
+    held.release();
+    to_k.await.expect("join").expect("publish");
+    to_new.await.expect("join").expect("publish");
+    let listed = broker.list_sessions(&path).await.expect("list");
+    let counts: Vec<(&str, u64)> = listed
+        .iter()
+        .map(|s| (s.session_id.as_str(), s.active_messages))
+        .collect();
+    assert_eq!(counts, [("k", 2), ("new", 1)]);
+}
