@@ -4,9 +4,9 @@
 //! `nimbus run` prints), driven only through the `nimbus` CLI, and killed
 //! when dropped, even when the test fails.
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -48,8 +48,37 @@ pub struct RunningHost {
     child: Child,
     /// The API's base URL, e.g. `http://127.0.0.1:41234`.
     pub api: String,
-    stderr_path: PathBuf,
+    /// Where its stderr goes; `None` when a test holds it as a pipe.
+    stderr_path: Option<PathBuf>,
     stdout_lines: mpsc::Receiver<String>,
+}
+
+/// The read end of a host's stderr pipe that nobody reads, as a log shipper
+/// that stalls would leave it.
+pub struct StalledStderr(ChildStderr);
+
+impl StalledStderr {
+    /// Whether the pipe is full: the host's next write to stderr would
+    /// block.
+    pub fn is_full(&self) -> bool {
+        let buffered = rustix::io::ioctl_fionread(&self.0).expect("FIONREAD on the stderr pipe");
+        let capacity =
+            rustix::pipe::fcntl_getpipe_size(&self.0).expect("F_GETPIPE_SZ on the stderr pipe");
+        // A write of a line that does not fit blocks too, so "full" is
+        // "less room than a short log line".
+        buffered + 256 > capacity as u64
+    }
+
+    /// Starts reading the pipe to its end on a thread; join it for
+    /// everything the host wrote from the start.
+    pub fn drain(self) -> std::thread::JoinHandle<String> {
+        let mut pipe = self.0;
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    }
 }
 
 impl RunningHost {
@@ -59,19 +88,29 @@ impl RunningHost {
     /// # Panics
     /// When the host does not start within [`DEADLINE`], with its stderr.
     pub fn start(scratch: &Scratch, extra_config: &str) -> RunningHost {
-        let config = scratch.write("nimbus.toml", config_text(extra_config).as_bytes());
         let stderr_path = scratch.path("nimbus-run.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("create the stderr file");
-        let mut child = Command::new(nimbus_bin())
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn nimbus run");
+        let child = spawn(scratch, extra_config, "info", stderr.into());
+        RunningHost::started(child, Some(stderr_path))
+    }
+
+    /// As [`RunningHost::start`], logging at `rust_log`, with its stderr a
+    /// pipe of one page that the caller holds and does not read.
+    pub fn start_with_stalled_stderr(
+        scratch: &Scratch,
+        extra_config: &str,
+        rust_log: &str,
+    ) -> (RunningHost, StalledStderr) {
+        let mut child = spawn(scratch, extra_config, rust_log, Stdio::piped());
+        let stderr = child.stderr.take().expect("piped stderr");
+        // The smallest pipe Linux makes, so a few lines fill it. If the
+        // host already wrote more than that, the pipe keeps its size and
+        // takes a few more lines to fill.
+        let _ = rustix::pipe::fcntl_setpipe_size(&stderr, 4096);
+        (RunningHost::started(child, None), StalledStderr(stderr))
+    }
+
+    fn started(mut child: Child, stderr_path: Option<PathBuf>) -> RunningHost {
         let stdout = child.stdout.take().expect("piped stdout");
         let (lines_tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -108,7 +147,10 @@ impl RunningHost {
 
     /// What the host logged so far.
     pub fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+        match &self.stderr_path {
+            Some(path) => std::fs::read_to_string(path).unwrap_or_default(),
+            None => "(a pipe the test holds unread)".to_owned(),
+        }
     }
 
     /// Runs `nimbus --api <this host> args...`.
@@ -204,6 +246,22 @@ impl RunningHost {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// Starts `nimbus run` on `nimbus.toml` (written into the scratch root),
+/// logging at `rust_log` into `stderr`.
+fn spawn(scratch: &Scratch, extra_config: &str, rust_log: &str, stderr: Stdio) -> Child {
+    let config = scratch.write("nimbus.toml", config_text(extra_config).as_bytes());
+    Command::new(nimbus_bin())
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", rust_log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn nimbus run")
 }
 
 impl Drop for RunningHost {

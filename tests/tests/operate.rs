@@ -307,3 +307,41 @@ fn an_unreachable_host_is_a_clear_error_naming_the_url() {
         bad_url.stderr()
     );
 }
+
+/// The host's log lines are written by a thread of their own: a stderr that
+/// nobody reads (a log shipper that stalls) must not stop the workers that
+/// emit them. A direct write blocks the worker at the first line that does
+/// not fit in the pipe, and with it the API and the engine.
+#[test]
+fn a_host_whose_stderr_nobody_reads_goes_on_processing_events() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let (host, stderr) = RunningHost::start_with_stalled_stderr(&scratch, "", "debug");
+    let mut filled_by = 0;
+    while !stderr.is_full() {
+        assert!(
+            filled_by < 200,
+            "the host logged less than its stderr pipe holds, so this test shows nothing"
+        );
+        let session = format!("fill-{filled_by}");
+        let id = publish(&host, "OrderPlaced", &session, &order("o-fill", false));
+        host.wait_status(&session, &id, "Completed");
+        filled_by += 1;
+    }
+    // From here every line the host logs is a write that would block.
+    for i in 0..5 {
+        let session = format!("after-{i}");
+        let id = publish(&host, "OrderPlaced", &session, &order("o-after", false));
+        host.wait_status(&session, &id, "Completed");
+    }
+    assert!(stderr.is_full(), "nobody read the pipe");
+
+    let log = stderr.drain();
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+    let log = log.join().expect("the reading thread");
+    assert!(
+        log.contains("nimbus host stopped"),
+        "every line is written, the last one too:\n{log}"
+    );
+}
