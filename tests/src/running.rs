@@ -88,9 +88,16 @@ impl RunningHost {
     /// # Panics
     /// When the host does not start within [`DEADLINE`], with its stderr.
     pub fn start(scratch: &Scratch, extra_config: &str) -> RunningHost {
+        RunningHost::start_with_config(scratch, &config_text(extra_config))
+    }
+
+    /// As [`RunningHost::start`] with the whole configuration given (to
+    /// change what [`config_text`] sets). Its stderr file starts empty, so
+    /// a host started again on the same scratch area logs afresh.
+    pub fn start_with_config(scratch: &Scratch, config: &str) -> RunningHost {
         let stderr_path = scratch.path("nimbus-run.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("create the stderr file");
-        let child = spawn(scratch, extra_config, "info", stderr.into());
+        let child = spawn(scratch, config, "info", stderr.into());
         RunningHost::started(child, Some(stderr_path))
     }
 
@@ -101,7 +108,8 @@ impl RunningHost {
         extra_config: &str,
         rust_log: &str,
     ) -> (RunningHost, StalledStderr) {
-        let mut child = spawn(scratch, extra_config, rust_log, Stdio::piped());
+        let config = config_text(extra_config);
+        let mut child = spawn(scratch, &config, rust_log, Stdio::piped());
         let stderr = child.stderr.take().expect("piped stderr");
         // The smallest pipe Linux makes, so a few lines fill it. If the
         // host already wrote more than that, the pipe keeps its size and
@@ -248,10 +256,10 @@ impl RunningHost {
     }
 }
 
-/// Starts `nimbus run` on `nimbus.toml` (written into the scratch root),
-/// logging at `rust_log` into `stderr`.
-fn spawn(scratch: &Scratch, extra_config: &str, rust_log: &str, stderr: Stdio) -> Child {
-    let config = scratch.write("nimbus.toml", config_text(extra_config).as_bytes());
+/// Starts `nimbus run` on `config`, written to `nimbus.toml` in the scratch
+/// root, logging at `rust_log` into `stderr`.
+fn spawn(scratch: &Scratch, config: &str, rust_log: &str, stderr: Stdio) -> Child {
+    let config = scratch.write("nimbus.toml", config.as_bytes());
     Command::new(nimbus_bin())
         .arg("run")
         .arg("--config")
