@@ -232,12 +232,26 @@ impl Supervisor {
 
     /// Provisions what the snapshot needs, prunes forwarding for event types
     /// no longer handled, and starts endpoints not yet running.
+    ///
+    /// An endpoint with a handler file that has never loaded (broken at
+    /// start-up, so no earlier version serves) keeps its forwarding as it
+    /// was: that handler's event types are unknown, and pruning would have
+    /// the broker drop its events until it is fixed. They wait in the
+    /// endpoint's queue instead.
     async fn sync(&self, snapshot: Arc<Snapshot>) -> anyhow::Result<()> {
         let topology = self.topology(&snapshot);
         let report = provision::provision(&*self.broker, &topology)
             .await
             .context("provisioning")?;
-        let pruned = provision::prune(&*self.broker, &topology)
+        let unknown = snapshot.endpoints_not_loading();
+        for endpoint in &unknown {
+            warn!(
+                endpoint,
+                "a handler of this endpoint does not load; its forwarding is kept as it was, \
+                 so its events wait in its queue until the handler is fixed"
+            );
+        }
+        let pruned = provision::prune(&*self.broker, &topology, &unknown)
             .await
             .context("pruning forwarding for removed event types")?;
         for mutation in report.mutations.iter().chain(&pruned.mutations) {

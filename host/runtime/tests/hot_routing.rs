@@ -85,3 +85,66 @@ where
             .is_some()
     })
 }
+
+/// A handler that does not load when the host starts (a broken deploy, no
+/// earlier version to keep serving) must not make the broker drop its
+/// events: its endpoint's forwarding stays as the last run provisioned it,
+/// the events wait in the endpoint's queue, and the fixed handler runs them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_for_a_handler_that_does_not_load_at_start_up_wait_until_it_is_fixed() {
+    let root = tempfile::tempdir().unwrap();
+    let handlers = root.path().join("handlers");
+    let component = install(&handlers, "shipping", "noop", "noop");
+    let host = start_host(root.path(), 10).await;
+    publish(
+        &host.broker().clone(),
+        "Noop",
+        "s-1",
+        "before",
+        &serde_json::json!({}),
+    )
+    .await;
+    wait_status(
+        &**host.resolver(),
+        "shipping",
+        "s-1",
+        "before",
+        Status::Completed,
+    )
+    .await;
+    host.shutdown().await;
+
+    std::fs::write(&component, b"not a component").unwrap();
+    let host = start_host(root.path(), 10).await;
+    let broker = host.broker().clone();
+    let status = host.registry().snapshot();
+    let broken = status.handlers().next().expect("the handler is listed");
+    assert!(
+        broken.serving.is_none() && broken.last_error.is_some(),
+        "{broken:?}"
+    );
+    let forwarder = SubscriptionPath::new(DEFAULT_PRODUCER, "shipping");
+    assert!(
+        forwards(&broker, &forwarder, "Noop"),
+        "the forwarding of an endpoint whose handler does not load is pruned"
+    );
+    publish(
+        &broker,
+        "Noop",
+        "s-1",
+        "while-broken",
+        &serde_json::json!({}),
+    )
+    .await;
+
+    install(&handlers, "shipping", "noop", "noop");
+    wait_status(
+        &**host.resolver(),
+        "shipping",
+        "s-1",
+        "while-broken",
+        Status::Completed,
+    )
+    .await;
+    host.shutdown().await;
+}

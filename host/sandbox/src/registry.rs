@@ -94,6 +94,20 @@ impl Snapshot {
         self.handlers.values()
     }
 
+    /// The endpoints with a handler file that has never loaded (no
+    /// earlier version serves in its place), each once, sorted: what those
+    /// endpoints consume is not fully known.
+    pub fn endpoints_not_loading(&self) -> Vec<&str> {
+        let mut endpoints: Vec<&str> = self
+            .handlers
+            .values()
+            .filter(|h| h.serving.is_none() && h.last_error.is_some())
+            .map(|h| h.key.endpoint.as_str())
+            .collect();
+        endpoints.dedup();
+        endpoints
+    }
+
     /// One handler's status.
     pub fn handler(&self, key: &HandlerKey) -> Option<&HandlerStatus> {
         self.handlers.get(key)

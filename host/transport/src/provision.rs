@@ -772,7 +772,9 @@ pub async fn provision<A: Admin>(
 /// A forwarder is recognised by its shape: a non-session subscription that
 /// forwards to a topic other than `Resolver` and is named after that topic
 /// (or `fwd-{topic}` on the topic itself). Every other subscription is left
-/// alone. `topology` must list every consumer the transport serves.
+/// alone, and so are the forwarders to the endpoints in `keep` (compared
+/// ignoring case): what those consume is not known now. `topology` must
+/// list every consumer the transport serves.
 ///
 /// # Errors
 ///
@@ -780,6 +782,7 @@ pub async fn provision<A: Admin>(
 pub async fn prune<A: Admin>(
     admin: &A,
     topology: &Topology,
+    keep: &[&str],
 ) -> Result<ProvisionReport, ProvisionError> {
     topology.validate()?;
     let mut applier = Applier::new(admin);
@@ -797,6 +800,7 @@ pub async fn prune<A: Admin>(
             if settings.requires_session
                 || target.eq_ignore_ascii_case(RESOLVER)
                 || subscription.name != forwarder_name(producer, target)
+                || keep.iter().any(|k| k.eq_ignore_ascii_case(target))
             {
                 continue;
             }

@@ -34,10 +34,25 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                 print_json(&answer)?;
             } else {
                 println!("{}", text(&answer["message_id"]));
-                if answer["consumed_by"].as_array().is_some_and(Vec::is_empty) {
+                let none = |field: &str| answer[field].as_array().is_none_or(Vec::is_empty);
+                if none("consumed_by") && none("not_loading") {
                     eprintln!(
                         "note: no handler consumes {} now; the event reaches no endpoint",
                         text(&json!(args.event_type))
+                    );
+                } else if none("consumed_by") {
+                    let endpoints: Vec<String> = answer["not_loading"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(text)
+                        .collect();
+                    eprintln!(
+                        "note: no handler serves {} now; endpoint(s) {} have a handler that \
+                         does not load (see `nimbus handlers`): if it consumed this type, the \
+                         event waits in its queue until it is fixed",
+                        text(&json!(args.event_type)),
+                        endpoints.join(", ")
                     );
                 }
             }

@@ -34,6 +34,10 @@ pub(crate) struct Published {
     /// Endpoints whose handlers consume the event type now; empty means
     /// nothing will handle it (it is accepted all the same, as on the bus).
     consumed_by: Vec<String>,
+    /// Endpoints with a handler file that does not load: their forwarding
+    /// is kept as it was, so if one consumed the type before, the event
+    /// waits in its queue until the handler is fixed.
+    not_loading: Vec<String>,
 }
 
 pub(crate) async fn publish(
@@ -75,6 +79,11 @@ pub(crate) async fn publish(
         correlation_id: message.correlation_id.clone().unwrap_or_default(),
         consumed_by: snapshot
             .endpoints_for(event_type)
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        not_loading: snapshot
+            .endpoints_not_loading()
             .into_iter()
             .map(str::to_owned)
             .collect(),

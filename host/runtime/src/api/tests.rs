@@ -567,6 +567,20 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
     assert_eq!(status, StatusCode::OK, "{value}");
     assert_eq!(value["topic"], "billing");
     assert_eq!(value["consumed_by"], json!([]));
+    assert_eq!(value["not_loading"], json!([]));
+
+    // A handler that does not load (no earlier version): its endpoint is
+    // named, since its kept forwarding may still take the event.
+    let broken = root.path().join("handlers").join("shipping");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("labels.wasm"), b"not a component").unwrap();
+    host.registry().reconcile().unwrap();
+    let (status, value) = api
+        .post("/api/publish", &json!({"event_type": "Noted", "data": {}}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+    assert_eq!(value["consumed_by"], json!([]));
+    assert_eq!(value["not_loading"], json!(["shipping"]));
 
     host.shutdown().await;
 }
