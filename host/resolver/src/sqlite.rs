@@ -676,6 +676,11 @@ fn write_status(
             ),
             None => (None, None, None, None, false),
         };
+    // A request carries the event as it is to run (a resubmission may carry
+    // an edited one), so it replaces the payload. A response copies its
+    // request's body, which for a handoff completion is the job's details,
+    // not the event: it only fills a payload still unknown.
+    let payload_authoritative = obs.kind.is_request();
     exec(
         tx,
         "INSERT INTO events (endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
@@ -705,7 +710,7 @@ fn write_status(
             handler_version = COALESCE(excluded.handler_version, handler_version),
             queue_time_ms = COALESCE(excluded.queue_time_ms, queue_time_ms),
             processing_time_ms = COALESCE(excluded.processing_time_ms, processing_time_ms),
-            payload = COALESCE(excluded.payload, payload),
+            payload = CASE WHEN ?28 THEN COALESCE(excluded.payload, payload) ELSE COALESCE(payload, excluded.payload) END,
             updated_ms = excluded.updated_ms",
         params![
             obs.endpoint,
@@ -735,6 +740,7 @@ fn write_status(
             originating_message_id,
             originating_from,
             authoritative,
+            payload_authoritative,
         ],
     )
     .map_err(db("writing the status"))?;

@@ -660,3 +660,37 @@ fn a_message_with_another_session_moves_the_event_and_one_without_keeps_it() {
     assert_eq!(in_session("order-2"), ["e1"]);
     assert!(in_session("order-1").is_empty());
 }
+
+#[test]
+fn a_response_fills_the_payload_only_while_unknown_and_a_resubmission_replaces_it() {
+    let (_dir, store) = open();
+    let payload =
+        |store: &SqliteResolverStore| store.event("e1").unwrap()[0].record.payload.clone();
+    let mut request = obs(MessageKind::EventRequest, "m1", 1);
+    request.payload = Some(r#"{"Rows":10}"#.into());
+    store.record(&request).unwrap();
+    let mut handed_off = obs(MessageKind::PendingHandoffResponse, "r1", 2);
+    handed_off.payload = Some(r#"{"Rows":10}"#.into());
+    store.record(&handed_off).unwrap();
+    // The engine's answer to a handoff completion copies that request's
+    // body: the external job's details, not the event.
+    let mut completed = obs(MessageKind::ResolutionResponse, "r2", 3);
+    completed.payload = Some(r#"{"rows":10,"job":"dmf-1"}"#.into());
+    store.record(&completed).unwrap();
+    assert_eq!(payload(&store).as_deref(), Some(r#"{"Rows":10}"#));
+
+    let mut resubmission = obs(MessageKind::ResubmissionRequest, "m2", 4);
+    resubmission.payload = Some(r#"{"Rows":11}"#.into());
+    store.record(&resubmission).unwrap();
+    assert_eq!(payload(&store).as_deref(), Some(r#"{"Rows":11}"#));
+
+    // An event first known from a response takes the payload it carries.
+    let mut only_response = Observation::new("billing", "e2", MessageKind::ResolutionResponse, 5);
+    only_response.message_id = Some("r9".into());
+    only_response.payload = Some(r#"{"Rows":1}"#.into());
+    store.record(&only_response).unwrap();
+    assert_eq!(
+        store.event("e2").unwrap()[0].record.payload.as_deref(),
+        Some(r#"{"Rows":1}"#)
+    );
+}
