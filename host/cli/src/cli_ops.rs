@@ -90,7 +90,8 @@ pub(crate) struct ResubmitArgs {
     /// The event id.
     #[arg(value_name = "ID")]
     pub(crate) id: String,
-    /// An edited event as JSON (or `@path`) replacing the recorded one.
+    /// An edited event replacing the recorded one: JSON, `@path` (a file)
+    /// or `@-` (stdin).
     #[arg(long, value_name = "JSON|@FILE")]
     pub(crate) data: Option<String>,
     /// The endpoint, when the event is at several.
@@ -123,7 +124,8 @@ pub(crate) struct HandoffCompleteArgs {
     /// The event id.
     #[arg(value_name = "ID")]
     pub(crate) id: String,
-    /// What the job reported, as JSON (or `@path`).
+    /// What the job reported: JSON, `@path` (a file) or `@-` (stdin).
+    /// Recorded in the event's history; the event's payload stays as it was.
     #[arg(long, value_name = "JSON|@FILE")]
     pub(crate) details: Option<String>,
     /// The endpoint, when the event is at several.
@@ -139,7 +141,9 @@ pub(crate) struct HandoffFailArgs {
     /// Why the job failed.
     #[arg(long, value_name = "TEXT")]
     pub(crate) error: String,
-    /// The error type [default: HandoffFailed].
+    /// The job's error type, recorded with this request in the event's
+    /// history [default: HandoffFailed]. The event's own error type becomes
+    /// `HandoffFailedException`, as upstream NimBus answers a failed handoff.
     #[arg(long, value_name = "TYPE")]
     pub(crate) error_type: Option<String>,
     /// The endpoint, when the event is at several.

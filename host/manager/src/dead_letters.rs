@@ -100,6 +100,24 @@ fn subscriptions(endpoint: &str) -> [SubscriptionPath; 2] {
     ]
 }
 
+/// Checks that `subscription` names one of `endpoint`'s dead-letter queues.
+///
+/// # Errors
+///
+/// [`ManagerError::UnknownDeadLetterQueue`] naming both.
+pub fn check_dead_letter_queue(endpoint: &str, subscription: &str) -> Result<(), ManagerError> {
+    if subscriptions(endpoint)
+        .iter()
+        .any(|path| path.subscription == subscription)
+    {
+        return Ok(());
+    }
+    Err(ManagerError::UnknownDeadLetterQueue {
+        endpoint: endpoint.to_owned(),
+        subscription: subscription.to_owned(),
+    })
+}
+
 impl<T: Transport> Manager<T> {
     /// The dead-lettered messages of `endpoint` (its own subscription's
     /// queue, then the Resolver forwarding subscription's), oldest first in
@@ -137,6 +155,9 @@ impl<T: Transport> Manager<T> {
         subscription: Option<&str>,
         which: &DeadLetterId,
     ) -> Result<Replayed, ManagerError> {
+        if let Some(subscription) = subscription {
+            check_dead_letter_queue(endpoint, subscription)?;
+        }
         let mut found: Vec<(SubscriptionPath, T::Receiver, ReceivedMessage)> = Vec::new();
         let mut searched = Vec::new();
         for path in subscriptions(endpoint) {

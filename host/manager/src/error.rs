@@ -97,6 +97,16 @@ pub enum ManagerError {
         #[source]
         source: OpenReceiverError,
     },
+    /// A dead-letter queue was named that the endpoint does not have.
+    #[error(
+        "endpoint '{endpoint}' has no subscription '{subscription}' with a dead-letter queue: name '{endpoint}' (its own) or 'Resolver'"
+    )]
+    UnknownDeadLetterQueue {
+        /// The endpoint.
+        endpoint: String,
+        /// The subscription named.
+        subscription: String,
+    },
     /// No dead-lettered message matches.
     #[error("no dead-lettered message {which} on endpoint '{endpoint}' (looked in {})", searched.join(", "))]
     DeadLetterNotFound {

@@ -25,6 +25,8 @@ mod dead_letters;
 mod error;
 mod operations;
 
-pub use dead_letters::{DEFAULT_DEAD_LETTER_LIMIT, DeadLetter, DeadLetterId, Replayed};
+pub use dead_letters::{
+    DEFAULT_DEAD_LETTER_LIMIT, DeadLetter, DeadLetterId, Replayed, check_dead_letter_queue,
+};
 pub use error::ManagerError;
 pub use operations::{DEFAULT_HANDOFF_ERROR_TYPE, Manager, Sent};

@@ -67,6 +67,9 @@ pub(crate) async fn replay(
         return Err(ApiError::bad_request("endpoint is missing"));
     };
     let subscription = given(request.subscription);
+    if let Some(subscription) = &subscription {
+        nimbus_manager::check_dead_letter_queue(&endpoint, subscription)?;
+    }
     let which = match (
         request.sequence_number,
         given(request.message_id),

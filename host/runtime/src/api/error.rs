@@ -69,7 +69,8 @@ impl From<ManagerError> for ApiError {
             ManagerError::NotJson { .. }
             | ManagerError::MissingErrorText
             | ManagerError::AmbiguousEndpoint { .. }
-            | ManagerError::AmbiguousDeadLetter { .. } => ApiError::bad_request(message),
+            | ManagerError::AmbiguousDeadLetter { .. }
+            | ManagerError::UnknownDeadLetterQueue { .. } => ApiError::bad_request(message),
             ManagerError::NotPendingHandoff { .. }
             | ManagerError::MissingCoordinate { .. }
             | ManagerError::MissingPayload { .. } => ApiError::conflict(message),

@@ -506,6 +506,20 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
             "sequence number 99",
         ),
         (
+            Method::POST,
+            "/api/dlq/replay",
+            Some(r#"{"endpoint": "billing", "all": true, "subscription": "Bogus"}"#),
+            StatusCode::BAD_REQUEST,
+            "no subscription 'Bogus'",
+        ),
+        (
+            Method::POST,
+            "/api/dlq/replay",
+            Some(r#"{"endpoint": "billing", "sequence_number": 1, "subscription": "Bogus"}"#),
+            StatusCode::BAD_REQUEST,
+            "name 'billing' (its own) or 'Resolver'",
+        ),
+        (
             Method::GET,
             "/api/nothing",
             None,
