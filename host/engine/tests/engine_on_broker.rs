@@ -70,6 +70,7 @@ impl Scripted {
             "fail" => HandlerResult::Failed(failure("Scripted")),
             "fail-once" if count == 1 => HandlerResult::Failed(failure("Scripted")),
             "transient" => HandlerResult::Transient(failure("Flaky")),
+            "transient-once" if count == 1 => HandlerResult::Transient(failure("Flaky")),
             "permanent" => HandlerResult::Permanent(failure("Validation")),
             "handoff" => HandlerResult::PendingHandoff {
                 reason: "external job".into(),
@@ -347,6 +348,38 @@ impl Harness {
 
     fn seen(&self) -> Vec<String> {
         self.handler.seen.lock().unwrap().clone()
+    }
+
+    /// The endpoint subscription's (active, dead-lettered) message counts.
+    async fn endpoint_counts(&self) -> (u64, u64) {
+        let sub = self
+            .broker
+            .get_subscription(&SubscriptionPath::new(E, E))
+            .await
+            .unwrap()
+            .expect("the endpoint subscription exists");
+        (sub.active_message_count, sub.dead_letter_message_count)
+    }
+
+    /// The next message in the endpoint subscription's dead-letter queue,
+    /// taken off it: (dead-letter reason, MessageId).
+    async fn next_dead_letter(&self) -> (Option<String>, Option<String>) {
+        let dlq = self
+            .broker
+            .receiver(&SubscriptionPath::new(E, E), SubQueue::DeadLetter)
+            .await
+            .unwrap();
+        let dead = dlq
+            .receive(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("dead-lettered within 10 s");
+        let seen = (
+            dead.dead_letter_reason.clone(),
+            dead.message.message_id.clone(),
+        );
+        dlq.complete(dead).await.unwrap();
+        seen
     }
 }
 
@@ -644,34 +677,116 @@ async fn pending_handoff_blocks_until_completed_without_rerunning_the_handler() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn invalid_message_is_dead_lettered_with_the_defect_named() {
+async fn invalid_message_is_dead_lettered_with_the_defect_named_and_the_resolver_told() {
+    // SEMANTICS §2.1: validated before anything runs; dead-lettered with a
+    // reason naming the defect, and the Resolver told (DeadLettered: an
+    // ErrorResponse carrying the dead-letter reason) with what could be read.
     let h = start(RetryPolicies::default(), 10).await;
     let mut bad = event("s1", "e1", "A", "complete");
     bad.properties
         .insert("MessageType".into(), "NoSuchType".into());
     h.publish(bad).await;
-    let dlq = h
-        .broker
-        .receiver(&SubscriptionPath::new(E, E), SubQueue::DeadLetter)
-        .await
-        .unwrap();
-    let dead = dlq
-        .receive(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .expect("dead-lettered");
+    let reason = "Validation failed: MessageType 'NoSuchType' is not a known NimBus message type";
+    let (dead_reason, message_id) = h.next_dead_letter().await;
+    assert_eq!(dead_reason.as_deref(), Some(reason));
+    assert_eq!(message_id.as_deref(), Some("msg-e1"));
+
+    let (kind, event_id, notice) = h.response().await;
+    assert_eq!((kind.as_str(), event_id.as_str()), ("ErrorResponse", "e1"));
+    assert_eq!(notice.dead_letter_reason.as_deref(), Some(reason));
+    let description = notice.dead_letter_error_description.clone().unwrap();
     assert!(
-        dead.dead_letter_reason
-            .as_deref()
-            .unwrap()
-            .contains("NoSuchType"),
-        "{:?}",
-        dead.dead_letter_reason
+        description.contains(reason) && description.contains("msg-e1"),
+        "the description names the defect and the message: {description}"
+    );
+    assert_eq!(notice.session_id.as_deref(), Some("s1"));
+    assert_eq!(notice.correlation_id.as_deref(), Some("corr-1"));
+    assert_eq!(notice.event_type_id.as_deref(), Some("OrderPlaced"));
+    assert_eq!(
+        notice.parent_message_id.as_deref(),
+        Some("msg-e1"),
+        "lineage points at the dead-lettered message"
+    );
+    let payload = notice
+        .content
+        .and_then(|c| c.event_content)
+        .and_then(|e| e.event_json);
+    assert_eq!(
+        payload,
+        Some(serde_json::json!({ "Id": "A", "Action": "complete" }).to_string()),
+        "the readable event content travels with the notice"
     );
     assert!(
         h.seen().is_empty(),
         "the handler never runs on an invalid message"
     );
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_body_is_dead_lettered_and_the_resolver_still_told() {
+    // F31: upstream loses the notification when the body is not a
+    // MessageContent; nimbus tells the Resolver with what it could read
+    // (the properties), without content.
+    let h = start(RetryPolicies::default(), 10).await;
+    let mut bad = event("s1", "e1", "A", "complete");
+    bad.body = b"this is not json".to_vec();
+    h.publish(bad).await;
+    let (reason, _) = h.next_dead_letter().await;
+    let reason = reason.unwrap();
+    assert!(reason.starts_with("Validation failed: "), "{reason}");
+    let (kind, event_id, notice) = h.response().await;
+    assert_eq!((kind.as_str(), event_id.as_str()), ("ErrorResponse", "e1"));
+    assert_eq!(notice.dead_letter_reason.as_deref(), Some(reason.as_str()));
+    assert_eq!(notice.event_type_id.as_deref(), Some("OrderPlaced"));
+    assert!(
+        notice.content.and_then(|c| c.event_content).is_none(),
+        "nothing of the body could be read"
+    );
+    assert!(h.seen().is_empty(), "the handler never runs");
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_without_an_event_id_is_dead_lettered_and_the_session_goes_on() {
+    // SEMANTICS §2.1: a missing EventId is a defect named in the reason;
+    // the handler never runs. The Resolver tracks events by EventId and
+    // cannot record a notice without one (it would dead-letter it as
+    // `ResolverCannotRecord`, decision 0070), so none is sent: the next
+    // Resolver-bound message is the resolution of the event published
+    // right behind it in the same session, which also shows the session
+    // is not blocked.
+    let h = start(RetryPolicies::default(), 10).await;
+    let mut bad = event("s1", "e1", "A", "complete");
+    bad.properties.remove("EventId");
+    h.broker
+        .publish(E, vec![bad, event("s1", "e2", "B", "complete")])
+        .await
+        .unwrap();
+    let (reason, message_id) = h.next_dead_letter().await;
+    assert_eq!(
+        reason.as_deref(),
+        Some("Validation failed: EventId is required")
+    );
+    assert_eq!(message_id.as_deref(), Some("msg-e1"));
+    assert_eq!(
+        h.responses(1).await,
+        pairs(&[("ResolutionResponse", "e2")]),
+        "no notice for a message the Resolver cannot track"
+    );
+    assert_eq!(h.seen(), ["B"], "the handler never ran on the invalid one");
+
+    // A blank EventId is the same defect.
+    let mut blank = event("s1", "e3", "C", "complete");
+    blank.properties.insert("EventId".into(), "  ".into());
+    h.publish(blank).await;
+    let (reason, message_id) = h.next_dead_letter().await;
+    assert_eq!(
+        reason.as_deref(),
+        Some("Validation failed: EventId is required")
+    );
+    assert_eq!(message_id.as_deref(), Some("msg-e3"));
+    assert_eq!(h.seen(), ["B"]);
     h.shutdown.cancel();
 }
 
@@ -734,5 +849,178 @@ async fn a_replayed_message_dead_lettered_after_transient_failures_leaves_the_pa
     h.publish(event("s1", "e3", "C", "complete")).await;
     assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "e3")]));
     assert!(h.session_state("s1").await.is_empty());
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_failure_is_redelivered_before_the_next_event_of_its_session() {
+    // SEMANTICS §3 (F1, OR-07): after a transient failure the host holds
+    // the session through the backoff and abandons, so the broker hands the
+    // same message back first in its session; the event behind it in the
+    // session cannot overtake it. One publish: B is waiting behind A before
+    // A is first delivered.
+    let h = start(RetryPolicies::default(), 10).await;
+    h.broker
+        .publish(
+            E,
+            vec![
+                event("s1", "e1", "A", "transient-once"),
+                event("s1", "e2", "B", "complete"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("ResolutionResponse", "e1"), ("ResolutionResponse", "e2")]),
+        "a transient failure sends no response; both events then resolve, A first"
+    );
+    assert_eq!(
+        h.seen(),
+        ["A", "A", "B"],
+        "A redelivered in place, before B"
+    );
+    assert_eq!(
+        h.endpoint_counts().await,
+        (0, 0),
+        "both completed: nothing left in the subscription, nothing dead-lettered"
+    );
+    assert!(
+        h.session_state("s1").await.is_empty(),
+        "a transient failure never blocks"
+    );
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_records_no_failed_attempt_so_the_redelivery_runs_and_only_a_later_copy_is_a_duplicate()
+ {
+    // TR-04 / IB-05: with an inbox, a transient failure records nothing,
+    // so its redelivery (same MessageId) runs the handler again and
+    // completes; only then is the message id recorded, and a copy
+    // re-published after that is skipped as a duplicate.
+    let h = start_with_inbox(
+        RetryPolicies::default(),
+        10,
+        Some(Duration::from_secs(3600)),
+    )
+    .await;
+    h.publish(event("s1", "e1", "A", "transient-once")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "e1")]));
+    assert_eq!(
+        h.seen(),
+        ["A", "A"],
+        "the redelivery ran the handler, not the duplicate skip"
+    );
+    // The publisher re-sends the same message (same MessageId).
+    h.publish(event("s1", "e1", "A", "transient-once")).await;
+    let (kind, event_id, response) = h.response().await;
+    assert_eq!((kind.as_str(), event_id.as_str()), ("SkipResponse", "e1"));
+    let error = response
+        .content
+        .and_then(|c| c.error_content)
+        .and_then(|e| e.error_text);
+    assert_eq!(error.as_deref(), Some("DuplicateDetected"));
+    assert_eq!(
+        h.seen(),
+        ["A", "A"],
+        "the duplicate did not run the handler"
+    );
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_records_no_permanent_failure_so_a_re_sent_copy_runs_again() {
+    // IB-05: a permanent failure is dead-lettered and not recorded, so the
+    // same MessageId sent again is not a duplicate: the handler runs again.
+    let h = start_with_inbox(
+        RetryPolicies::default(),
+        10,
+        Some(Duration::from_secs(3600)),
+    )
+    .await;
+    h.publish(event("s1", "e1", "A", "permanent")).await;
+    let (kind, _, first) = h.response().await;
+    assert_eq!(kind, "ErrorResponse");
+    assert!(first.dead_letter_reason.is_some(), "{first:?}");
+    h.publish(event("s1", "e1", "A", "permanent")).await;
+    let (kind, event_id, second) = h.response().await;
+    assert_eq!(
+        (kind.as_str(), event_id.as_str()),
+        ("ErrorResponse", "e1"),
+        "not a SkipResponse: the failed attempt left no inbox record"
+    );
+    assert_eq!(
+        second.dead_letter_reason.as_deref(),
+        Some("Permanent failure: Validation: scripted Validation")
+    );
+    assert_eq!(h.seen(), ["A", "A"], "the handler ran for each copy");
+    h.shutdown.cancel();
+}
+
+/// A valid NimBus response (`kind`) addressed to the endpoint, as if a
+/// misrouted Resolver-bound message reached its subscription.
+fn response_to_endpoint(kind: MessageType, session: &str, event_id: &str) -> Message {
+    let mut message = event(session, event_id, "R", "complete");
+    message
+        .properties
+        .insert("MessageType".into(), kind.as_str().into());
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_message_type_the_endpoint_does_not_handle_is_dead_lettered_as_unsupported() {
+    // DL-07: an ErrorResponse (or another response type) on the endpoint's
+    // subscription is a valid NimBus message the endpoint has no entry
+    // point for: dead-lettered with a reason naming the type, the Resolver
+    // told, the handler never run. The session is not blocked: the next
+    // event of the same session is handled normally.
+    let h = start(RetryPolicies::default(), 10).await;
+    h.broker
+        .publish(
+            E,
+            vec![
+                response_to_endpoint(MessageType::ErrorResponse, "s1", "e1"),
+                event("s1", "e2", "B", "complete"),
+            ],
+        )
+        .await
+        .unwrap();
+    let (reason, message_id) = h.next_dead_letter().await;
+    assert_eq!(
+        reason.as_deref(),
+        Some("Unsupported MessageType: 'ErrorResponse'")
+    );
+    assert_eq!(message_id.as_deref(), Some("msg-e1"));
+    let (kind, event_id, notice) = h.response().await;
+    assert_eq!((kind.as_str(), event_id.as_str()), ("ErrorResponse", "e1"));
+    assert_eq!(
+        notice.dead_letter_reason.as_deref(),
+        Some("Unsupported MessageType: 'ErrorResponse'")
+    );
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "e2")]));
+    assert_eq!(h.seen(), ["B"], "the handler never ran on the response");
+
+    // Another response type takes the same path.
+    h.publish(response_to_endpoint(
+        MessageType::ResolutionResponse,
+        "s2",
+        "e3",
+    ))
+    .await;
+    let (reason, message_id) = h.next_dead_letter().await;
+    assert_eq!(
+        reason.as_deref(),
+        Some("Unsupported MessageType: 'ResolutionResponse'")
+    );
+    assert_eq!(message_id.as_deref(), Some("msg-e3"));
+    let (kind, event_id, notice) = h.response().await;
+    assert_eq!((kind.as_str(), event_id.as_str()), ("ErrorResponse", "e3"));
+    assert_eq!(
+        notice.dead_letter_reason.as_deref(),
+        Some("Unsupported MessageType: 'ResolutionResponse'")
+    );
+    assert_eq!(h.seen(), ["B"], "the handler never ran on the response");
+    assert!(h.session_state("s1").await.is_empty(), "nothing blocked");
     h.shutdown.cancel();
 }
