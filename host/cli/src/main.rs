@@ -23,7 +23,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Exit code when the command itself failed (bad input, unreadable file,
 /// invalid component).
-const EXIT_ERROR: u8 = 1;
+pub(crate) const EXIT_ERROR: u8 = 1;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::output::out;
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use nimbus_runtime::bench::{self, BenchOptions, Durability, HandlerChoice, Mode, OnFailure};
@@ -129,6 +130,6 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let report = runtime.block_on(bench::run(&options, &|line: &str| eprintln!("{line}")))?;
-    print!("{report}");
+    out!("{report}");
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::api_client::{ApiClient, path_segment};
 use crate::cli::Command;
 use crate::cli_ops::{ApiArgs, DlqCommand, HandoffCommand};
-use crate::output::print_json;
+use crate::output::{out, outln, print_json};
 
 pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
     let client = ApiClient::new(api)?;
@@ -33,7 +33,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             if args.json {
                 print_json(&answer)?;
             } else {
-                println!("{}", text(&answer["message_id"]));
+                outln!("{}", text(&answer["message_id"]));
                 let none = |field: &str| answer[field].as_array().is_none_or(Vec::is_empty);
                 if none("consumed_by") && none("not_loading") {
                     eprintln!(
@@ -70,7 +70,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             if args.json {
                 print_json(&events)?;
             } else {
-                print!("{}", events_table(&events));
+                out!("{}", events_table(&events));
             }
         }
         Command::Event(args) => {
@@ -78,7 +78,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             if args.json {
                 print_json(&event)?;
             } else {
-                print!("{}", event_text(&event));
+                out!("{}", event_text(&event));
             }
         }
         Command::Resubmit(args) => {
@@ -134,7 +134,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             if args.json {
                 print_json(&sessions)?;
             } else {
-                print!("{}", sessions_table(&sessions));
+                out!("{}", sessions_table(&sessions));
             }
         }
         Command::Dlq(DlqCommand::List(args)) => {
@@ -142,7 +142,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             if args.json {
                 print_json(&listed)?;
             } else {
-                print!("{}", dead_letters_table(&listed));
+                out!("{}", dead_letters_table(&listed));
             }
         }
         Command::Dlq(DlqCommand::Replay(args)) => {
@@ -160,8 +160,8 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                 print_json(&answer)?;
             } else {
                 let replayed = answer["replayed"].as_array().map_or(0, Vec::len);
-                println!("replayed {replayed} dead-lettered message(s)");
-                print!("{}", dead_letters_table(&answer["replayed"]));
+                outln!("replayed {replayed} dead-lettered message(s)");
+                out!("{}", dead_letters_table(&answer["replayed"]));
             }
         }
         other => bail!("{other:?} is not a client command"),
@@ -176,7 +176,7 @@ pub(crate) fn handlers(api: &ApiArgs, as_json: bool) -> anyhow::Result<ExitCode>
     if as_json {
         print_json(&handlers)?;
     } else {
-        print!("{}", handlers_table(&handlers));
+        out!("{}", handlers_table(&handlers));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -199,7 +199,7 @@ fn json_arg(flag: &str, value: &str) -> anyhow::Result<Value> {
 }
 
 fn print_sent(sent: &Value) {
-    println!(
+    outln!(
         "sent {} {} for event {} at {}",
         text(&sent["message_type"]),
         text(&sent["message_id"]),

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use nimbus_sandbox::Registry;
 
 use crate::cli::{CheckArgs, ListArgs};
-use crate::output;
+use crate::output::{self, out};
 
 pub(crate) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     if !args.file.is_file() {
@@ -20,7 +20,7 @@ pub(crate) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         output::print_json(&view)?;
     } else {
-        print!("{}", view.text());
+        out!("{}", view.text());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -34,7 +34,7 @@ pub(crate) fn list(args: &ListArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         output::print_json(&view)?;
     } else {
-        print!("{}", view.text());
+        out!("{}", view.text());
     }
     Ok(ExitCode::SUCCESS)
 }

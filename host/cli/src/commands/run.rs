@@ -3,6 +3,7 @@
 //! until Ctrl-C or SIGTERM, shutting down in two stages: stop taking work,
 //! then drain in-flight deliveries within the configured grace.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -10,6 +11,7 @@ use anyhow::{Context as _, anyhow};
 use nimbus_runtime::{ApiState, Config, Host, VERSION, ValidConfig};
 
 use crate::cli_ops::{CheckConfigArgs, RunArgs};
+use crate::output::outln;
 
 /// The configuration file read when `--config` is not given.
 const DEFAULT_CONFIG: &str = "nimbus.toml";
@@ -43,10 +45,10 @@ fn load(path: Option<&Path>) -> anyhow::Result<(ValidConfig, String)> {
 pub(crate) fn check(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     let (config, source) = load(args.config.as_deref())?;
     let host = &config.config.host;
-    println!("{source}: valid");
-    println!("  api:      http://{}", config.config.api.listen);
-    println!("  data:     {}", host.data_dir.display());
-    println!("  handlers: {}", host.handlers_dir.display());
+    outln!("{source}: valid");
+    outln!("  api:      http://{}", config.config.api.listen);
+    outln!("  data:     {}", host.data_dir.display());
+    outln!("  handlers: {}", host.handlers_dir.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -79,15 +81,26 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         let _ = api_stopped.await;
     }));
 
-    println!("nimbus {VERSION} running ({source})");
-    println!("API:      http://{address}");
-    println!("data:     {}", data_dir.display());
-    println!("handlers: {}", handlers_dir.display());
-    println!("Stop with Ctrl-C or SIGTERM: in-flight deliveries finish first.");
+    // For whoever started the host: a stdout nobody reads (closed, or a
+    // pipe to a process that exited) must not stop the host, as a panicking
+    // `println!` would.
+    let banner = format!(
+        "nimbus {VERSION} running ({source})\n\
+         API:      http://{address}\n\
+         data:     {}\n\
+         handlers: {}\n\
+         Stop with Ctrl-C or SIGTERM: in-flight deliveries finish first.\n",
+        data_dir.display(),
+        handlers_dir.display()
+    );
+    let mut stdout = std::io::stdout();
+    let _ = stdout
+        .write_all(banner.as_bytes())
+        .and_then(|()| stdout.flush());
 
     let outcome = tokio::select! {
         signal = shutdown_signal() => {
-            eprintln!("{}; shutting down", signal?);
+            let _ = writeln!(std::io::stderr(), "{}; shutting down", signal?);
             let _ = stop_api.send(());
             api.await.context("the API task failed")?.context("serving the API")
         }
@@ -97,7 +110,7 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     };
     // Stage two: the host stops taking sessions and drains within its grace.
     host.shutdown().await;
-    eprintln!("nimbus stopped");
+    let _ = writeln!(std::io::stderr(), "nimbus stopped");
     outcome
 }
 
