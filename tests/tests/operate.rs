@@ -4,6 +4,8 @@
 //! dlq) against it. Every host is killed when its test ends, pass or fail.
 //! Waits poll with a generous deadline; nothing asserts a duration.
 
+use std::process::Command;
+
 use nimbus_blackbox_tests::Scratch;
 use nimbus_blackbox_tests::running::RunningHost;
 use serde_json::{Value, json};
@@ -343,5 +345,37 @@ fn a_host_whose_stderr_nobody_reads_goes_on_processing_events() {
     assert!(
         log.contains("nimbus host stopped"),
         "every line is written, the last one too:\n{log}"
+    );
+}
+
+/// `--api` is global so every client command takes it; typed for a command
+/// that does not talk to a host (`nimbus run` listens where its
+/// configuration says) it is refused rather than silently ignored.
+#[test]
+fn api_given_to_a_command_that_does_not_use_it_is_refused() {
+    let scratch = Scratch::new();
+    for command in [&["run"][..], &["check"], &["bench", "--events", "1"]] {
+        let mut args = vec!["--api", "http://127.0.0.1:7394"];
+        args.extend_from_slice(command);
+        let run = scratch.run_raw(&args);
+        run.expect_code(1);
+        assert!(
+            run.stderr().contains("does not take it") && run.stderr().contains("[api] listen"),
+            "{command:?}: {}",
+            run.stderr()
+        );
+    }
+    // NIMBUS_API in the environment is for the client commands; it does
+    // not stop the others.
+    let check = Command::new(nimbus_blackbox_tests::nimbus_bin())
+        .arg("check")
+        .env("NIMBUS_API", "http://127.0.0.1:7394")
+        .current_dir(scratch.path(""))
+        .output()
+        .expect("run nimbus check");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
     );
 }

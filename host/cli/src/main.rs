@@ -14,7 +14,7 @@ mod output;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 
 /// The broker and engine allocate per message; mimalloc cuts the CPU per
 /// message by about a third against glibc's allocator (decision record 0022).
@@ -26,10 +26,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 pub(crate) const EXIT_ERROR: u8 = 1;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let matches = cli::Cli::command().get_matches();
+    // `--api` is global so every client command takes it, but only a value
+    // typed on the command line (not NIMBUS_API) is a mistake elsewhere.
+    let api_typed = matches.value_source("api") == Some(clap::parser::ValueSource::CommandLine);
+    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Held to the end of `main`: dropping it writes out what is queued.
     let _log_writer = init_tracing(cli.verbose);
-    match commands::run(cli) {
+    match commands::run(cli, api_typed) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");

@@ -14,8 +14,17 @@ mod handlers;
 mod invoke;
 mod run;
 
-pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+/// Runs the command; `api_typed` says `--api` was given on the command
+/// line, which only the commands that talk to a running host use.
+pub(crate) fn run(cli: Cli, api_typed: bool) -> anyhow::Result<ExitCode> {
     let api = cli.api;
+    if api_typed && let Some(name) = local_command(&cli.command) {
+        anyhow::bail!(
+            "--api names the running host the client commands (publish, events, ...) talk to; \
+             `nimbus {name}` does not take it. The host listens on `[api] listen` of its \
+             configuration"
+        );
+    }
     match cli.command {
         Command::Run(args) => run::run(&args),
         Command::Check(args) => run::check(&args),
@@ -27,6 +36,22 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Invoke(args) => invoke::run(&args),
         Command::Bench(args) => bench::run(&args),
         command => client::run(&api, command),
+    }
+}
+
+/// The name of a command that does not talk to a running host.
+fn local_command(command: &Command) -> Option<&'static str> {
+    match command {
+        Command::Run(_) => Some("run"),
+        Command::Check(_) => Some("check"),
+        Command::Handlers(args) => match args.command {
+            Some(HandlersCommand::Check(_)) => Some("handlers check"),
+            Some(HandlersCommand::List(_)) => Some("handlers list"),
+            None => None,
+        },
+        Command::Invoke(_) => Some("invoke"),
+        Command::Bench(_) => Some("bench"),
+        _ => None,
     }
 }
 
