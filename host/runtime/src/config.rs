@@ -9,6 +9,7 @@ use std::time::Duration;
 use nimbus_broker::Durability;
 use nimbus_engine::policy_config::{ClassifierConfig, RetryConfig};
 use nimbus_engine::{Classifier, RetryPolicies};
+use nimbus_transport::provision::Topology;
 use serde::Deserialize;
 
 /// The whole configuration file.
@@ -373,6 +374,14 @@ impl Config {
             problems.push("sandbox.max_concurrent_instances: must be at least 1".to_owned());
         }
         let sandbox_memory_bytes = match nimbus_sandbox::parse_byte_size(&self.sandbox.memory) {
+            Ok(bytes) if bytes > nimbus_sandbox::DEFAULT_MAX_MEMORY_BYTES => {
+                problems.push(format!(
+                    "sandbox.memory: {} is over the sandbox maximum of {} bytes (1GiB)",
+                    self.sandbox.memory,
+                    nimbus_sandbox::DEFAULT_MAX_MEMORY_BYTES
+                ));
+                0
+            }
             Ok(bytes) => bytes,
             Err(e) => {
                 problems.push(format!("sandbox.memory: {e}"));
@@ -382,6 +391,10 @@ impl Config {
         for (i, producer) in self.host.producers.iter().enumerate() {
             if producer.trim().is_empty() {
                 problems.push(format!("host.producers[{i}]: must not be empty"));
+            } else if let Err(e) = Topology::new().producer_topic(producer).validate() {
+                // The topology's own naming rules, checked here so `nimbus
+                // check` refuses what provisioning would.
+                problems.push(format!("host.producers[{i}]: {e}"));
             }
         }
         let retry = self
@@ -438,6 +451,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("max_sessions"), "{err}");
+    }
+
+    /// What `nimbus run` would refuse only once it starts (the sandbox's
+    /// memory ceiling, the topology's naming rules) `nimbus check` refuses
+    /// too, naming the key.
+    #[test]
+    fn values_the_host_would_refuse_at_start_are_named_by_key() {
+        let err = parse(
+            "[host]\nproducers = [\"shop\", \"Resolver\", \"fwd-x\"]\n[sandbox]\nmemory = \"100GiB\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for expected in [
+            "sandbox.memory: 100GiB is over the sandbox maximum",
+            "host.producers[1]",
+            "'Resolver' is a NimBus fixed id",
+            "host.producers[2]",
+        ] {
+            assert!(err.contains(expected), "{expected} missing from: {err}");
+        }
+        assert!(!err.contains("host.producers[0]"), "{err}");
+        assert_eq!(
+            parse("[sandbox]\nmemory = \"1GiB\"\n")
+                .unwrap()
+                .sandbox_memory_bytes,
+            1 << 30
+        );
     }
 
     #[test]
