@@ -448,6 +448,7 @@ fn record_failure(
     attempted: Option<(Digest, Digest)>,
     message: &str,
 ) -> bool {
+    let message = &one_line(message);
     let changed = status.last_error.as_deref() != Some(message) || status.attempted != attempted;
     if status.last_error.as_deref() != Some(message) {
         tracing::warn!(
@@ -459,6 +460,15 @@ fn record_failure(
     status.last_error = Some(message.to_owned());
     status.attempted = attempted;
     changed
+}
+
+/// `message` on one line: some parser errors pretty-print byte arrays over
+/// a dozen lines, which broke the `nimbus handlers` table and the log.
+fn one_line(message: &str) -> String {
+    if !message.contains('\n') {
+        return message.to_owned();
+    }
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Keeps the registry from being dropped while a watcher thread uses it.
