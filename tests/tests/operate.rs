@@ -379,3 +379,53 @@ fn api_given_to_a_command_that_does_not_use_it_is_refused() {
         String::from_utf8_lossy(&check.stderr)
     );
 }
+
+/// A permanent failure is dead-lettered; `dlq list` shows the message id
+/// that `dlq replay --message-id` takes, and `--json` gives the time as the
+/// bus writes times.
+#[test]
+fn a_dead_lettered_event_is_listed_with_its_message_id_and_replayed_by_it() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    let empty = json!({"OrderId": "o-9", "Customer": "acme", "Total": 0.0, "Lines": []});
+    let published = publish(&host, "OrderPlaced", "s-dl", &empty.to_string());
+    host.wait_status("s-dl", &published, "DeadLettered");
+
+    let listed = host.cli_json(&["dlq", "list", "--endpoint", "billing", "--json"]);
+    let own = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|d| d["subscription"] == "billing")
+        .expect("dead-lettered in the endpoint's own queue")
+        .clone();
+    let message_id = own["message_id"].as_str().expect("a message id").to_owned();
+    let enqueued = own["enqueued_time"].as_str().expect("a time as text");
+    assert!(
+        enqueued.len() > 20 && enqueued.ends_with('Z') && enqueued.contains('T'),
+        "{enqueued}"
+    );
+
+    let table = host.cli(&["dlq", "list", "--endpoint", "billing"]);
+    table.expect_code(0);
+    assert!(table.stdout().contains("MESSAGE ID"), "{}", table.stdout());
+    assert!(table.stdout().contains(&message_id), "{}", table.stdout());
+
+    let replay = host.cli(&[
+        "dlq",
+        "replay",
+        "--endpoint",
+        "billing",
+        "--subscription",
+        "billing",
+        "--message-id",
+        &message_id,
+    ]);
+    replay.expect_code(0);
+    assert!(
+        replay.stdout().contains("replayed 1 dead-lettered message"),
+        "{}",
+        replay.stdout()
+    );
+}

@@ -52,8 +52,14 @@ pub struct DeadLetter {
     pub description: Option<String>,
     /// How many deliveries it had had.
     pub delivery_count: u32,
-    /// When it was enqueued.
+    /// When it was enqueued; in JSON an ISO 8601 UTC time, as the bus
+    /// writes times.
+    #[serde(serialize_with = "iso_8601")]
     pub enqueued_time: SystemTime,
+}
+
+fn iso_8601<S: serde::Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&nimbus_wire::format_round_trip(*at))
 }
 
 /// Which dead-lettered message to replay.
