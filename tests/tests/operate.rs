@@ -429,3 +429,33 @@ fn a_dead_lettered_event_is_listed_with_its_message_id_and_replayed_by_it() {
         replay.stdout()
     );
 }
+
+/// `--api` pointing at some other web server: a short error saying so,
+/// not that server's whole page.
+#[test]
+fn an_api_address_that_is_not_a_nimbus_host_is_named_as_such() {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let page = format!("<html>\n{}</html>\n", "<p>Not Found</p>\n".repeat(200));
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        let mut request = [0_u8; 4096];
+        let _ = stream.read(&mut request);
+        let answer = format!(
+            "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+            page.len()
+        );
+        let _ = stream.write_all(answer.as_bytes());
+    });
+    let scratch = Scratch::new();
+    let run = scratch.run_raw(&["--api", &url, "events"]);
+    server.join().expect("the server thread");
+    run.expect_code(1);
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("not as a nimbus host does") && stderr.contains(&url),
+        "{stderr}"
+    );
+    assert!(stderr.lines().count() <= 2, "the whole page: {stderr}");
+}

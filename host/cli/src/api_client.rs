@@ -92,15 +92,39 @@ impl ApiClient {
         let value: Option<Value> = serde_json::from_str(&text).ok();
         if status.is_success() {
             return value.ok_or_else(|| {
-                anyhow!("{url} answered {status} with a body that is not JSON: {text}")
+                anyhow!(
+                    "{url} answered {status} with a body that is not JSON ({}); is --api a \
+                     nimbus host?",
+                    excerpt(&text)
+                )
             });
         }
-        let message = value
+        let Some(message) = value
             .as_ref()
             .and_then(|v| v.get("error"))
             .and_then(Value::as_str)
-            .map_or_else(|| text.trim().to_owned(), str::to_owned);
+        else {
+            // Not a nimbus answer (a proxy's or another server's page).
+            bail!(
+                "{url} answered {status}, not as a nimbus host does ({}); is --api (or \
+                 NIMBUS_API) the host's API address?",
+                excerpt(&text)
+            );
+        };
         bail!("the host refused the request ({status}): {message}")
+    }
+}
+
+/// The start of a body, on one line, for an error message.
+fn excerpt(body: &str) -> String {
+    const MOST: usize = 120;
+    let line = body.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.is_empty() {
+        return "an empty body".to_owned();
+    }
+    match line.char_indices().nth(MOST) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
     }
 }
 

@@ -24,7 +24,8 @@ pub(crate) struct RunArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct CheckConfigArgs {
-    /// The configuration file [default: ./nimbus.toml].
+    /// The configuration file [default: ./nimbus.toml if present, else
+    /// built-in defaults rooted at the current directory].
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 }

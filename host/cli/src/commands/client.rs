@@ -304,18 +304,18 @@ fn event_text(event: &Value) -> String {
         if let Some(sub) = r["sub_status"].as_str() {
             let _ = write!(status, " ({sub})");
         }
-        let _ = writeln!(out, "event     {}", text(&r["event_id"]));
-        let _ = writeln!(out, "endpoint  {}", text(&r["endpoint"]));
-        let _ = writeln!(out, "status    {status}");
-        let _ = writeln!(out, "type      {}", text(&r["event_type"]));
-        let _ = writeln!(out, "session   {}", text(&r["session_id"]));
+        let _ = writeln!(out, "event       {}", text(&r["event_id"]));
+        let _ = writeln!(out, "endpoint    {}", text(&r["endpoint"]));
+        let _ = writeln!(out, "status      {status}");
+        let _ = writeln!(out, "type        {}", text(&r["event_type"]));
+        let _ = writeln!(out, "session     {}", text(&r["session_id"]));
         let _ = writeln!(out, "correlation {}", text(&r["correlation_id"]));
-        let _ = writeln!(out, "handler   {}", text(&r["handler_version"]));
-        let _ = writeln!(out, "retries   {}", text(&r["retry_count"]));
+        let _ = writeln!(out, "handler     {}", text(&r["handler_version"]));
+        let _ = writeln!(out, "retries     {}", text(&r["retry_count"]));
         if !r["error_type"].is_null() || !r["error_text"].is_null() {
             let _ = writeln!(
                 out,
-                "error     {}: {}",
+                "error       {}: {}",
                 text(&r["error_type"]),
                 text(&r["error_text"])
             );
@@ -331,13 +331,13 @@ fn event_text(event: &Value) -> String {
         if !r["external_job_id"].is_null() {
             let _ = writeln!(
                 out,
-                "handoff   job {} (expected by {}): {}",
+                "handoff     job {} (expected by {}): {}",
                 text(&r["external_job_id"]),
                 text(&r["expected_by"]),
                 text(&r["handoff_reason"])
             );
         }
-        let _ = writeln!(out, "payload   {}", text(&r["payload"]));
+        let _ = writeln!(out, "payload     {}", text(&r["payload"]));
         let _ = writeln!(out, "history:");
         let rows: Vec<Vec<String>> = at["history"]
             .as_array()

@@ -44,3 +44,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 pub(crate) fn given(value: Option<String>) -> Option<String> {
     value.filter(|v| !v.trim().is_empty())
 }
+
+/// An optional id where blank is a mistake, not a request for a fresh
+/// one: a script whose `$SESSION` came out empty would otherwise lose its
+/// ordering (or its duplicate detection) without a word.
+pub(crate) fn optional_id(field: &str, value: Option<String>) -> Result<Option<String>, ApiError> {
+    match value {
+        Some(v) if v.trim().is_empty() => Err(ApiError::bad_request(format!(
+            "{field} is empty: give one, or leave it out for a fresh one"
+        ))),
+        other => Ok(other),
+    }
+}

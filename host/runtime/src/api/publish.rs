@@ -8,7 +8,7 @@ use nimbus_transport::{PublishError, Transport as _};
 use nimbus_wire::build::{self, Publish};
 use serde::{Deserialize, Serialize};
 
-use crate::api::body::{given, json};
+use crate::api::body::{given, json, optional_id};
 use crate::api::{ApiError, ApiState};
 use crate::host::DEFAULT_PRODUCER;
 
@@ -67,9 +67,9 @@ pub(crate) async fn publish(
     let message = build::original_publish(&Publish {
         event_type_id: event_type.to_owned(),
         payload: data.to_string(),
-        session_id: given(request.session_id),
+        session_id: optional_id("session_id", request.session_id)?,
         correlation_id: given(request.correlation_id),
-        message_id: given(request.message_id),
+        message_id: optional_id("message_id", request.message_id)?,
         publisher: Some(topic.clone()),
         ..Publish::default()
     });

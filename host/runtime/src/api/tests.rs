@@ -479,6 +479,20 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
         ),
         (
             Method::POST,
+            "/api/publish",
+            Some(r#"{"event_type": "OrderPlaced", "data": {}, "session_id": " "}"#),
+            StatusCode::BAD_REQUEST,
+            "session_id is empty",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
+            Some(r#"{"event_type": "OrderPlaced", "data": {}, "message_id": ""}"#),
+            StatusCode::BAD_REQUEST,
+            "message_id is empty",
+        ),
+        (
+            Method::POST,
             "/api/dlq/replay",
             Some(r#"{"endpoint": "billing"}"#),
             StatusCode::BAD_REQUEST,
