@@ -412,7 +412,13 @@ fn a_dead_lettered_event_is_listed_with_its_message_id_and_replayed_by_it() {
     assert!(table.stdout().contains("MESSAGE ID"), "{}", table.stdout());
     assert!(table.stdout().contains(&message_id), "{}", table.stdout());
 
-    let replay = host.cli(&[
+    // Fixed by a resubmission with a good order: the dead-lettered copy
+    // would now run the event again, so it stays unless forced.
+    let event = host.wait_status("s-dl", &published, "DeadLettered");
+    host.cli(&["resubmit", &id(&event), "--data", &order("o-9", false)])
+        .expect_code(0);
+    host.wait_status("s-dl", &published, "Completed");
+    let replay_args = [
         "dlq",
         "replay",
         "--endpoint",
@@ -421,7 +427,22 @@ fn a_dead_lettered_event_is_listed_with_its_message_id_and_replayed_by_it() {
         "billing",
         "--message-id",
         &message_id,
-    ]);
+    ];
+    let refused = host.cli(&replay_args);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr().contains("is Completed") && refused.stderr().contains("run it again"),
+        "{}",
+        refused.stderr()
+    );
+    let all = host.cli(&["dlq", "replay", "--endpoint", "billing", "--all"]);
+    all.expect_code(0);
+    assert!(all.stdout().contains("replayed 0"), "{}", all.stdout());
+    assert!(all.stderr().contains("left in place"), "{}", all.stderr());
+
+    let mut forced = replay_args.to_vec();
+    forced.push("--force");
+    let replay = host.cli(&forced);
     replay.expect_code(0);
     assert!(
         replay.stdout().contains("replayed 1 dead-lettered message"),

@@ -202,6 +202,11 @@ pub(crate) struct DlqReplayArgs {
     /// `Resolver`).
     #[arg(long, value_name = "NAME")]
     pub(crate) subscription: Option<String>,
+    /// Replay even a message whose event the Resolver has since recorded as
+    /// Completed or Skipped; it runs again. Without it such a message is
+    /// refused (one) or left in place (--all).
+    #[arg(long)]
+    pub(crate) force: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use nimbus_resolver::Status;
 use nimbus_transport::{
     ErrorKind, ReceivedMessage, Receiver, SubQueue, SubscriptionPath, Transport,
 };
@@ -155,11 +156,18 @@ impl<T: Transport> Manager<T> {
     /// subscription, with a fresh delivery count. `subscription` narrows the
     /// search to one queue; without it, a message found in both queues is an
     /// error rather than a guess.
+    ///
+    /// Unless `force`, a message for the endpoint whose event the Resolver
+    /// has since recorded as Completed or Skipped stays where it is
+    /// ([`ManagerError::EventAlreadySettled`]): replaying it would run the
+    /// handler on that event again, e.g. on the payload of a resubmission
+    /// that failed before a later one fixed the event.
     pub async fn replay_dead_letter(
         &self,
         endpoint: &str,
         subscription: Option<&str>,
         which: &DeadLetterId,
+        force: bool,
     ) -> Result<Replayed, ManagerError> {
         if let Some(subscription) = subscription {
             check_dead_letter_queue(endpoint, subscription)?;
@@ -198,6 +206,19 @@ impl<T: Transport> Manager<T> {
             });
         };
         let described = describe(endpoint, &path, &message);
+        if !force
+            && path.subscription == endpoint
+            && let Some(status) = self.settled_status(endpoint, &described).await
+        {
+            // Closing releases the message without counting a delivery.
+            receiver.close().await;
+            return Err(ManagerError::EventAlreadySettled {
+                event_id: described.event_id.unwrap_or_default(),
+                endpoint: endpoint.to_owned(),
+                status,
+                which: which.to_string(),
+            });
+        }
         receiver
             .replay_dead_letter(message)
             .await
@@ -212,6 +233,14 @@ impl<T: Transport> Manager<T> {
             "manager: dead-lettered message replayed"
         );
         Ok(Replayed { message: described })
+    }
+
+    /// The event's status when the Resolver has it as Completed or Skipped
+    /// at `endpoint`; `None` otherwise, or when it does not know it.
+    async fn settled_status(&self, endpoint: &str, message: &DeadLetter) -> Option<Status> {
+        let event_id = message.event_id.as_deref()?;
+        let record = self.find(event_id, Some(endpoint)).await.ok()?;
+        matches!(record.status, Status::Completed | Status::Skipped).then_some(record.status)
     }
 
     /// A receiver on the dead-letter queue of `path`; `None` for a missing

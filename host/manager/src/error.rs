@@ -97,6 +97,22 @@ pub enum ManagerError {
         #[source]
         source: OpenReceiverError,
     },
+    /// The dead-lettered message's event has since been settled: replaying
+    /// it would run it again (a stale resubmission's old payload, say).
+    #[error(
+        "event '{event_id}' at '{endpoint}' is {status} since this message was dead-lettered; \
+         replaying {which} would run it again (force the replay to do it anyway)"
+    )]
+    EventAlreadySettled {
+        /// The event.
+        event_id: String,
+        /// The endpoint.
+        endpoint: String,
+        /// Its status now.
+        status: nimbus_resolver::Status,
+        /// The message asked for.
+        which: String,
+    },
     /// A dead-letter queue was named that the endpoint does not have.
     #[error(
         "endpoint '{endpoint}' has no subscription '{subscription}' with a dead-letter queue: name '{endpoint}' (its own) or 'Resolver'"

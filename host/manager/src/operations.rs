@@ -135,7 +135,7 @@ impl<T: Transport> Manager<T> {
     }
 
     /// The event's record at one endpoint.
-    async fn find(
+    pub(crate) async fn find(
         &self,
         event_id: &str,
         endpoint: Option<&str>,

@@ -11,8 +11,8 @@ use std::time::Duration;
 use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_manager::{DeadLetterId, Manager, ManagerError};
 use nimbus_resolver::{
-    Outcome, Progress, ResolverError, ResolverSettings, ResolverStore, SqliteResolverStore, Status,
-    run_resolver,
+    MessageKind, Observation, Outcome, Progress, ResolverError, ResolverSettings, ResolverStore,
+    SqliteResolverStore, Status, run_resolver,
 };
 use nimbus_transport::{
     Admin, PropertyValue, ReceivedMessage, RuleDescription, SessionLock, SessionSelector,
@@ -592,6 +592,7 @@ async fn dead_letters_are_listed_without_loss_and_replayed_back_to_the_endpoint(
             "billing",
             None,
             &DeadLetterId::MessageId("msg-pub-1".into()),
+            false,
         )
         .await
         .unwrap();
@@ -611,7 +612,7 @@ async fn dead_letters_are_listed_without_loss_and_replayed_back_to_the_endpoint(
 
     let by_sequence = DeadLetterId::SequenceNumber(left[0].sequence_number);
     h.manager
-        .replay_dead_letter("billing", Some("billing"), &by_sequence)
+        .replay_dead_letter("billing", Some("billing"), &by_sequence, false)
         .await
         .unwrap();
     assert!(
@@ -636,7 +637,12 @@ async fn dead_letter_operations_name_what_is_missing() {
 
     let error = h
         .manager
-        .replay_dead_letter("billing", None, &DeadLetterId::MessageId("ghost".into()))
+        .replay_dead_letter(
+            "billing",
+            None,
+            &DeadLetterId::MessageId("ghost".into()),
+            false,
+        )
         .await
         .unwrap_err();
     assert!(
@@ -744,4 +750,50 @@ async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_al
     drop(lock);
     shutdown.cancel();
     resolver.await.unwrap().unwrap();
+}
+
+/// A message dead-lettered before its event was settled another way (a
+/// resubmission that failed, then a later one that fixed the event) would
+/// run the event again: it is left in place unless forced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_whose_event_is_since_completed_is_replayed_only_when_forced() {
+    let mut h = Harness::start(&["billing"]).await;
+    h.send_and_record("billing", &forwarded("billing")).await;
+    dead_letter_one(&h, SESSION, "Failed to handle message.").await;
+    let mut completed = Observation::new("billing", EVENT_ID, MessageKind::ResolutionResponse, 9);
+    completed.message_id = Some("resolution-later".into());
+    h.store.record(&completed).unwrap();
+
+    let which = DeadLetterId::MessageId("msg-pub-1".into());
+    let error = h
+        .manager
+        .replay_dead_letter("billing", None, &which, false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            ManagerError::EventAlreadySettled { status: Status::Completed, event_id, .. }
+                if event_id == EVENT_ID
+        ),
+        "{error}"
+    );
+    let still = h.manager.dead_letters("billing", None).await.unwrap();
+    assert_eq!(still.len(), 1, "left in place");
+    assert_eq!(still[0].delivery_count, 1, "and no delivery counted");
+
+    let replayed = h
+        .manager
+        .replay_dead_letter("billing", None, &which, true)
+        .await
+        .unwrap();
+    assert_eq!(replayed.message.event_id.as_deref(), Some(EVENT_ID));
+    assert!(
+        h.manager
+            .dead_letters("billing", None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    h.stop().await;
 }

@@ -154,6 +154,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     "sequence_number": args.sequence,
                     "message_id": args.message_id,
                     "all": args.all,
+                    "force": args.force,
                 }),
             )?;
             if args.json {
@@ -162,6 +163,9 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                 let replayed = answer["replayed"].as_array().map_or(0, Vec::len);
                 outln!("replayed {replayed} dead-lettered message(s)");
                 out!("{}", dead_letters_table(&answer["replayed"]));
+                for left in answer["left"].as_array().into_iter().flatten() {
+                    eprintln!("left in place: {} (--force replays it)", text(&left["why"]));
+                }
             }
         }
         other => bail!("{other:?} is not a client command"),

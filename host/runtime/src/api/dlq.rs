@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use nimbus_manager::{DeadLetter, DeadLetterId};
+use nimbus_manager::{DeadLetter, DeadLetterId, ManagerError};
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{ApiQuery, given, json};
@@ -50,12 +50,25 @@ pub(crate) struct ReplayRequest {
     message_id: Option<String>,
     #[serde(default)]
     all: bool,
+    /// Replay even a message whose event has since been Completed or
+    /// Skipped (it runs again).
+    #[serde(default)]
+    force: bool,
 }
 
-/// What was moved back.
+/// What was moved back, and (with `all`) what was left because its event
+/// has since been settled.
 #[derive(Debug, Serialize)]
 pub(crate) struct ReplayedView {
     replayed: Vec<DeadLetter>,
+    left: Vec<LeftView>,
+}
+
+/// A dead-lettered message left where it is, and why.
+#[derive(Debug, Serialize)]
+pub(crate) struct LeftView {
+    message: DeadLetter,
+    why: String,
 }
 
 pub(crate) async fn replay(
@@ -85,11 +98,12 @@ pub(crate) async fn replay(
         }
     };
     let mut replayed = Vec::new();
+    let mut left = Vec::new();
     match which {
         Some(which) => {
             let done = state
                 .manager
-                .replay_dead_letter(&endpoint, subscription.as_deref(), &which)
+                .replay_dead_letter(&endpoint, subscription.as_deref(), &which, request.force)
                 .await?;
             replayed.push(done.message);
         }
@@ -105,11 +119,25 @@ pub(crate) async fn replay(
                 let which = DeadLetterId::SequenceNumber(message.sequence_number);
                 let done = state
                     .manager
-                    .replay_dead_letter(&endpoint, Some(message.subscription.as_str()), &which)
-                    .await?;
-                replayed.push(done.message);
+                    .replay_dead_letter(
+                        &endpoint,
+                        Some(message.subscription.as_str()),
+                        &which,
+                        request.force,
+                    )
+                    .await;
+                match done {
+                    Ok(done) => replayed.push(done.message),
+                    Err(settled @ ManagerError::EventAlreadySettled { .. }) => {
+                        left.push(LeftView {
+                            message,
+                            why: settled.to_string(),
+                        })
+                    }
+                    Err(other) => return Err(other.into()),
+                }
             }
         }
     }
-    Ok(Json(ReplayedView { replayed }))
+    Ok(Json(ReplayedView { replayed, left }))
 }

@@ -72,6 +72,7 @@ impl From<ManagerError> for ApiError {
             | ManagerError::AmbiguousDeadLetter { .. }
             | ManagerError::UnknownDeadLetterQueue { .. } => ApiError::bad_request(message),
             ManagerError::NotPendingHandoff { .. }
+            | ManagerError::EventAlreadySettled { .. }
             | ManagerError::MissingCoordinate { .. }
             | ManagerError::MissingPayload { .. } => ApiError::conflict(message),
             _ => ApiError::internal(message),
