@@ -24,11 +24,11 @@ use std::sync::OnceLock;
 use nimbus_resolver::{EventRecord, HANDOFF_SUB_STATUS, ResolverStore, Status};
 use nimbus_runtime::Host;
 use nimbus_transport::SubscriptionPath;
-use nimbus_wire::{EventContent, MessageContent, MessageType, NimbusMessage};
+use nimbus_wire::{EventContent, MessageContent, MessageType, NimbusMessage, build};
 use serde_json::{Value, json};
 use support::{
-    create_tap, detail, drain_tap, eventually, install, manager, publish, record, send, start_host,
-    wait_for, wait_status,
+    create_tap, detail, drain_tap, eventually, install, manager, parked_message_ids, publish,
+    record, send, session_state, start_host, wait_for, wait_status,
 };
 
 const ECHO: &str = "echoes";
@@ -36,6 +36,9 @@ const NOTIFY: &str = "notify";
 const SWAP: &str = "swap";
 const ALPHA: &str = "alpha";
 const BETA: &str = "beta";
+/// An endpoint whose only handler (`panicker`, serving `Panic`) a test
+/// removes while the host runs.
+const RETIRED: &str = "retired";
 
 /// Each tap by (topic, event type): its subscription and what it has seen.
 type Taps = BTreeMap<(String, String), (SubscriptionPath, Vec<NimbusMessage>)>;
@@ -62,6 +65,7 @@ fn shared() -> &'static Shared {
         install(&handlers, SWAP, "swap_v1", "swap");
         install(&handlers, ALPHA, "noop", "noop");
         install(&handlers, BETA, "noop", "noop");
+        install(&handlers, RETIRED, "panicker", "panicker");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -176,6 +180,35 @@ fn count_in_history(host: &Host, record: &EventRecord, message_type: &str) -> us
         .iter()
         .filter(|h| h.message_type == message_type)
         .count()
+}
+
+/// The `RetryCount` of each ErrorResponse in the event's history, in order:
+/// one entry per failed handler run.
+fn error_retry_counts(host: &Host, record: &EventRecord) -> Vec<u32> {
+    detail(&**host.resolver(), &record.event_id, &record.endpoint)
+        .history
+        .iter()
+        .filter(|h| h.message_type == "ErrorResponse")
+        .map(|h| h.retry_count)
+        .collect()
+}
+
+/// Waits until the event has at least `n` ErrorResponses (failed handler
+/// runs), then returns their retry counts.
+async fn wait_error_responses(host: &Host, record: &EventRecord, n: usize) -> Vec<u32> {
+    let started = std::time::Instant::now();
+    loop {
+        let counts = error_retry_counts(host, record);
+        if counts.len() >= n {
+            return counts;
+        }
+        assert!(
+            started.elapsed() < support::DEADLINE,
+            "{} never had {n} ErrorResponses; their retry counts: {counts:?}",
+            record.event_id
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 fn digest_of(host: &Host, endpoint: &str, event_type: &str) -> String {
@@ -300,6 +333,154 @@ fn rs_a_failed_resubmission_keeps_the_block_and_the_parked_events() {
     });
 }
 
+#[test]
+fn rs05_a_failed_resubmission_matching_a_retry_rule_is_retried_with_a_fresh_budget() {
+    on_host(|host| async move {
+        let s = "rs-5";
+        echo(host, s, "rs-5-e1", traced("rs-5-e1", fails("Flaky"))).await;
+        echo(host, s, "rs-5-e2", traced("rs-5-e2", ok())).await;
+        // `Flaky`: max_retries = 2, spent by the first attempt's retries.
+        let spent = wait_for(
+            &**host.resolver(),
+            ECHO,
+            s,
+            "rs-5-e1",
+            "failed after 2 retries",
+            |r| r.status == Status::Failed && r.retry_count == 2,
+        )
+        .await;
+        assert_eq!(error_retry_counts(host, &spent), vec![0, 1, 2]);
+        status(host, s, "rs-5-e2", Status::Deferred).await;
+        let still_flaky = traced("rs-5-e1", fails("Flaky")).to_string();
+        manager(host)
+            .resubmit(&spent.event_id, Some(ECHO), Some(&still_flaky))
+            .await
+            .expect("resubmit");
+        // F14: the failed resubmission keeps the block and is retried by the
+        // policy with a fresh budget: two more retries, counted from 1 again.
+        let counts = wait_error_responses(host, &spent, 6).await;
+        assert_eq!(counts, vec![0, 1, 2, 0, 1, 2], "retry counts");
+        let failed = record(&**host.resolver(), ECHO, s, "rs-5-e1").expect("recorded");
+        assert_eq!(failed.status, Status::Failed);
+        assert_eq!(failed.retry_count, 2);
+        let state = session_state(host.broker(), ECHO, s).await;
+        assert_eq!(
+            state.blocked_by(),
+            Some(spent.event_id.as_str()),
+            "{state:?}"
+        );
+        let parked = record(&**host.resolver(), ECHO, s, "rs-5-e2").expect("recorded");
+        assert_eq!(parked.status, Status::Deferred, "the block stays");
+        assert_eq!(traces(s).await, Vec::<String>::new());
+        let fixed = traced("rs-5-e1", ok()).to_string();
+        manager(host)
+            .resubmit(&spent.event_id, Some(ECHO), Some(&fixed))
+            .await
+            .expect("resubmit the fix");
+        wait_traces(s, &["rs-5-e1", "rs-5-e2"]).await;
+    });
+}
+
+#[test]
+fn rs05_a_failed_resubmission_carrying_a_spent_retry_count_still_gets_a_fresh_budget() {
+    on_host(|host| async move {
+        let s = "rs-6";
+        echo(host, s, "rs-6-e1", fails("Flaky")).await;
+        let spent = wait_for(
+            &**host.resolver(),
+            ECHO,
+            s,
+            "rs-6-e1",
+            "failed after 2 retries",
+            |r| r.status == Status::Failed && r.retry_count == 2,
+        )
+        .await;
+        assert_eq!(error_retry_counts(host, &spent), vec![0, 1, 2]);
+        // A resubmission as NimBus tooling may send it: the failed message's
+        // RetryCount (2, the budget spent) carried over.
+        let event = NimbusMessage {
+            message_id: Some("rs-6-e1".to_owned()),
+            session_id: Some(s.to_owned()),
+            correlation_id: Some("corr-rs-6-e1".to_owned()),
+            to: Some(ECHO.to_owned()),
+            from: Some("publisher".to_owned()),
+            message_type: MessageType::EventRequest,
+            event_id: Some(spent.event_id.clone()),
+            event_type_id: Some("Echo".to_owned()),
+            content: Some(MessageContent::event(EventContent::new(
+                "Echo".to_owned(),
+                fails("Flaky").to_string(),
+            ))),
+            ..NimbusMessage::default()
+        };
+        let mut resubmission = build::resubmission_request(&event, ECHO, None);
+        resubmission.message_id = Some("rs-6-resubmission".to_owned());
+        resubmission.retry_count = 2;
+        send(host.broker(), ECHO, &resubmission).await;
+        // Fresh budget (F14): the resubmission's failure is retried twice,
+        // with RetryCount 1 then 2, whatever RetryCount it arrived with.
+        let counts = wait_error_responses(host, &spent, 6).await;
+        assert_eq!(counts.len(), 6, "{counts:?}");
+        assert_eq!(counts[..3], [0, 1, 2], "{counts:?}");
+        assert_eq!(counts[4..], [1, 2], "the retries of the resubmission");
+        let failed = record(&**host.resolver(), ECHO, s, "rs-6-e1").expect("recorded");
+        assert_eq!(failed.status, Status::Failed);
+        assert_eq!(failed.retry_count, 2);
+        manager(host)
+            .skip(&spent.event_id, Some(ECHO))
+            .await
+            .expect("skip");
+        status(host, s, "rs-6-e1", Status::Skipped).await;
+    });
+}
+
+#[test]
+fn rs04_a_resubmission_no_handler_serves_any_more_is_unsupported_and_the_block_stays() {
+    on_host(|host| async move {
+        let s = "rs-4";
+        let store = &**host.resolver();
+        // `panicker` fails every `Panic` event: e1 blocks, e2 is parked.
+        publish(host.broker(), "Panic", s, "rs-4-e1", &json!({})).await;
+        publish(host.broker(), "Panic", s, "rs-4-e2", &json!({})).await;
+        let failed = wait_status(store, RETIRED, s, "rs-4-e1", Status::Failed).await;
+        assert_eq!(failed.error_type.as_deref(), Some("Panic"));
+        wait_status(store, RETIRED, s, "rs-4-e2", Status::Deferred).await;
+        // The handler is removed: no handler serves `Panic` any more.
+        let root = host.config().config.host.handlers_dir.clone();
+        std::fs::remove_file(root.join(RETIRED).join("panicker.wasm")).expect("remove");
+        host.registry().reconcile().expect("reload the handlers");
+        assert!(host.registry().lookup(RETIRED, "Panic").is_none());
+        manager(host)
+            .resubmit(&failed.event_id, Some(RETIRED), None)
+            .await
+            .expect("resubmit");
+        // F11: UnsupportedResponse and completed; the event owns the block,
+        // so the block stays until an operator acts.
+        let unsupported = wait_status(store, RETIRED, s, "rs-4-e1", Status::Unsupported).await;
+        assert_eq!(
+            count_in_history(host, &unsupported, "UnsupportedResponse"),
+            1
+        );
+        assert_eq!(count_in_history(host, &unsupported, "ErrorResponse"), 1);
+        let state = session_state(host.broker(), RETIRED, s).await;
+        assert_eq!(
+            state.blocked_by(),
+            Some(failed.event_id.as_str()),
+            "the block stays: {state:?}"
+        );
+        assert_eq!(state.deferred_count, 1, "{state:?}");
+        let parked = record(store, RETIRED, s, "rs-4-e2").expect("recorded");
+        assert_eq!(parked.status, Status::Deferred);
+        // The operator skips it: e2 runs, and has no handler either.
+        manager(host)
+            .skip(&failed.event_id, Some(RETIRED))
+            .await
+            .expect("skip");
+        wait_status(store, RETIRED, s, "rs-4-e1", Status::Skipped).await;
+        wait_status(store, RETIRED, s, "rs-4-e2", Status::Unsupported).await;
+    });
+}
+
 // ---- 5. Skip -------------------------------------------------------------
 
 #[test]
@@ -396,6 +577,21 @@ fn rb01_a_redelivery_of_the_blocking_event_is_completed_silently_and_the_block_s
         assert_eq!(after.status, Status::Failed, "the block stays");
         assert_eq!(count_in_history(host, &after, "ErrorResponse"), 1);
         assert_eq!(count_in_history(host, &after, "ResolutionResponse"), 0);
+        // Upstream's hazard (F3): the blocker parked behind itself, with a
+        // DeferralResponse, to run again once unblocked. Only e2 is parked.
+        assert_eq!(
+            count_in_history(host, &after, "DeferralResponse"),
+            0,
+            "the redelivered blocker was not parked behind itself"
+        );
+        let state = session_state(host.broker(), ECHO, s).await;
+        assert_eq!(state.blocked_by(), Some(blocker.event_id.as_str()));
+        assert_eq!(state.deferred_count, 1, "only e2 is parked: {state:?}");
+        assert_eq!(
+            parked_message_ids(host.broker(), ECHO, s).await,
+            vec!["rb-1-e2".to_owned()],
+            "the Deferred subscription holds e2 only"
+        );
         assert_eq!(
             traces(s).await,
             Vec::<String>::new(),
@@ -446,12 +642,36 @@ fn rp_a_failure_no_policy_matches_is_not_retried() {
     on_host(|host| async move {
         let s = "rp-2";
         echo(host, s, "rp-2-e1", fails("NoPolicyForThis")).await;
-        echo(host, s, "rp-2-e2", ok()).await;
         let failed = status(host, s, "rp-2-e1", Status::Failed).await;
-        status(host, s, "rp-2-e2", Status::Deferred).await;
         assert_eq!(failed.retry_count, 0);
-        assert_eq!(count_in_history(host, &failed, "ErrorResponse"), 1);
-        assert_eq!(count_in_history(host, &failed, "RetryRequest"), 0);
+        // A RetryRequest has no Resolver copy, so a retry shows only when it
+        // runs: as another failed run (ErrorResponse). The latest any policy
+        // of this host retries is `Slow`'s 2 s. A control event in another
+        // session fails with `Slow` after e1 failed: once its retry has run,
+        // any retry of e1 a policy could have scheduled is enqueued too.
+        echo(host, "rp-2-control", "rp-2-c1", fails("Slow")).await;
+        let control = wait_for(
+            &**host.resolver(),
+            ECHO,
+            "rp-2-control",
+            "rp-2-c1",
+            "retried once",
+            |r| r.status == Status::Failed && r.retry_count == 1,
+        )
+        .await;
+        assert_eq!(error_retry_counts(host, &control), vec![0, 1]);
+        // Session order: e2 arrives after any such retry of e1, so once e2 is
+        // parked that retry would have run (and failed) before it.
+        echo(host, s, "rp-2-e2", ok()).await;
+        status(host, s, "rp-2-e2", Status::Deferred).await;
+        let after = record(&**host.resolver(), ECHO, s, "rp-2-e1").expect("recorded");
+        assert_eq!(after.status, Status::Failed);
+        assert_eq!(after.retry_count, 0, "not retried: {after:?}");
+        assert_eq!(
+            error_retry_counts(host, &after),
+            vec![0],
+            "the handler ran exactly once"
+        );
     });
 }
 

@@ -22,11 +22,11 @@ use nimbus_manager::Manager;
 use nimbus_resolver::{EventDetail, EventFilter, EventRecord, ResolverStore, Status};
 use nimbus_runtime::{Config, DEFAULT_PRODUCER, Host};
 use nimbus_transport::{
-    Admin, DEFAULT_RULE_NAME, Properties, Receiver, RuleDescription, SubQueue, SubscriptionPath,
-    SubscriptionSettings, Transport,
+    Admin, DEFAULT_RULE_NAME, Properties, Receiver, RuleDescription, SessionLock, SessionSelector,
+    SubQueue, SubscriptionPath, SubscriptionSettings, Transport,
 };
-use nimbus_wire::NimbusMessage;
 use nimbus_wire::build::{self, Publish};
+use nimbus_wire::{NimbusMessage, SessionState, addr};
 
 /// How long any wait for an outcome may take before the test fails. Generous
 /// on purpose: the suite runs on a shared 2-core box; no test measures time.
@@ -294,4 +294,52 @@ pub async fn drain_tap(broker: &Broker, tap: &SubscriptionPath) -> Vec<NimbusMes
     }
     receiver.close().await;
     out
+}
+
+/// The session state `endpoint` holds for `session` now (the empty state
+/// when the session has none), as the operator's session listing reads it:
+/// it neither locks nor changes anything.
+pub async fn session_state(broker: &Broker, endpoint: &str, session: &str) -> SessionState {
+    let path = SubscriptionPath::new(endpoint, endpoint);
+    let listed = broker
+        .list_sessions(&path)
+        .await
+        .unwrap_or_else(|e| panic!("listing the sessions of {path}: {e}"));
+    match listed
+        .into_iter()
+        .find(|info| info.session_id == session)
+        .and_then(|info| info.state)
+    {
+        Some(blob) => SessionState::from_bytes(&blob).expect("NimBus session state"),
+        None => SessionState::default(),
+    }
+}
+
+/// The MessageIds of the messages of `session` parked in `endpoint`'s
+/// `Deferred` subscription now, in the order it holds them.
+///
+/// Takes the parked session's lock for a moment and releases it without
+/// settling anything (no delivery is counted), so only call it while the
+/// session stays blocked: a replay in the meantime would wait for the lock.
+pub async fn parked_message_ids(broker: &Broker, endpoint: &str, session: &str) -> Vec<String> {
+    let path = SubscriptionPath::new(endpoint, addr::DEFERRED);
+    let lock = broker
+        .accept_session(
+            &path,
+            SessionSelector::Named(session.to_owned()),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("locking session {session} of {path}: {e}"));
+    let mut ids = Vec::new();
+    while let Some(received) = lock
+        .receive(Duration::from_millis(200))
+        .await
+        .expect("receive a parked message")
+    {
+        let parked = NimbusMessage::from_received(&received).expect("a NimBus parked copy");
+        ids.push(parked.message_id.unwrap_or_default());
+    }
+    lock.close().await;
+    ids
 }
