@@ -576,6 +576,15 @@ impl<T: Transport> Delivery<'_, T> {
             );
             settlement = settlement.publish(self.endpoint.name.clone(), notice.to_transport());
         }
+        // A replayed copy that cannot run still leaves the parked set: else
+        // its session would count it as parked for ever, and park every
+        // later event behind it.
+        if readable.replayed_sequence().is_some() && self.state.has_parked() {
+            let mut next = self.state.clone();
+            next.unpark();
+            let settlement = self.with_state(settlement, &next);
+            return self.commit(settlement, Some(next)).await;
+        }
         self.commit(settlement, None).await
     }
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use nimbus_transport::{
-    AcceptSessionError, ReceivedMessage, Receiver, SessionLock, SessionSelector, Settlement,
-    SubQueue, SubscriptionPath, Transport,
+    AcceptSessionError, PropertyValue, ReceivedMessage, Receiver, SessionLock, SessionSelector,
+    Settlement, SubQueue, SubscriptionPath, Transport,
 };
 use nimbus_wire::{NimbusMessage, addr, build, prop};
 use tokio_util::sync::CancellationToken;
@@ -140,12 +140,7 @@ async fn replay<T: Transport>(
             None => break,
         }
     }
-    parked.sort_by_key(|m| {
-        NimbusMessage::from_received(m)
-            .ok()
-            .and_then(|n| n.deferral_sequence)
-            .unwrap_or(0)
-    });
+    parked.sort_by_key(deferral_sequence);
     let count = parked.len();
     for message in parked {
         let settlement = match NimbusMessage::from_received(&message) {
@@ -154,12 +149,20 @@ async fn replay<T: Transport>(
                 Settlement::complete(message).publish(endpoint.to_owned(), replayed.to_transport())
             }
             Err(e) => {
-                let reason = e.defect.to_string();
-                Settlement::dead_letter(
-                    message,
-                    reason,
-                    "a parked message could not be decoded for replay",
-                )
+                // Sent back as it is, like any replay: the endpoint
+                // dead-letters it naming the defect, tells the Resolver, and
+                // counts it out of the session's parked messages. Dead-
+                // lettering it here left the session counting it as parked
+                // for ever, so every later event of it was parked too.
+                warn!(%endpoint, session = %session_id, defect = %e.defect, "a parked message cannot be decoded; sending it back to the endpoint to be dead-lettered");
+                let mut back = message.message.clone();
+                back.properties.insert(
+                    prop::TO.to_owned(),
+                    PropertyValue::String(endpoint.to_owned()),
+                );
+                back.properties.remove(prop::ORIGINAL_SESSION_ID);
+                back.scheduled_enqueue_time = None;
+                Settlement::complete(message).publish(endpoint.to_owned(), back)
             }
         };
         lock.settle(settlement).await.map_err(ReplayError::Settle)?;
@@ -172,4 +175,16 @@ async fn replay<T: Transport>(
         .complete(trigger)
         .await
         .map_err(ReplayError::Settle)
+}
+
+/// A parked copy's place in the order, read from its property alone, so a
+/// copy whose body or other properties cannot be decoded still keeps its
+/// place. An integer or a numeric string, as NimBus writes either.
+fn deferral_sequence(message: &ReceivedMessage) -> i64 {
+    message
+        .message
+        .properties
+        .get(prop::DEFERRAL_SEQUENCE)
+        .and_then(PropertyValue::as_i64)
+        .unwrap_or(0)
 }
