@@ -74,7 +74,7 @@ fn report(invocation: Invocation) -> HandlerReport {
     HandlerReport {
         result,
         follow_ups,
-        version: invocation.digest.hex(),
+        version: invocation.digest.to_string(),
     }
 }
 

@@ -216,7 +216,7 @@ fn digest_of(host: &Host, endpoint: &str, event_type: &str) -> String {
         .lookup(endpoint, event_type)
         .expect("a handler serves the event type")
         .digest()
-        .hex()
+        .to_string()
 }
 
 // ---- 1. Happy path -------------------------------------------------------

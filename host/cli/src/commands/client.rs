@@ -235,8 +235,14 @@ fn time_ms(value: &Value) -> String {
 }
 
 /// The short form of a version digest (hex), as `git` shortens commits.
+/// The first 12 hex digits of a version's digest (`sha256:` dropped).
 fn short_version(value: &Value) -> String {
-    text(value).chars().take(12).collect()
+    let full = text(value);
+    full.strip_prefix("sha256:")
+        .unwrap_or(&full)
+        .chars()
+        .take(12)
+        .collect()
 }
 
 /// Rows under a header, columns padded to their widest cell.

@@ -166,8 +166,9 @@ async fn operator_flow_publish_block_skip_resubmit_handoff() {
     assert_eq!(orders["handler"], "orders");
     assert_eq!(orders["event_types"], json!(["OrderPlaced"]));
     let version = orders["version"].as_str().unwrap();
+    let hex = version.strip_prefix("sha256:").unwrap_or_default();
     assert!(
-        version.len() == 64 && version.chars().all(|c| c.is_ascii_hexdigit()),
+        hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit()),
         "{version}"
     );
     assert!(orders["load_error"].is_null());
