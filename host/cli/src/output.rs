@@ -53,6 +53,9 @@ pub(crate) struct VersionView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     file: Option<String>,
     name: &'a str,
+    /// What outcomes record (the digest, plus the settings' if a manifest
+    /// changes them).
+    version: &'a str,
     digest: String,
     event_types: &'a [String],
     imports: &'a [String],
@@ -86,6 +89,7 @@ impl<'a> VersionView<'a> {
         Self {
             file: file.map(|f| f.display().to_string()),
             name: version.name(),
+            version: version.id(),
             digest: version.digest().to_string(),
             event_types: version.event_types(),
             imports: version.imports(),
@@ -102,6 +106,7 @@ impl<'a> VersionView<'a> {
         if let Some(file) = &self.file {
             let _ = writeln!(out, "file:        {file}");
         }
+        let _ = writeln!(out, "version:     {}", self.version);
         let _ = writeln!(out, "digest:      {}", self.digest);
         let _ = writeln!(out, "event types: {}", self.event_types.join(", "));
         let _ = writeln!(
@@ -183,7 +188,7 @@ impl<'a> ListView<'a> {
                 status.endpoint, status.handler, status.status
             );
             if let Some(version) = &status.serving {
-                let _ = writeln!(out, "  version:     {}", version.digest);
+                let _ = writeln!(out, "  version:     {}", version.version);
                 let _ = writeln!(out, "  event types: {}", version.event_types.join(", "));
             }
             if let Some(ms) = status.last_swap_ms {
@@ -232,7 +237,9 @@ enum ResultView<'a> {
 }
 
 impl<'a> InvocationView<'a> {
-    pub(crate) fn new(endpoint: &'a str, invocation: &'a Invocation) -> Self {
+    /// `version_id`: what outcomes record for the version that ran
+    /// ([`HandlerVersion::id`]).
+    pub(crate) fn new(endpoint: &'a str, version_id: &str, invocation: &'a Invocation) -> Self {
         let result = match &invocation.result {
             Ok(Outcome::Completed) => ResultView::Completed,
             Ok(Outcome::PendingHandoff(handoff)) => ResultView::PendingHandoff {
@@ -245,7 +252,7 @@ impl<'a> InvocationView<'a> {
         Self {
             endpoint,
             handler: &invocation.handler,
-            version: invocation.digest.to_string(),
+            version: version_id.to_owned(),
             result,
             follow_ups: &invocation.follow_ups,
             logs: &invocation.logs,

@@ -29,13 +29,13 @@ impl Handlers for SandboxHandlers {
         Box::pin(async move {
             let version = self.registry.lookup(endpoint, &event.event_type)?;
             let invocation = version.invoke_async(to_sandbox_event(event)).await;
-            Some(report(invocation))
+            Some(report(invocation, version.id()))
         })
     }
 }
 
-/// The engine's report of a sandbox invocation.
-fn report(invocation: Invocation) -> HandlerReport {
+/// The engine's report of a sandbox invocation by the version `version_id`.
+fn report(invocation: Invocation, version_id: &str) -> HandlerReport {
     let result = match invocation.result {
         Ok(Outcome::Completed) => HandlerResult::Completed,
         Ok(Outcome::PendingHandoff(handoff)) => HandlerResult::PendingHandoff {
@@ -74,7 +74,7 @@ fn report(invocation: Invocation) -> HandlerReport {
     HandlerReport {
         result,
         follow_ups,
-        version: invocation.digest.to_string(),
+        version: version_id.to_owned(),
     }
 }
 

@@ -215,8 +215,8 @@ fn digest_of(host: &Host, endpoint: &str, event_type: &str) -> String {
     host.registry()
         .lookup(endpoint, event_type)
         .expect("a handler serves the event type")
-        .digest()
-        .to_string()
+        .id()
+        .to_owned()
 }
 
 // ---- 1. Happy path -------------------------------------------------------

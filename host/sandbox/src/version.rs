@@ -32,6 +32,9 @@ pub struct HandlerVersion {
     sandbox: Arc<SandboxInner>,
     name: Arc<str>,
     digest: Digest,
+    /// What outcomes record: the digest, plus the settings' when they differ
+    /// from the defaults (see [`HandlerVersion::id`]).
+    id: Arc<str>,
     limits: Limits,
     config: Arc<BTreeMap<String, String>>,
     event_types: Vec<String>,
@@ -89,10 +92,12 @@ impl HandlerVersion {
             .exports(&sandbox.engine)
             .map(|(name, _)| name.to_owned())
             .collect();
+        let id = version_id(&digest, &limits, &config, &sandbox.config.default_limits);
         let mut version = Self {
             sandbox,
             name: Arc::from(name),
             digest,
+            id: Arc::from(id),
             limits,
             config,
             event_types: Vec::new(),
@@ -368,6 +373,16 @@ impl HandlerVersion {
         self.digest
     }
 
+    /// The version as outcomes record it: `sha256:<hex>` of the component,
+    /// followed by `+<12 hex>` of its effective settings (limits and
+    /// `[config]`) when a manifest changes them from the sandbox's defaults.
+    /// A manifest-only fix thus shows as a new version in the audit trail,
+    /// and the same component with the same settings is always the same
+    /// version (a manifest's comments or key order change nothing).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// The event types the component declared, in its order.
     pub fn event_types(&self) -> &[String] {
         &self.event_types
@@ -429,4 +444,18 @@ fn collect_stdio(state: &mut InvocationState) {
             });
         }
     }
+}
+
+fn version_id(
+    digest: &Digest,
+    limits: &Limits,
+    config: &BTreeMap<String, String>,
+    defaults: &Limits,
+) -> String {
+    if config.is_empty() && limits == defaults {
+        return digest.to_string();
+    }
+    // Debug output of a struct and a sorted map: stable for given values.
+    let settings = format!("{limits:?} {config:?}");
+    format!("{digest}+{}", Digest::of(settings.as_bytes()).short())
 }

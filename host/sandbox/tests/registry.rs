@@ -318,3 +318,45 @@ fn a_load_error_is_one_line() {
     assert!(error.contains("magic"), "{error}");
     assert!(!error.contains('\n'), "{error}");
 }
+
+/// What outcomes record: the component's digest alone without settings of
+/// its own; with a manifest that changes them, a suffix that follows the
+/// effective settings (not the manifest's text), so a manifest-only fix is a
+/// new version in the audit trail.
+#[test]
+fn a_version_id_follows_the_settings_a_manifest_gives() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "swap", &guest("swap-v1"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let id = || {
+        registry
+            .lookup("ep", "Swap")
+            .expect("served")
+            .id()
+            .to_owned()
+    };
+    let plain = id();
+    assert_eq!(plain, digest_of("swap-v1").to_string());
+
+    dir.manifest("ep", "swap", "[config]\nreject_over_total = \"100\"\n");
+    registry.reconcile().expect("reconcile");
+    let configured = id();
+    assert!(
+        configured.starts_with(&format!("{plain}+")) && configured.len() == plain.len() + 13,
+        "{configured}"
+    );
+
+    dir.manifest(
+        "ep",
+        "swap",
+        "# the same settings, written differently\n[config]\nreject_over_total = '100'\n",
+    );
+    registry.reconcile().expect("reconcile");
+    assert_eq!(id(), configured, "same settings, same version");
+
+    dir.manifest("ep", "swap", "[config]\nreject_over_total = \"500\"\n");
+    registry.reconcile().expect("reconcile");
+    let fixed = id();
+    assert!(fixed.starts_with(&format!("{plain}+")), "{fixed}");
+    assert_ne!(fixed, configured, "a config fix is a new version");
+}

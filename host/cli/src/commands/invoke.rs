@@ -27,7 +27,11 @@ pub(crate) fn run(args: &InvokeArgs) -> anyhow::Result<ExitCode> {
     let event = build_event(args, payload);
     let invocation = version.invoke(event);
     let failed = invocation.result.is_err();
-    output::print_json(&output::InvocationView::new(&endpoint, &invocation))?;
+    output::print_json(&output::InvocationView::new(
+        &endpoint,
+        version.id(),
+        &invocation,
+    ))?;
     Ok(if failed {
         ExitCode::from(EXIT_HANDLER_ERROR)
     } else {

@@ -47,7 +47,7 @@ pub(crate) async fn list(State(state): State<ApiState>) -> Result<Json<HandlersV
             endpoint: h.key.endpoint.clone(),
             handler: h.key.handler.clone(),
             path: h.path.display().to_string(),
-            version: h.serving.as_ref().map(|v| v.digest().to_string()),
+            version: h.serving.as_ref().map(|v| v.id().to_owned()),
             event_types: h
                 .serving
                 .as_ref()
