@@ -125,6 +125,12 @@ const DEFAULT_LIST_LIMIT: usize = 1000;
 /// A Resolver store in one SQLite file (WAL mode).
 pub struct SqliteResolverStore {
     conn: Mutex<Connection>,
+    /// Operator reads (listings, an event with its history) on a connection
+    /// of their own: in WAL mode they read the last commit while the
+    /// recorder writes, so a slow listing never holds up recording, nor a
+    /// recorder batch a listing. `None` for an in-memory store, whose one
+    /// connection is the database.
+    reader: Option<Mutex<Connection>>,
     refused: AtomicU64,
     /// Declared after `conn`: dropped after it, so its last checkpoint
     /// runs once the writer has closed.
@@ -161,6 +167,20 @@ impl SqliteResolverStore {
             .lock()
             .pragma_update(None, "wal_autocheckpoint", BACKSTOP_AUTOCHECKPOINT_PAGES)
             .map_err(db("setting wal_autocheckpoint"))?;
+        // Another process holding the write lock for a moment (an operator's
+        // sqlite3 shell, a backup) delays a record rather than failing it.
+        store
+            .lock()
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(db("setting the busy timeout"))?;
+        let reader = Connection::open(path).map_err(db("opening the read connection"))?;
+        reader
+            .pragma_update(None, "query_only", true)
+            .map_err(db("making the read connection read-only"))?;
+        reader
+            .busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(db("setting the read connection's busy timeout"))?;
+        store.reader = Some(Mutex::new(reader));
         store._checkpointer = Some(
             Checkpointer::start(path, "nimbus-resolver-ckpt", "resolver store").map_err(
                 |e| match e {
@@ -195,6 +215,7 @@ impl SqliteResolverStore {
             .map_err(db("creating the schema"))?;
         Ok(SqliteResolverStore {
             conn: Mutex::new(conn),
+            reader: None,
             refused: AtomicU64::new(0),
             _checkpointer: None,
         })
@@ -210,6 +231,17 @@ impl SqliteResolverStore {
             u64::try_from(refused).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
+    }
+
+    /// The connection for reads: the reader, or the one connection of an
+    /// in-memory store.
+    fn read(&self) -> std::sync::MutexGuard<'_, Connection> {
+        match &self.reader {
+            Some(reader) => reader
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            None => self.lock(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -328,6 +360,14 @@ fn columns(conn: &Connection, table: &str) -> Result<Vec<String>, StoreError> {
         .map_err(db("reading the schema"))
 }
 
+/// A transaction that takes the write lock at once: a deferred one would
+/// start as a read and, finding the lock held when it first writes, fail
+/// at once without waiting out the busy timeout.
+fn write_transaction(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
+    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(db("starting a transaction"))
+}
+
 /// Runs a statement through the connection's statement cache: the
 /// Resolver records the same few statements for every message.
 fn exec(
@@ -345,7 +385,7 @@ fn db(context: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
 impl ResolverStore for SqliteResolverStore {
     fn record(&self, obs: &Observation) -> Result<Recorded, StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction().map_err(db("starting a transaction"))?;
+        let tx = write_transaction(&mut conn)?;
         let outcome = record_in(&tx, obs)?;
         tx.commit().map_err(db("committing"))?;
         self.count_refused(std::slice::from_ref(&outcome));
@@ -354,7 +394,7 @@ impl ResolverStore for SqliteResolverStore {
 
     fn record_batch(&self, observations: &[Observation]) -> Result<Vec<Recorded>, StoreError> {
         let mut conn = self.lock();
-        let tx = conn.transaction().map_err(db("starting a transaction"))?;
+        let tx = write_transaction(&mut conn)?;
         let outcomes = observations
             .iter()
             .map(|obs| record_in(&tx, obs))
@@ -365,7 +405,12 @@ impl ResolverStore for SqliteResolverStore {
     }
 
     fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        let conn = self.lock();
+        let mut reader = self.read();
+        // One snapshot for the rows and their histories: the recorder may
+        // commit between the statements.
+        let conn = reader
+            .transaction()
+            .map_err(db("starting a read transaction"))?;
         let mut stmt = conn
             .prepare(&event_by_id_sql())
             .map_err(db("reading the event"))?;
@@ -395,7 +440,7 @@ impl ResolverStore for SqliteResolverStore {
     }
 
     fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        let conn = self.lock();
+        let conn = self.read();
         let (sql, values) = list_sql(filter);
         let mut stmt = conn.prepare(&sql).map_err(db("listing events"))?;
         let rows = stmt
@@ -430,7 +475,7 @@ impl ResolverStore for SqliteResolverStore {
     }
 
     fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
-        let conn = self.lock();
+        let conn = self.read();
         let mut stmt = conn
             .prepare("SELECT endpoint, message_type, at_ms FROM heartbeats ORDER BY endpoint")
             .map_err(db("listing heartbeats"))?;

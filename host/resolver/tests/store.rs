@@ -694,3 +694,35 @@ fn a_response_fills_the_payload_only_while_unknown_and_a_resubmission_replaces_i
         Some(r#"{"Rows":1}"#)
     );
 }
+
+/// Operator reads have a connection of their own: a listing answers while
+/// a record waits for the database's write lock (here held by another
+/// connection), instead of queueing behind it.
+#[test]
+fn a_listing_answers_while_a_record_waits_to_write() {
+    let (dir, store) = open();
+    store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    let store = std::sync::Arc::new(store);
+    let other = rusqlite::Connection::open(dir.path().join("resolver.db")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+    let writing = std::thread::spawn({
+        let store = std::sync::Arc::clone(&store);
+        move || store.record(&obs(MessageKind::ResolutionResponse, "r1", 2))
+    });
+    // Give the record time to take the store's writer and start waiting.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let listed = store.events(&EventFilter::default()).unwrap();
+    if writing.is_finished() {
+        panic!("the record did not wait: {:?}", writing.join());
+    }
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].status, Status::Pending, "the last commit");
+    assert_eq!(store.event("e1").unwrap()[0].history.len(), 1);
+
+    other.execute_batch("ROLLBACK").unwrap();
+    writing.join().unwrap().unwrap();
+    assert_eq!(status_of(&store), Status::Completed);
+}
