@@ -6,7 +6,7 @@
 
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::PathBuf;
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -55,7 +55,7 @@ pub struct RunningHost {
 
 /// The read end of a host's stderr pipe that nobody reads, as a log shipper
 /// that stalls would leave it.
-pub struct StalledStderr(ChildStderr);
+pub struct StalledStderr(std::io::PipeReader);
 
 impl StalledStderr {
     /// Whether the pipe is full: the host's next write to stderr would
@@ -109,13 +109,12 @@ impl RunningHost {
         rust_log: &str,
     ) -> (RunningHost, StalledStderr) {
         let config = config_text(extra_config);
-        let mut child = spawn(scratch, &config, rust_log, Stdio::piped());
-        let stderr = child.stderr.take().expect("piped stderr");
-        // The smallest pipe Linux makes, so a few lines fill it. If the
-        // host already wrote more than that, the pipe keeps its size and
-        // takes a few more lines to fill.
-        let _ = rustix::pipe::fcntl_setpipe_size(&stderr, 4096);
-        (RunningHost::started(child, None), StalledStderr(stderr))
+        let (reader, writer) = std::io::pipe().expect("a pipe for stderr");
+        // The smallest pipe Linux makes, set before the host can write, so a
+        // few lines fill it.
+        rustix::pipe::fcntl_setpipe_size(&writer, 4096).expect("shrink the stderr pipe");
+        let child = spawn(scratch, &config, rust_log, writer.into());
+        (RunningHost::started(child, None), StalledStderr(reader))
     }
 
     fn started(mut child: Child, stderr_path: Option<PathBuf>) -> RunningHost {
