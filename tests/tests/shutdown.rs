@@ -3,30 +3,46 @@
 //! within `engine.shutdown_grace` and settles it; a handler the grace cuts
 //! off has no outcome, and its message is handled again after a restart.
 //!
-//! The `echo` guest logs a marker, then sleeps in WASI (a handler waiting on
-//! a slow partner). A host started again on the same scratch area logs into
-//! a fresh stderr file, so the marker there means the handler ran again.
+//! The `endless-loop` guest's `Sleep` logs a marker, then waits in WASI (a
+//! handler waiting on a slow partner) until the sandbox's deadline ends it
+//! as `Failed`/`Timeout`: that deadline is how long the handler runs. A host
+//! started again on the same scratch area logs into a fresh stderr file, so
+//! the marker there means the handler ran again.
 
 use nimbus_blackbox_tests::Scratch;
 use nimbus_blackbox_tests::running::{RunningHost, config_text};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-const MARKER: &str = "echo handler started";
+const MARKER: &str = "endless-loop: going to sleep";
 
-/// An `Echo` payload that logs [`MARKER`] and then sleeps `sleep_ms`.
-fn sleeper(sleep_ms: u64) -> String {
-    json!({"Logs": [{"Level": "Info", "Message": MARKER}], "SleepMs": sleep_ms}).to_string()
+/// The test configuration with the handler's deadline and the shutdown
+/// grace given.
+fn config(handler_deadline: &str, grace: &str) -> String {
+    let text = config_text("")
+        .replace(
+            r#"timeout = "20s""#,
+            &format!("timeout = \"{handler_deadline}\""),
+        )
+        .replace(
+            r#"shutdown_grace = "10s""#,
+            &format!("shutdown_grace = \"{grace}\""),
+        );
+    assert!(
+        text.contains(handler_deadline) && text.contains(grace),
+        "the settings are in place: {text}"
+    );
+    text
 }
 
-fn publish(host: &RunningHost, session: &str, data: &str) -> String {
+fn publish_sleep(host: &RunningHost) -> String {
     let run = host.cli(&[
         "publish",
         "--event-type",
-        "Echo",
+        "Sleep",
         "--session",
-        session,
+        "s-1",
         "--data",
-        data,
+        "{}",
     ]);
     run.expect_code(0);
     run.stdout().trim().to_owned()
@@ -50,28 +66,35 @@ fn wait_for_marker(host: &RunningHost) {
     });
 }
 
+fn host_log(scratch: &Scratch) -> String {
+    std::fs::read_to_string(scratch.path("nimbus-run.stderr")).expect("the host's stderr file")
+}
+
 #[test]
 fn sigterm_lets_a_handler_in_flight_finish_and_settles_it_before_exit() {
     let scratch = Scratch::new();
-    scratch.install("echoes", "echo", "echo");
-    let host = RunningHost::start(&scratch, "");
-    let id = publish(&host, "s-1", &sleeper(1_500));
+    scratch.install("sleepers", "endless", "endless_loop");
+    // The handler ends (at its deadline) well within the grace.
+    let settings = config("1500ms", "20s");
+    let host = RunningHost::start_with_config(&scratch, &settings);
+    let id = publish_sleep(&host);
     wait_for_marker(&host);
 
     let (code, _) = host.terminate();
     assert_eq!(code, Some(0));
-    let log = std::fs::read_to_string(scratch.path("nimbus-run.stderr")).expect("stderr file");
+    let log = host_log(&scratch);
     assert!(
         !log.contains("shutdown grace elapsed"),
         "the handler finished within the grace:\n{log}"
     );
 
     // Settled before exit: the host started again has nothing to run.
-    let host = RunningHost::start(&scratch, "");
-    let done = host.wait_status("s-1", &id, "Completed");
+    let host = RunningHost::start_with_config(&scratch, &settings);
+    let failed = host.wait_status("s-1", &id, "Failed");
+    assert_eq!(failed["error_type"], "Timeout");
     assert_eq!(
-        history_types(&host, &done),
-        ["EventRequest", "ResolutionResponse"]
+        history_types(&host, &failed),
+        ["EventRequest", "ErrorResponse"]
     );
     assert!(
         !host.stderr().contains(MARKER),
@@ -83,17 +106,14 @@ fn sigterm_lets_a_handler_in_flight_finish_and_settles_it_before_exit() {
 #[test]
 fn a_handler_cut_off_by_the_shutdown_grace_settles_nothing_and_runs_again_after_restart() {
     let scratch = Scratch::new();
-    scratch.install("echoes", "echo", "echo");
-    let short_grace =
-        config_text("").replace(r#"shutdown_grace = "10s""#, r#"shutdown_grace = "500ms""#);
-    assert!(short_grace.contains("500ms"), "the grace is set");
-    let host = RunningHost::start_with_config(&scratch, &short_grace);
-    let id = publish(&host, "s-1", &sleeper(4_000));
+    scratch.install("sleepers", "endless", "endless_loop");
+    let host = RunningHost::start_with_config(&scratch, &config("20s", "500ms"));
+    let id = publish_sleep(&host);
     wait_for_marker(&host);
 
     let (code, _) = host.terminate();
     assert_eq!(code, Some(0));
-    let log = std::fs::read_to_string(scratch.path("nimbus-run.stderr")).expect("stderr file");
+    let log = host_log(&scratch);
     assert!(
         log.contains("shutdown grace elapsed"),
         "the handler outlived the grace:\n{log}"
@@ -101,11 +121,12 @@ fn a_handler_cut_off_by_the_shutdown_grace_settles_nothing_and_runs_again_after_
 
     // Nothing was settled: the message is delivered again and runs to its
     // only outcome.
-    let host = RunningHost::start(&scratch, "");
+    let host = RunningHost::start_with_config(&scratch, &config("1500ms", "20s"));
     wait_for_marker(&host);
-    let done = host.wait_status("s-1", &id, "Completed");
+    let failed = host.wait_status("s-1", &id, "Failed");
+    assert_eq!(failed["error_type"], "Timeout");
     assert_eq!(
-        history_types(&host, &done),
-        ["EventRequest", "ResolutionResponse"]
+        history_types(&host, &failed),
+        ["EventRequest", "ErrorResponse"]
     );
 }

@@ -8,9 +8,7 @@
 //!    allocates a block of each size per round, freeing it at once unless
 //!    `KeepAll`, and logs `churned <total> bytes` with field `bytes`;
 //! 1. writes `Stdout` / `Stderr` (strings) to its standard output / error;
-//! 2. writes each of `Logs` (`[{"Level":"Info","Message":"..","Fields":{"k":"v"}}]`),
-//!    then sleeps `SleepMs` milliseconds in WASI (a handler waiting on a slow
-//!    partner), if given;
+//! 2. writes each of `Logs` (`[{"Level":"Info","Message":"..","Fields":{"k":"v"}}]`);
 //! 3. looks up each key of `ReadConfig` (`["key"]`) and logs
 //!    `config <key> = <value or None>` at `Info` with fields `key`, `value`;
 //! 4. publishes `Publish` (a number) follow-ups of type `EchoFollowUp`, message
@@ -84,8 +82,6 @@ pub struct Echo {
     pub retry_after_ms: Option<u64>,
     /// Allocation churn to run before anything else.
     pub churn: Option<Churn>,
-    /// Milliseconds to sleep after writing the logs.
-    pub sleep_ms: Option<u64>,
 }
 
 /// Allocates and frees blocks in a loop, the way a handler that builds and
@@ -248,9 +244,6 @@ impl Handler<Echo> for EchoHandler {
                 .map(|(k, v)| (k.as_str(), v as &dyn std::fmt::Display))
                 .collect();
             ctx.log(line.level.into(), &line.message, &fields);
-        }
-        if let Some(ms) = echo.sleep_ms {
-            std::thread::sleep(Duration::from_millis(ms));
         }
         for key in &echo.read_config {
             let value = ctx.config(key);
