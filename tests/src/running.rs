@@ -58,15 +58,11 @@ pub struct RunningHost {
 pub struct StalledStderr(std::io::PipeReader);
 
 impl StalledStderr {
-    /// Whether the pipe is full: the host's next write to stderr would
-    /// block.
-    pub fn is_full(&self) -> bool {
-        let buffered = rustix::io::ioctl_fionread(&self.0).expect("FIONREAD on the stderr pipe");
-        let capacity =
-            rustix::pipe::fcntl_getpipe_size(&self.0).expect("F_GETPIPE_SZ on the stderr pipe");
-        // A write of a line that does not fit blocks too, so "full" is
-        // "less room than a short log line".
-        buffered + 256 > capacity as u64
+    /// How many bytes wait in the pipe. Once it stops growing while the
+    /// host logs, its writes are blocked: a write of a line that does not
+    /// fit in the room left waits whole (lines are under `PIPE_BUF`).
+    pub fn buffered(&self) -> u64 {
+        rustix::io::ioctl_fionread(&self.0).expect("FIONREAD on the stderr pipe")
     }
 
     /// Starts reading the pipe to its end on a thread; join it for
