@@ -23,7 +23,9 @@ use nimbus_transport::{
 use nimbus_wire::{MessageContent, MessageType, NimbusMessage, SessionState};
 use tokio_util::sync::CancellationToken;
 
-const E: &str = "billing";
+mod support;
+
+use support::{E, event_request};
 
 /// How long the `"slow"` action runs.
 const SLOW_HANDLER: Duration = Duration::from_millis(1500);
@@ -266,23 +268,8 @@ async fn start_with(
 }
 
 fn event(session: &str, event_id: &str, id: &str, action: &str) -> Message {
-    let payload = serde_json::json!({ "Id": id, "Action": action }).to_string();
-    NimbusMessage {
-        message_id: Some(format!("msg-{event_id}")),
-        session_id: Some(session.to_owned()),
-        correlation_id: Some("corr-1".to_owned()),
-        to: Some(E.to_owned()),
-        from: Some("storefront".to_owned()),
-        message_type: MessageType::EventRequest,
-        event_id: Some(event_id.to_owned()),
-        event_type_id: Some("OrderPlaced".to_owned()),
-        content: Some(MessageContent::event(nimbus_wire::EventContent::new(
-            "OrderPlaced".to_owned(),
-            payload,
-        ))),
-        ..NimbusMessage::default()
-    }
-    .to_transport()
+    let payload = serde_json::json!({ "Id": id, "Action": action });
+    event_request(session, event_id, &payload).to_transport()
 }
 
 fn control(kind: MessageType, session: &str, event_id: &str) -> Message {

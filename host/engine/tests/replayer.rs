@@ -21,7 +21,9 @@ use nimbus_transport::{
 use nimbus_wire::{MessageContent, MessageType, NimbusMessage, build};
 use tokio_util::sync::CancellationToken;
 
-const E: &str = "billing";
+mod support;
+
+use support::{E, event_request};
 /// A non-session subscription that receives a copy of every trigger
 /// published to the topic (`To = 'DeferredProcessor'`), so a test can see
 /// the triggers the replayer itself publishes.
@@ -129,22 +131,7 @@ async fn start(topology: Topology) -> Harness {
 
 /// The event as it reached the endpoint (before it met a blocked session).
 fn event(session: &str, event_id: &str) -> NimbusMessage {
-    let payload = serde_json::json!({ "Id": event_id }).to_string();
-    NimbusMessage {
-        message_id: Some(format!("msg-{event_id}")),
-        session_id: Some(session.to_owned()),
-        correlation_id: Some("corr-1".to_owned()),
-        to: Some(E.to_owned()),
-        from: Some("storefront".to_owned()),
-        message_type: MessageType::EventRequest,
-        event_id: Some(event_id.to_owned()),
-        event_type_id: Some("OrderPlaced".to_owned()),
-        content: Some(MessageContent::event(nimbus_wire::EventContent::new(
-            "OrderPlaced".to_owned(),
-            payload,
-        ))),
-        ..NimbusMessage::default()
-    }
+    event_request(session, event_id, &serde_json::json!({ "Id": event_id }))
 }
 
 /// The parked copy the engine publishes for `event_id` with `sequence`.
