@@ -488,3 +488,64 @@ fn an_api_address_that_is_not_a_nimbus_host_is_named_as_such() {
     );
     assert!(stderr.lines().count() <= 2, "the whole page: {stderr}");
 }
+
+/// The README's fix: a manifest change, no new component. The outcome
+/// after the fix names a different version than the failure did, in the
+/// JSON and in the history table, so the audit trail shows the fix ran.
+#[test]
+fn a_manifest_only_fix_is_a_new_version_in_the_events_history() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    scratch.write(
+        "handlers/billing/orders.toml",
+        b"[config]\nreject_over_total = \"1000\"\n",
+    );
+    let host = RunningHost::start(&scratch, "");
+    let big = json!({"OrderId": "o-big", "Customer": "acme", "Total": 5000.0,
+                     "Lines": [{"Sku": "A-1", "Quantity": 1, "UnitPrice": 5000.0}]});
+    let published = publish(&host, "OrderPlaced", "s-big", &big.to_string());
+    let failed = host.wait_status("s-big", &published, "Failed");
+    let before = failed["handler_version"]
+        .as_str()
+        .expect("a version")
+        .to_owned();
+    assert!(
+        before.starts_with("sha256:") && before.contains('+'),
+        "{before}"
+    );
+
+    let partial = scratch.write(
+        "handlers/billing/.orders.toml.partial",
+        b"[config]\nreject_over_total = \"10000\"\n",
+    );
+    std::fs::rename(&partial, scratch.path("handlers/billing/orders.toml")).expect("rename");
+    host.eventually("the fixed settings serve", || {
+        let version = host.cli_json(&["handlers", "--json"])["handlers"][0]["version"].clone();
+        (version.as_str().is_some_and(|v| v != before)).then_some(())
+    });
+    host.cli(&["resubmit", &id(&failed)]).expect_code(0);
+    let fixed = host.wait_status("s-big", &published, "Completed");
+    let after = fixed["handler_version"]
+        .as_str()
+        .expect("a version")
+        .to_owned();
+    assert_ne!(after, before);
+    let (digest_before, _) = before.split_once('+').expect("a settings suffix");
+    assert!(
+        after.starts_with(&format!("{digest_before}+")),
+        "same component: {after}"
+    );
+
+    let text = host.cli(&["event", &id(&fixed)]);
+    text.expect_code(0);
+    let suffix = |v: &str| {
+        v.split_once('+')
+            .map(|(_, s)| s.to_owned())
+            .unwrap_or_default()
+    };
+    assert!(
+        text.stdout().contains(&suffix(&before)) && text.stdout().contains(&suffix(&after)),
+        "both versions in the history table:\n{}",
+        text.stdout()
+    );
+}

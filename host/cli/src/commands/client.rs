@@ -235,14 +235,22 @@ fn time_ms(value: &Value) -> String {
 }
 
 /// The short form of a version digest (hex), as `git` shortens commits.
-/// The first 12 hex digits of a version's digest (`sha256:` dropped).
+/// A version for a table: the first 12 hex digits of its digest (`sha256:`
+/// dropped), and its settings suffix (`+…`) if it has one, which is what
+/// tells a manifest-only fix from the version before it.
 fn short_version(value: &Value) -> String {
     let full = text(value);
-    full.strip_prefix("sha256:")
-        .unwrap_or(&full)
-        .chars()
-        .take(12)
-        .collect()
+    let bare = full.strip_prefix("sha256:").unwrap_or(&full);
+    let (digest, settings) = match bare.split_once('+') {
+        Some((digest, settings)) => (digest, Some(settings)),
+        None => (bare, None),
+    };
+    let mut short: String = digest.chars().take(12).collect();
+    if let Some(settings) = settings {
+        short.push('+');
+        short.push_str(settings);
+    }
+    short
 }
 
 /// Rows under a header, columns padded to their widest cell.
