@@ -66,7 +66,10 @@ fn wait_for_marker(host: &RunningHost) {
     });
 }
 
-fn host_log(scratch: &Scratch) -> String {
+/// SIGTERM; the host exits 0. Returns what it logged.
+fn stop(host: RunningHost, scratch: &Scratch) -> String {
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
     std::fs::read_to_string(scratch.path("nimbus-run.stderr")).expect("the host's stderr file")
 }
 
@@ -80,9 +83,7 @@ fn sigterm_lets_a_handler_in_flight_finish_and_settles_it_before_exit() {
     let id = publish_sleep(&host);
     wait_for_marker(&host);
 
-    let (code, _) = host.terminate();
-    assert_eq!(code, Some(0));
-    let log = host_log(&scratch);
+    let log = stop(host, &scratch);
     assert!(
         !log.contains("shutdown grace elapsed"),
         "the handler finished within the grace:\n{log}"
@@ -111,9 +112,7 @@ fn a_handler_cut_off_by_the_shutdown_grace_settles_nothing_and_runs_again_after_
     let id = publish_sleep(&host);
     wait_for_marker(&host);
 
-    let (code, _) = host.terminate();
-    assert_eq!(code, Some(0));
-    let log = host_log(&scratch);
+    let log = stop(host, &scratch);
     assert!(
         log.contains("shutdown grace elapsed"),
         "the handler outlived the grace:\n{log}"

@@ -455,7 +455,18 @@ fn version_id(
     if config.is_empty() && limits == defaults {
         return digest.to_string();
     }
-    // Debug output of a struct and a sorted map: stable for given values.
-    let settings = format!("{limits:?} {config:?}");
+    // Spelled out rather than `Debug`, whose format is no contract: the same
+    // settings must give the same id across toolchains. The map is sorted.
+    let mut settings = format!(
+        "memory_bytes={} timeout_ns={} instances={} tables={}",
+        limits.memory_bytes,
+        limits.timeout.as_nanos(),
+        limits.instances,
+        limits.tables
+    );
+    for (key, value) in config {
+        // Length-prefixed, so no key or value can pass for another pair.
+        settings.push_str(&format!("\n{}:{key}{}:{value}", key.len(), value.len()));
+    }
     format!("{digest}+{}", Digest::of(settings.as_bytes()).short())
 }
