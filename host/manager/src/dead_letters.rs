@@ -97,6 +97,15 @@ pub struct Replayed {
     pub message: DeadLetter,
 }
 
+/// What [`Manager::replay_all_dead_letters`] did.
+#[derive(Debug, Default)]
+pub struct ReplayedAll {
+    /// The messages moved back, as they were in the dead-letter queue.
+    pub replayed: Vec<DeadLetter>,
+    /// The messages left dead-lettered, each with why.
+    pub left: Vec<(DeadLetter, ManagerError)>,
+}
+
 /// The subscriptions of endpoint `E` whose dead-letter queues the Manager
 /// reads: its own session subscription, then the forwarding one to the
 /// Resolver.
@@ -235,6 +244,91 @@ impl<T: Transport> Manager<T> {
         Ok(Replayed { message: described })
     }
 
+    /// Moves every message dead-lettered on `endpoint` now back to the end
+    /// of its subscription (`subscription` narrows it to one queue), with no
+    /// cap on how many.
+    ///
+    /// Each queue is read to its end first, holding every message, and only
+    /// then replayed: the pass works on the queue as it was, so a replayed
+    /// message that fails and is dead-lettered again during the pass is
+    /// not replayed a second time, and a queue is received once, not once
+    /// per message. Messages it does not move (an event since settled,
+    /// unless `force`; a lock that lapsed during a long pass) stay
+    /// dead-lettered and are named in [`ReplayedAll::left`] with the reason.
+    pub async fn replay_all_dead_letters(
+        &self,
+        endpoint: &str,
+        subscription: Option<&str>,
+        force: bool,
+    ) -> Result<ReplayedAll, ManagerError> {
+        if let Some(subscription) = subscription {
+            check_dead_letter_queue(endpoint, subscription)?;
+        }
+        let mut done = ReplayedAll::default();
+        for path in subscriptions(endpoint) {
+            if subscription.is_some_and(|s| s != path.subscription) {
+                continue;
+            }
+            let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
+                continue;
+            };
+            let held = match read_all(&receiver, &path, usize::MAX).await {
+                Ok(held) => held,
+                Err(e) => {
+                    receiver.close().await;
+                    return Err(e);
+                }
+            };
+            for message in held {
+                let described = describe(endpoint, &path, &message);
+                let which = DeadLetterId::SequenceNumber(message.sequence_number);
+                if !force
+                    && path.subscription == endpoint
+                    && let Some(status) = self.settled_status(endpoint, &described).await
+                {
+                    let why = ManagerError::EventAlreadySettled {
+                        event_id: described.event_id.clone().unwrap_or_default(),
+                        endpoint: endpoint.to_owned(),
+                        status,
+                        which: which.to_string(),
+                    };
+                    done.left.push((described, why));
+                    continue;
+                }
+                match receiver.replay_dead_letter(message).await {
+                    Ok(()) => done.replayed.push(described),
+                    // This message's lock lapsed during the pass: it is
+                    // still dead-lettered, and another pass will find it.
+                    Err(source) if source.kind() == ErrorKind::LockLost => {
+                        let why = ManagerError::Replay {
+                            which: which.to_string(),
+                            subscription: path.to_string(),
+                            source,
+                        };
+                        done.left.push((described, why));
+                    }
+                    Err(source) => {
+                        receiver.close().await;
+                        return Err(ManagerError::Replay {
+                            which: which.to_string(),
+                            subscription: path.to_string(),
+                            source,
+                        });
+                    }
+                }
+            }
+            // Closing releases the messages left without counting a delivery.
+            receiver.close().await;
+        }
+        tracing::info!(
+            endpoint,
+            replayed = done.replayed.len(),
+            left = done.left.len(),
+            "manager: dead-letter queues replayed"
+        );
+        Ok(done)
+    }
+
     /// The event's status when the Resolver has it as Completed or Skipped
     /// at `endpoint`; `None` otherwise, or when it does not know it.
     async fn settled_status(&self, endpoint: &str, message: &DeadLetter) -> Option<Status> {
@@ -276,8 +370,12 @@ async fn read_all<R: Receiver>(
     limit: usize,
 ) -> Result<Vec<ReceivedMessage>, ManagerError> {
     let mut held = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     while held.len() < limit {
         match receiver.receive(END_OF_QUEUE_WAIT).await {
+            // A message seen again had its lock lapse during a long read:
+            // the queue has been read round to where it started.
+            Ok(Some(message)) if !seen.insert(message.sequence_number) => break,
             Ok(Some(message)) => held.push(message),
             Ok(None) => break,
             Err(source) => {

@@ -26,7 +26,8 @@ mod error;
 mod operations;
 
 pub use dead_letters::{
-    DEFAULT_DEAD_LETTER_LIMIT, DeadLetter, DeadLetterId, Replayed, check_dead_letter_queue,
+    DEFAULT_DEAD_LETTER_LIMIT, DeadLetter, DeadLetterId, Replayed, ReplayedAll,
+    check_dead_letter_queue,
 };
 pub use error::ManagerError;
 pub use operations::{DEFAULT_HANDOFF_ERROR_TYPE, Manager, Sent};

@@ -797,3 +797,108 @@ async fn a_dead_letter_whose_event_is_since_completed_is_replayed_only_when_forc
     );
     h.stop().await;
 }
+
+/// Replaying a whole queue has no cap (more than a listing's default
+/// limit), moves the messages back in their order, and leaves in place,
+/// with the reason, one whose event has since been settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_every_dead_letter_moves_them_all_back_in_order_but_a_settled_event() {
+    let h = Harness::start(&["billing"]).await;
+    let count = nimbus_manager::DEFAULT_DEAD_LETTER_LIMIT + 1;
+    let mut sent = vec![forwarded("billing")];
+    for i in 0..count {
+        let mut message = forwarded("billing");
+        message.message_id = Some(format!("msg-all-{i}"));
+        message.event_id = Some(format!("event-all-{i}"));
+        sent.push(message);
+    }
+    h.broker
+        .publish(
+            "billing",
+            sent.iter().map(NimbusMessage::to_transport).collect(),
+        )
+        .await
+        .unwrap();
+    let lock = h
+        .broker
+        .accept_session(
+            &SubscriptionPath::new("billing", "billing"),
+            SessionSelector::Named(SESSION.into()),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    for _ in 0..sent.len() {
+        let message = lock.receive(PATIENCE).await.unwrap().unwrap();
+        lock.dead_letter(message, "Failed to handle message.".into(), "boom".into())
+            .await
+            .unwrap();
+    }
+    drop(lock);
+    let mut completed = Observation::new("billing", EVENT_ID, MessageKind::ResolutionResponse, 9);
+    completed.message_id = Some("resolution-later".into());
+    h.store.record(&completed).unwrap();
+
+    let done = h
+        .manager
+        .replay_all_dead_letters("billing", None, false)
+        .await
+        .unwrap();
+    assert_eq!(done.replayed.len(), count);
+    assert_eq!(done.left.len(), 1);
+    let (left, why) = &done.left[0];
+    assert_eq!(left.message_id.as_deref(), Some("msg-pub-1"));
+    assert!(
+        matches!(
+            why,
+            ManagerError::EventAlreadySettled {
+                status: Status::Completed,
+                ..
+            }
+        ),
+        "{why}"
+    );
+    let still = h.manager.dead_letters("billing", None).await.unwrap();
+    assert_eq!(still.len(), 1, "the settled one stays dead-lettered");
+    assert_eq!(still[0].message_id.as_deref(), Some("msg-pub-1"));
+
+    let back: Vec<String> = h
+        .endpoint_receives("billing", SESSION)
+        .await
+        .into_iter()
+        .filter_map(|m| m.message.message_id)
+        .collect();
+    let expected: Vec<String> = sent[1..]
+        .iter()
+        .filter_map(|m| m.message_id.clone())
+        .collect();
+    assert_eq!(
+        back, expected,
+        "every one back once, in the session's order"
+    );
+
+    let forced = h
+        .manager
+        .replay_all_dead_letters("billing", Some("billing"), true)
+        .await
+        .unwrap();
+    assert_eq!(forced.replayed.len(), 1);
+    assert!(forced.left.is_empty());
+    assert!(
+        h.manager
+            .dead_letters("billing", None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let error = h
+        .manager
+        .replay_all_dead_letters("billing", Some("elsewhere"), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ManagerError::UnknownDeadLetterQueue { .. }),
+        "{error}"
+    );
+    h.stop().await;
+}

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use nimbus_manager::{DeadLetter, DeadLetterId, ManagerError};
+use nimbus_manager::{DeadLetter, DeadLetterId};
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{ApiQuery, given, json};
@@ -21,6 +21,9 @@ pub(crate) async fn list(
     State(state): State<ApiState>,
     ApiQuery(query): ApiQuery<DlqQuery>,
 ) -> Result<Json<Vec<DeadLetter>>, ApiError> {
+    if query.limit == Some(0) {
+        return Err(ApiError::bad_request("limit: must be at least 1"));
+    }
     let endpoints = match given(query.endpoint) {
         Some(endpoint) => vec![endpoint],
         None => state
@@ -30,9 +33,22 @@ pub(crate) async fn list(
             .map(str::to_owned)
             .collect(),
     };
+    // The limit caps the whole listing, across endpoints.
+    let limit = query
+        .limit
+        .unwrap_or(nimbus_manager::DEFAULT_DEAD_LETTER_LIMIT);
     let mut listed = Vec::new();
     for endpoint in endpoints {
-        listed.extend(state.manager.dead_letters(&endpoint, query.limit).await?);
+        let remaining = limit.saturating_sub(listed.len());
+        if remaining == 0 {
+            break;
+        }
+        listed.extend(
+            state
+                .manager
+                .dead_letters(&endpoint, Some(remaining))
+                .await?,
+        );
     }
     Ok(Json(listed))
 }
@@ -97,47 +113,29 @@ pub(crate) async fn replay(
             ));
         }
     };
-    let mut replayed = Vec::new();
-    let mut left = Vec::new();
-    match which {
+    let (replayed, left) = match which {
         Some(which) => {
             let done = state
                 .manager
                 .replay_dead_letter(&endpoint, subscription.as_deref(), &which, request.force)
                 .await?;
-            replayed.push(done.message);
+            (vec![done.message], Vec::new())
         }
         None => {
-            let listed = state.manager.dead_letters(&endpoint, None).await?;
-            for message in listed {
-                if subscription
-                    .as_deref()
-                    .is_some_and(|s| s != message.subscription)
-                {
-                    continue;
-                }
-                let which = DeadLetterId::SequenceNumber(message.sequence_number);
-                let done = state
-                    .manager
-                    .replay_dead_letter(
-                        &endpoint,
-                        Some(message.subscription.as_str()),
-                        &which,
-                        request.force,
-                    )
-                    .await;
-                match done {
-                    Ok(done) => replayed.push(done.message),
-                    Err(settled @ ManagerError::EventAlreadySettled { .. }) => {
-                        left.push(LeftView {
-                            message,
-                            why: settled.to_string(),
-                        })
-                    }
-                    Err(other) => return Err(other.into()),
-                }
-            }
+            let done = state
+                .manager
+                .replay_all_dead_letters(&endpoint, subscription.as_deref(), request.force)
+                .await?;
+            let left = done
+                .left
+                .into_iter()
+                .map(|(message, why)| LeftView {
+                    message,
+                    why: why.to_string(),
+                })
+                .collect();
+            (done.replayed, left)
         }
-    }
+    };
     Ok(Json(ReplayedView { replayed, left }))
 }

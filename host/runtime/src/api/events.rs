@@ -6,6 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use nimbus_manager::Sent;
 use nimbus_resolver::{EventDetail, EventFilter, EventRecord, ResolverStore as _, Status};
+use nimbus_transport::{Admin as _, AdminError, SubscriptionPath};
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{ApiQuery, given, json};
@@ -35,14 +36,36 @@ pub(crate) async fn list(
     if query.limit == Some(0) {
         return Err(ApiError::bad_request("limit: must be at least 1"));
     }
+    let endpoint = given(query.endpoint);
     let filter = EventFilter {
-        endpoint: given(query.endpoint),
+        endpoint: endpoint.clone(),
         status,
         session_id: given(query.session),
         limit: Some(query.limit.unwrap_or(DEFAULT_LIMIT)),
     };
     let records = state.read_store(move |store| store.events(&filter)).await?;
+    if records.is_empty()
+        && let Some(endpoint) = endpoint
+    {
+        check_endpoint_exists(&state, &endpoint).await?;
+    }
     Ok(Json(records))
+}
+
+/// Tells a mistyped endpoint from one with nothing to list: an endpoint
+/// the Resolver has no record of and the broker has no subscription for
+/// is unknown. (One retired since keeps its records, so it lists them.)
+async fn check_endpoint_exists(state: &ApiState, endpoint: &str) -> Result<(), ApiError> {
+    let path = SubscriptionPath::new(endpoint, endpoint);
+    match state.broker.get_subscription(&path).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) | Err(AdminError::NotFound { .. }) => Err(ApiError::not_found(format!(
+            "no endpoint '{endpoint}' (no subscription {path} and no events recorded for it)"
+        ))),
+        Err(other) => Err(ApiError::internal(format!(
+            "looking up the subscription {path}: {other}"
+        ))),
+    }
 }
 
 /// One event at every endpoint that has it.

@@ -172,6 +172,11 @@ async fn operator_flow_publish_block_skip_resubmit_handoff() {
         "{version}"
     );
     assert!(orders["load_error"].is_null());
+    // A known endpoint with nothing recorded yet lists nothing (not 404).
+    let none_yet = api
+        .ok(Method::GET, "/api/events?endpoint=billing", None)
+        .await;
+    assert_eq!(none_yet, json!([]));
 
     // Publish -> Completed with the serving handler version.
     let published = api
@@ -477,6 +482,20 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
             None,
             StatusCode::NOT_FOUND,
             "nowhere",
+        ),
+        (
+            Method::GET,
+            "/api/dlq?limit=0",
+            None,
+            StatusCode::BAD_REQUEST,
+            "limit",
+        ),
+        (
+            Method::GET,
+            "/api/events?endpoint=nowhere",
+            None,
+            StatusCode::NOT_FOUND,
+            "no endpoint 'nowhere'",
         ),
         (
             Method::POST,
