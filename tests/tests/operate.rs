@@ -95,6 +95,24 @@ fn a_published_event_completes_a_failed_one_blocks_until_skipped_and_sigterm_exi
     let listed = host.cli(&["events", "--endpoint", "billing"]);
     listed.expect_code(0);
     assert!(listed.stdout().contains(&id(&done)), "{}", listed.stdout());
+    // The message id `publish` printed finds the event too.
+    let by_message = host.cli(&["event", &ok]);
+    by_message.expect_code(0);
+    assert!(
+        by_message
+            .stdout()
+            .contains(&format!("message {ok} belongs to 1 event"))
+            && by_message.stdout().contains(&id(&done)),
+        "{}",
+        by_message.stdout()
+    );
+    let typo = host.cli(&["events", "--endpoint", "biling"]);
+    typo.expect_code(1);
+    assert!(
+        typo.stderr().contains("no endpoint 'biling'"),
+        "{}",
+        typo.stderr()
+    );
 
     // A failing event blocks its session; the next one is parked behind it.
     let failing = publish(&host, "OrderPlaced", "s-block", &order("o-2", true));

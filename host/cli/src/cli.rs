@@ -36,7 +36,7 @@ pub(crate) enum Command {
     Publish(PublishArgs),
     /// List events from the running host's Resolver.
     Events(EventsArgs),
-    /// Show one event: status, error, handler version, full history.
+    /// Show one event (by event id or message id): status, error, handler version, full history.
     Event(EventArgs),
     /// Run the handler on an event again (its recorded or an edited payload).
     Resubmit(ResubmitArgs),

@@ -78,7 +78,9 @@ pub(crate) struct EventsArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct EventArgs {
-    /// The event id.
+    /// The event id, or the id of a message recorded in an event's history
+    /// (e.g. the message id `nimbus publish` printed: its event at every
+    /// consuming endpoint).
     #[arg(value_name = "ID")]
     pub(crate) id: String,
     /// Print JSON instead of text.

@@ -221,6 +221,9 @@ mod tests {
         fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
             self.inner.event(event_id)
         }
+        fn events_of_message(&self, message_id: &str) -> Result<Vec<EventDetail>, StoreError> {
+            self.inner.events_of_message(message_id)
+        }
         fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
             self.inner.events(filter)
         }

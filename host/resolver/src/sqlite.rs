@@ -221,6 +221,41 @@ impl SqliteResolverStore {
         })
     }
 
+    /// The events `sql` selects by its one parameter (event columns, then
+    /// `id`), each with its history.
+    fn details(&self, sql: &str, key: &str) -> Result<Vec<EventDetail>, StoreError> {
+        let mut reader = self.read();
+        // One snapshot for the rows and their histories: the recorder may
+        // commit between the statements.
+        let conn = reader
+            .transaction()
+            .map_err(db("starting a read transaction"))?;
+        let mut stmt = conn.prepare(sql).map_err(db("reading the event"))?;
+        let records = stmt
+            .query_map(params![key], |r| {
+                Ok((r.get::<_, i64>(EVENT_COLUMN_COUNT)?, event_record(r)?))
+            })
+            .map_err(db("reading the event"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db("reading the event"))?;
+        let mut history_stmt = conn
+            .prepare(HISTORY_OF_EVENT_SQL)
+            .map_err(db("reading history"))?;
+        let mut details = Vec::with_capacity(records.len());
+        for (id, record) in records {
+            let record = record?;
+            let history = history_stmt
+                .query_map(params![id], history_entry)
+                .map_err(db("reading history"))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db("reading history"))?
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?;
+            details.push(EventDetail { record, history });
+        }
+        Ok(details)
+    }
+
     /// Counts refused writes once their transaction committed.
     fn count_refused(&self, outcomes: &[Recorded]) {
         let refused = outcomes
@@ -405,38 +440,11 @@ impl ResolverStore for SqliteResolverStore {
     }
 
     fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        let mut reader = self.read();
-        // One snapshot for the rows and their histories: the recorder may
-        // commit between the statements.
-        let conn = reader
-            .transaction()
-            .map_err(db("starting a read transaction"))?;
-        let mut stmt = conn
-            .prepare(&event_by_id_sql())
-            .map_err(db("reading the event"))?;
-        let records = stmt
-            .query_map(params![event_id], |r| {
-                Ok((r.get::<_, i64>(EVENT_COLUMN_COUNT)?, event_record(r)?))
-            })
-            .map_err(db("reading the event"))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(db("reading the event"))?;
-        let mut history_stmt = conn
-            .prepare(HISTORY_OF_EVENT_SQL)
-            .map_err(db("reading history"))?;
-        let mut details = Vec::with_capacity(records.len());
-        for (id, record) in records {
-            let record = record?;
-            let history = history_stmt
-                .query_map(params![id], history_entry)
-                .map_err(db("reading history"))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db("reading history"))?
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()?;
-            details.push(EventDetail { record, history });
-        }
-        Ok(details)
+        self.details(&event_by_id_sql(), event_id)
+    }
+
+    fn events_of_message(&self, message_id: &str) -> Result<Vec<EventDetail>, StoreError> {
+        self.details(&events_of_message_sql(), message_id)
     }
 
     fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
@@ -496,6 +504,17 @@ impl ResolverStore for SqliteResolverStore {
 /// leads with the id; the row's `id` comes last, after [`EVENT_COLUMNS`].
 fn event_by_id_sql() -> String {
     format!("SELECT {EVENT_COLUMNS}, id FROM events WHERE event_id = ?1 ORDER BY endpoint")
+}
+
+/// The events whose history has a message with this id. The history has no
+/// index by message id on purpose: a random page per recorded message would
+/// cost every commit, for a lookup operators make by hand.
+fn events_of_message_sql() -> String {
+    format!(
+        "SELECT {EVENT_COLUMNS}, id FROM events
+         WHERE id IN (SELECT event_ref FROM history WHERE message_id = ?1)
+         ORDER BY endpoint, event_id"
+    )
 }
 
 /// The listing query with only the filters given, so SQLite can search by

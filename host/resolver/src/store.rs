@@ -184,6 +184,11 @@ pub trait ResolverStore: Send + Sync {
     }
     /// The event with this id at every endpoint that has it, with history.
     fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError>;
+    /// The events one message belongs to, by any `MessageId` the Resolver
+    /// recorded in their history (a published message's id names its event
+    /// at every consuming endpoint), with history. Not indexed: it reads
+    /// the whole history, so it is the fallback when no event has the id.
+    fn events_of_message(&self, message_id: &str) -> Result<Vec<EventDetail>, StoreError>;
     /// Events matching the filter, most recently updated first.
     fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError>;
     /// How many status writes the guard has refused since the store opened.

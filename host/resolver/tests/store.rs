@@ -212,6 +212,52 @@ fn status_and_history_survive_reopening_the_store() {
     assert_eq!(detail.history.len(), 2);
 }
 
+/// A published message fans out to an event per consuming endpoint, each
+/// with its own id; the message's id finds them all, and so does the id of
+/// a later message of one of them.
+#[test]
+fn events_are_found_by_the_id_of_any_message_in_their_history() {
+    let (_dir, store) = open();
+    for (endpoint, event_id) in [("billing", "e-billing"), ("shipping", "e-shipping")] {
+        let mut request = Observation::new(endpoint, event_id, MessageKind::EventRequest, 1);
+        request.message_id = Some("published-1".into());
+        store.record(&request).unwrap();
+    }
+    let mut resolution =
+        Observation::new("billing", "e-billing", MessageKind::ResolutionResponse, 2);
+    resolution.message_id = Some("resolution-1".into());
+    store.record(&resolution).unwrap();
+    let mut other = Observation::new("billing", "e-other", MessageKind::EventRequest, 3);
+    other.message_id = Some("published-2".into());
+    store.record(&other).unwrap();
+
+    let fanned_out = store.events_of_message("published-1").unwrap();
+    let found: Vec<(&str, &str)> = fanned_out
+        .iter()
+        .map(|d| (d.record.endpoint.as_str(), d.record.event_id.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [("billing", "e-billing"), ("shipping", "e-shipping")]
+    );
+    assert_eq!(fanned_out[0].history.len(), 2, "with the whole history");
+    assert_eq!(fanned_out[0].record.status, Status::Completed);
+
+    let by_response = store.events_of_message("resolution-1").unwrap();
+    assert_eq!(by_response.len(), 1);
+    assert_eq!(by_response[0].record.event_id, "e-billing");
+    assert!(
+        store
+            .events_of_message("no-such-message")
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store.events_of_message("e-billing").unwrap().is_empty(),
+        "an event id is not a message id"
+    );
+}
+
 #[test]
 fn events_filter_by_endpoint_status_and_session() {
     let (_dir, store) = open();

@@ -316,6 +316,14 @@ fn events_table(events: &Value) -> String {
 
 fn event_text(event: &Value) -> String {
     let mut out = String::new();
+    if let Some(message_id) = event["message_id"].as_str() {
+        let count = event["endpoints"].as_array().map_or(0, Vec::len);
+        let _ = writeln!(
+            out,
+            "message {message_id} belongs to {count} event{}:\n",
+            if count == 1 { "" } else { "s" }
+        );
+    }
     for at in event["endpoints"].as_array().into_iter().flatten() {
         let r = &at["record"];
         let mut status = text(&r["status"]);

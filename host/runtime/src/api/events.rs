@@ -68,26 +68,52 @@ async fn check_endpoint_exists(state: &ApiState, endpoint: &str) -> Result<(), A
     }
 }
 
-/// One event at every endpoint that has it.
+/// One event at every endpoint that has it, or the events of one message.
 #[derive(Debug, Serialize)]
 pub(crate) struct EventView {
-    event_id: String,
+    /// The event; `null` for a message whose events at several endpoints
+    /// have different ids (each record names its own).
+    event_id: Option<String>,
+    /// The message id asked for, when the id named no event but a message
+    /// the Resolver recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_id: Option<String>,
     endpoints: Vec<EventDetail>,
 }
 
+/// `GET /api/events/{id}`: by event id; failing that, by the id of any
+/// message recorded in an event's history (a published message's id, as
+/// `nimbus publish` prints it).
 pub(crate) async fn detail(
     State(state): State<ApiState>,
-    Path(event_id): Path<String>,
+    Path(id): Path<String>,
 ) -> Result<Json<EventView>, ApiError> {
-    let id = event_id.clone();
-    let endpoints = state.read_store(move |store| store.event(&id)).await?;
-    if endpoints.is_empty() {
-        return Err(ApiError::not_found(format!(
-            "no event '{event_id}' is known to the Resolver"
-        )));
+    let key = id.clone();
+    let endpoints = state.read_store(move |store| store.event(&key)).await?;
+    if !endpoints.is_empty() {
+        return Ok(Json(EventView {
+            event_id: Some(id),
+            message_id: None,
+            endpoints,
+        }));
     }
+    let key = id.clone();
+    let endpoints = state
+        .read_store(move |store| store.events_of_message(&key))
+        .await?;
+    let Some(first) = endpoints.first() else {
+        return Err(ApiError::not_found(format!(
+            "no event '{id}' is known to the Resolver (nor a message with that id)"
+        )));
+    };
+    let first_id = &first.record.event_id;
+    let event_id = endpoints
+        .iter()
+        .all(|d| &d.record.event_id == first_id)
+        .then(|| first_id.clone());
     Ok(Json(EventView {
         event_id,
+        message_id: Some(id),
         endpoints,
     }))
 }

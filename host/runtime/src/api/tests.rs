@@ -207,6 +207,15 @@ async fn operator_flow_publish_block_skip_resubmit_handoff() {
         .map(|h| h["status"].as_str().unwrap())
         .collect();
     assert!(history.contains(&"Completed"), "{history:?}");
+    assert!(detail.get("message_id").is_none(), "{detail}");
+
+    // The message id `publish` answered finds the same event.
+    let by_message = api
+        .ok(Method::GET, &format!("/api/events/{ok_id}"), None)
+        .await;
+    assert_eq!(by_message["message_id"], ok_id);
+    assert_eq!(by_message["event_id"], event_id);
+    assert_eq!(by_message["endpoints"], detail["endpoints"]);
 
     // A failing event blocks its session; the next one is parked.
     let failing = api
