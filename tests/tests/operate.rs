@@ -567,3 +567,38 @@ fn a_manifest_only_fix_is_a_new_version_in_the_events_history() {
         text.stdout()
     );
 }
+
+/// `[resolver] retention`: a completed event leaves the store once it is
+/// older than the period; an older failed one stays, blocking its session,
+/// for its operator.
+#[test]
+fn a_completed_event_leaves_the_store_after_the_retention_period_a_failed_one_stays() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "[resolver]\nretention = \"2s\"\n");
+    let failing = publish(&host, "OrderPlaced", "s-keep", &order("o-1", true));
+    let failed = host.wait_status("s-keep", &failing, "Failed");
+    let ok = publish(&host, "OrderPlaced", "s-go", &order("o-2", false));
+    let done = host.wait_status("s-go", &ok, "Completed");
+
+    let gone = host.eventually("the completed event to be pruned", || {
+        let run = host.cli(&["event", &id(&done)]);
+        (run.code() == Some(1)).then_some(run)
+    });
+    assert!(
+        gone.stderr().contains(&format!("no event '{}'", id(&done))),
+        "{}",
+        gone.stderr()
+    );
+    let kept = host.cli_json(&["event", &id(&failed), "--json"]);
+    let at = &kept["endpoints"][0];
+    assert_eq!(at["record"]["status"], "Failed");
+    assert!(
+        at["history"].as_array().is_some_and(|h| h.len() >= 2),
+        "its whole history stays: {at:#}"
+    );
+    assert_eq!(
+        blocked_sessions(&host, "billing"),
+        vec![("s-keep".to_owned(), id(&failed), 0)]
+    );
+}

@@ -18,6 +18,10 @@
 //! a message only after the store committed it, and recording is idempotent
 //! per (message id, type), so a redelivery changes nothing. The store knows
 //! nothing of brokers or wasm: it is fed decoded observations.
+//!
+//! [`run_retention`] keeps the store from growing without bound: events that
+//! need nothing more leave it, with their history, after a set period
+//! (decision 0108).
 
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 
@@ -26,6 +30,7 @@ mod decode;
 mod guard;
 mod observation;
 mod recorder;
+mod retention;
 mod sqlite;
 mod status;
 mod store;
@@ -33,6 +38,7 @@ mod store;
 pub use consumer::{Outcome, Progress, ResolverError, ResolverSettings, run_resolver};
 pub use decode::{HANDLER_VERSION_PROPERTY, UNRECORDABLE_REASON};
 pub use observation::{HandoffDetails, Observation};
+pub use retention::{pass_interval, run_retention};
 pub use sqlite::{SqliteResolverStore, StoreDurability};
 pub use status::{HANDOFF_SUB_STATUS, MessageKind, Status, UnknownStatus, UnrecordedKind};
 pub use store::{

@@ -221,6 +221,51 @@ impl SqliteResolverStore {
         })
     }
 
+    /// Deletes up to `max_events` events that need nothing more
+    /// ([`Status::is_expendable`]) and were last updated before
+    /// `updated_before_ms`, with their history, in one transaction; returns
+    /// how many it deleted. Call again while it returns `max_events`.
+    ///
+    /// Events that still ask for an operator (Failed, Deferred, Pending,
+    /// DeadLettered) are kept however old they are.
+    pub fn prune_expendable(
+        &self,
+        updated_before_ms: i64,
+        max_events: usize,
+    ) -> Result<usize, StoreError> {
+        let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        let mut ids = Vec::new();
+        for status in Status::ALL.into_iter().filter(|s| s.is_expendable()) {
+            let room = limit - i64::try_from(ids.len()).unwrap_or(i64::MAX);
+            if room <= 0 {
+                break;
+            }
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT id FROM events WHERE status = ?1 AND updated_ms < ?2 LIMIT ?3",
+                )
+                .map_err(db("finding expired events"))?;
+            let found = stmt
+                .query_map(params![status.as_str(), updated_before_ms, room], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .map_err(db("finding expired events"))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db("finding expired events"))?;
+            ids.extend(found);
+        }
+        for id in &ids {
+            exec(&tx, "DELETE FROM history WHERE event_ref = ?1", params![id])
+                .map_err(db("deleting an expired event's history"))?;
+            exec(&tx, "DELETE FROM events WHERE id = ?1", params![id])
+                .map_err(db("deleting an expired event"))?;
+        }
+        tx.commit().map_err(db("committing"))?;
+        Ok(ids.len())
+    }
+
     /// The events `sql` selects by its one parameter (event columns, then
     /// `id`), each with its history.
     fn details(&self, sql: &str, key: &str) -> Result<Vec<EventDetail>, StoreError> {

@@ -52,6 +52,16 @@ impl Status {
         }
     }
 
+    /// Whether an event with this status needs nothing more from anyone:
+    /// Completed, Skipped, Unsupported. The Resolver's retention removes
+    /// only these; a Failed or DeadLettered event waits for an operator.
+    pub fn is_expendable(self) -> bool {
+        matches!(
+            self,
+            Status::Completed | Status::Skipped | Status::Unsupported
+        )
+    }
+
     /// Whether the event has reached an outcome (anything but Pending and
     /// Deferred).
     pub fn is_settled(self) -> bool {

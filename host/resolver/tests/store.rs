@@ -772,3 +772,93 @@ fn a_listing_answers_while_a_record_waits_to_write() {
     writing.join().unwrap().unwrap();
     assert_eq!(status_of(&store), Status::Completed);
 }
+
+/// Retention removes, with their history, only old events that need nothing
+/// more; an old Failed, DeadLettered, Pending or Deferred event stays for
+/// its operator, and so does a recent Completed one.
+#[test]
+fn pruning_removes_only_old_events_that_need_nothing_more() {
+    let (_dir, store) = open();
+    let record = |event_id: &str, kind: MessageKind, at_ms: i64| {
+        let mut request = Observation::new("billing", event_id, MessageKind::EventRequest, at_ms);
+        request.message_id = Some(format!("{event_id}-request"));
+        store.record(&request).unwrap();
+        if kind != MessageKind::EventRequest {
+            let mut outcome = Observation::new("billing", event_id, kind, at_ms);
+            outcome.message_id = Some(format!("{event_id}-outcome"));
+            if event_id.ends_with("dead") {
+                outcome.dead_letter_description = Some("MaxDeliveryCountExceeded".into());
+            }
+            store.record(&outcome).unwrap();
+        }
+    };
+    for (i, kind) in [
+        MessageKind::ResolutionResponse,
+        MessageKind::SkipResponse,
+        MessageKind::UnsupportedResponse,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        record(&format!("old-{i}"), kind, 1_000);
+    }
+    record("old-failed", MessageKind::ErrorResponse, 1_000);
+    record("old-dead", MessageKind::ErrorResponse, 1_000);
+    record("old-pending", MessageKind::EventRequest, 1_000);
+    record("old-deferred", MessageKind::DeferralResponse, 1_000);
+    record("recent-completed", MessageKind::ResolutionResponse, 5_000);
+
+    assert_eq!(
+        store.prune_expendable(2_000, 2).unwrap(),
+        2,
+        "at most the batch"
+    );
+    assert_eq!(
+        store.prune_expendable(2_000, 2).unwrap(),
+        1,
+        "then the rest"
+    );
+    assert_eq!(store.prune_expendable(2_000, 2).unwrap(), 0);
+
+    for gone in ["old-0", "old-1", "old-2"] {
+        assert!(store.event(gone).unwrap().is_empty(), "{gone} is pruned");
+        assert!(
+            store
+                .events_of_message(&format!("{gone}-request"))
+                .unwrap()
+                .is_empty(),
+            "{gone}'s history went with it"
+        );
+    }
+    let kept: Vec<(String, Status)> = store
+        .events(&EventFilter::default())
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.event_id, r.status))
+        .collect();
+    let mut kept_ids: Vec<&str> = kept.iter().map(|(id, _)| id.as_str()).collect();
+    kept_ids.sort_unstable();
+    assert_eq!(
+        kept_ids,
+        [
+            "old-dead",
+            "old-deferred",
+            "old-failed",
+            "old-pending",
+            "recent-completed"
+        ]
+    );
+    let mut kept_statuses: Vec<Status> = kept.iter().map(|(_, status)| *status).collect();
+    kept_statuses.sort_by_key(|s| s.as_str());
+    assert_eq!(
+        kept_statuses,
+        [
+            Status::Completed,
+            Status::DeadLettered,
+            Status::Deferred,
+            Status::Failed,
+            Status::Pending
+        ]
+    );
+    assert_eq!(store.event("old-failed").unwrap()[0].history.len(), 2);
+}

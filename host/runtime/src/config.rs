@@ -31,6 +31,9 @@ pub struct Config {
     /// `[sandbox]`: handler limits.
     #[serde(default)]
     pub sandbox: SandboxSection,
+    /// `[resolver]`: the audit trail's store.
+    #[serde(default)]
+    pub resolver: ResolverConfig,
     /// `[retry]`: retry policies (see `nimbus_engine::policy_config`).
     #[serde(default)]
     pub retry: RetryConfig,
@@ -271,6 +274,50 @@ impl Default for SandboxSection {
     }
 }
 
+/// `[resolver]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolverConfig {
+    /// How long an event that needs nothing more (Completed, Skipped,
+    /// Unsupported) is kept after its last update.
+    #[serde(default)]
+    pub retention: Retention,
+}
+
+/// How long the Resolver keeps events that need nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// Keep every event (`"forever"`).
+    Forever,
+    /// Remove such an event, with its history, this long after its last
+    /// update.
+    For(Duration),
+}
+
+impl Default for Retention {
+    /// Thirty days, as an audit store usually keeps successful messages.
+    fn default() -> Self {
+        Retention::For(Duration::from_secs(30 * 24 * 3600))
+    }
+}
+
+impl<'de> Deserialize<'de> for Retention {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let text = text.trim();
+        if text == "forever" {
+            return Ok(Retention::Forever);
+        }
+        humantime::parse_duration(text)
+            .map(Retention::For)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "'{text}': {e}; give a duration such as \"30d\", or \"forever\""
+                ))
+            })
+    }
+}
+
 /// A configuration that cannot be used, naming the file and the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -364,6 +411,14 @@ impl Config {
         if self.broker.lock_duration < Duration::from_secs(1) {
             problems.push("broker.lock_duration: must be at least 1s".to_owned());
         }
+        if let Retention::For(keep_for) = self.resolver.retention
+            && keep_for < Duration::from_secs(1)
+        {
+            problems.push(
+                "resolver.retention: must be at least 1s (or \"forever\" to keep every event)"
+                    .to_owned(),
+            );
+        }
         if self.broker.max_delivery_count == 0 {
             problems.push("broker.max_delivery_count: must be at least 1".to_owned());
         }
@@ -443,6 +498,44 @@ mod tests {
         assert_eq!(valid.config.broker.durability, DurabilityConfig::Fsync);
         assert_eq!(valid.sandbox_memory_bytes, 64 << 20);
         assert!(valid.retry.default.is_none(), "no implicit retry");
+    }
+
+    #[test]
+    fn resolver_retention_is_a_duration_or_forever_and_defaults_to_thirty_days() {
+        assert_eq!(
+            parse("").unwrap().config.resolver.retention,
+            Retention::For(Duration::from_secs(30 * 24 * 3600))
+        );
+        assert_eq!(
+            parse("[resolver]\nretention = \"forever\"\n")
+                .unwrap()
+                .config
+                .resolver
+                .retention,
+            Retention::Forever
+        );
+        assert_eq!(
+            parse("[resolver]\nretention = \"12h\"\n")
+                .unwrap()
+                .config
+                .resolver
+                .retention,
+            Retention::For(Duration::from_secs(12 * 3600))
+        );
+        let err = parse("[resolver]\nretention = \"a while\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("retention") && err.contains("\"forever\""),
+            "{err}"
+        );
+        let err = parse("[resolver]\nretention = \"0s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("resolver.retention: must be at least 1s"),
+            "{err}"
+        );
     }
 
     #[test]

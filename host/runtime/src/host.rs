@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::config::ValidConfig;
+use crate::config::{Retention, ValidConfig};
 use crate::handlers::SandboxHandlers;
 use crate::wiring;
 
@@ -100,6 +100,7 @@ impl Host {
             .await
             .context("provisioning the topology")?;
         host.spawn_resolver();
+        host.spawn_retention();
         host.spawn_supervisor(supervisor);
         info!(
             data_dir = %host.config.config.host.data_dir.display(),
@@ -165,6 +166,18 @@ impl Host {
             &self.config,
             &self.shutdown,
         );
+    }
+
+    /// Prunes the Resolver store past `[resolver] retention`, unless it
+    /// keeps everything.
+    fn spawn_retention(&self) {
+        if let Retention::For(keep_for) = self.config.config.resolver.retention {
+            self.tasks.spawn(nimbus_resolver::run_retention(
+                Arc::clone(&self.resolver),
+                keep_for,
+                self.shutdown.clone(),
+            ));
+        }
     }
 
     fn spawn_supervisor(&self, supervisor: Supervisor) {

@@ -1,0 +1,101 @@
+//! Retention: the store forgets events that need nothing more once they
+//! are older than the configured period, so it does not grow without bound.
+//!
+//! Only events whose status asks nothing of anyone are removed
+//! ([`Status::is_expendable`](crate::Status::is_expendable)), each with its
+//! whole history, so what is left is always a complete trail. The work is
+//! done in small transactions, so recording waits at most for one of them.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::sqlite::SqliteResolverStore;
+
+/// Events deleted per transaction.
+const EVENTS_PER_TRANSACTION: usize = 500;
+
+/// The longest pause between two passes.
+const MAX_PASS_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// How often a store with `keep_for` retention is pruned: a tenth of the
+/// period (so an event outlives it by at most a tenth), between one second
+/// and an hour.
+pub fn pass_interval(keep_for: Duration) -> Duration {
+    (keep_for / 10).clamp(Duration::from_secs(1), MAX_PASS_INTERVAL)
+}
+
+/// Prunes `store` every [`pass_interval`] until `shutdown`: events that
+/// need nothing more and were last updated more than `keep_for` ago go,
+/// with their history. A failed pass is logged and tried again next time.
+pub async fn run_retention(
+    store: Arc<SqliteResolverStore>,
+    keep_for: Duration,
+    shutdown: CancellationToken,
+) {
+    let interval = pass_interval(keep_for);
+    loop {
+        match prune_pass(&store, keep_for, &shutdown).await {
+            Ok(0) => {}
+            Ok(removed) => tracing::info!(
+                removed,
+                keep_for = %humantime::format_duration(keep_for),
+                "resolver: removed events past their retention"
+            ),
+            Err(e) => tracing::warn!(error = %e, "resolver: pruning past retention failed"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// One pass: transactions of [`EVENTS_PER_TRANSACTION`] until none is full.
+async fn prune_pass(
+    store: &Arc<SqliteResolverStore>,
+    keep_for: Duration,
+    shutdown: &CancellationToken,
+) -> Result<usize, String> {
+    let cutoff = SystemTime::now()
+        .checked_sub(keep_for)
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let mut removed = 0;
+    while !shutdown.is_cancelled() {
+        let store = Arc::clone(store);
+        let deleted = tokio::task::spawn_blocking(move || {
+            store.prune_expendable(cutoff, EVENTS_PER_TRANSACTION)
+        })
+        .await
+        .map_err(|e| format!("the pruning task failed: {e}"))?
+        .map_err(|e| e.to_string())?;
+        removed += deleted;
+        if deleted < EVENTS_PER_TRANSACTION {
+            break;
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_runs_every_tenth_of_the_period_within_bounds() {
+        assert_eq!(
+            pass_interval(Duration::from_secs(30 * 24 * 3600)),
+            MAX_PASS_INTERVAL
+        );
+        assert_eq!(
+            pass_interval(Duration::from_secs(600)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            pass_interval(Duration::from_millis(500)),
+            Duration::from_secs(1)
+        );
+    }
+}
