@@ -56,6 +56,33 @@ struct LimitsSection {
     tables: Option<u32>,
 }
 
+/// The manifest text at `path`; `Ok(None)` if there is none. A symbolic link
+/// whose target is missing is an error, not "no manifest": loading the
+/// component with default settings would silently drop the limits and
+/// config the link was meant to give.
+pub(crate) fn read_text(path: &Path) -> Result<Option<String>, ManifestError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(error)
+            if error.kind() == std::io::ErrorKind::NotFound
+                && std::fs::symlink_metadata(path).is_err() =>
+        {
+            Ok(None)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(ManifestError::Read {
+            path: path.to_owned(),
+            source: std::io::Error::new(
+                error.kind(),
+                "it is a symbolic link whose target does not exist",
+            ),
+        }),
+        Err(source) => Err(ManifestError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
 /// The longest deadline a manifest may set: a handler that needs more should
 /// hand off (pending handoff) rather than hold a session lock.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
@@ -63,14 +90,9 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 impl Manifest {
     /// Reads the manifest at `path`; `Ok(None)` if there is none.
     pub fn read_optional(path: &Path) -> Result<Option<Self>, ManifestError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Self::parse(path, &text).map(Some),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(ManifestError::Read {
-                path: path.to_owned(),
-                source,
-            }),
-        }
+        read_text(path)?
+            .map(|text| Self::parse(path, &text))
+            .transpose()
     }
 
     /// Parses manifest text; `path` is only used in errors.

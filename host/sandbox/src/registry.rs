@@ -7,7 +7,7 @@
 //! the old `Arc<HandlerVersion>` and finish on it; new lookups see the new
 //! one; a version that fails to load never becomes visible.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::SystemTime;
@@ -153,6 +153,8 @@ pub struct Registry {
     changes: watch::Sender<Arc<Snapshot>>,
     /// Serializes reloads; readers never take it.
     reloading: Mutex<()>,
+    /// The symbolic links the last scan followed.
+    links: Mutex<Vec<PathBuf>>,
 }
 
 impl Registry {
@@ -178,6 +180,7 @@ impl Registry {
             current: RwLock::new(empty),
             changes,
             reloading: Mutex::new(()),
+            links: Mutex::new(Vec::new()),
         });
         registry.reconcile()?;
         Ok(registry)
@@ -229,11 +232,12 @@ impl Registry {
             .reloading
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let scan = layout::scan(&self.dir).map_err(|source| RegistryError::Dir {
+        let mut next = Snapshot::clone(&self.snapshot());
+        let known: BTreeSet<&str> = next.handlers.keys().map(|k| k.endpoint.as_str()).collect();
+        let scan = layout::scan(&self.dir, &known).map_err(|source| RegistryError::Dir {
             path: self.dir.clone(),
             source,
         })?;
-        let mut next = Snapshot::clone(&self.snapshot());
         let mut changed = next.problems != scan.problems;
         for problem in &scan.problems {
             if !next.problems.contains(problem) {
@@ -270,7 +274,17 @@ impl Registry {
             *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::clone(&next);
             self.changes.send_replace(next);
         }
+        *self.links.lock().unwrap_or_else(PoisonError::into_inner) = scan.links;
         Ok(())
+    }
+
+    /// The symbolic links the last scan followed, so the watcher can watch
+    /// their targets.
+    pub(crate) fn links(&self) -> Vec<PathBuf> {
+        self.links
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Loads `key` if its inputs changed; returns whether `next` changed.
@@ -417,18 +431,7 @@ impl Inputs {
             path: path.to_owned(),
             source,
         })?;
-        let manifest_path = path.with_extension("toml");
-        let manifest = match std::fs::read_to_string(&manifest_path) {
-            Ok(text) => Some(text),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-            Err(source) => {
-                return Err(crate::error::ManifestError::Read {
-                    path: manifest_path,
-                    source,
-                }
-                .into());
-            }
-        };
+        let manifest = crate::manifest::read_text(&path.with_extension("toml"))?;
         let fingerprint = (
             Digest::of(&component),
             Digest::of(manifest.as_deref().unwrap_or("").as_bytes()),

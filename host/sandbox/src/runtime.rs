@@ -157,6 +157,20 @@ impl Sandbox {
         digest: &Digest,
         bytes: &[u8],
     ) -> Result<(Component, ArtifactSource), LoadError> {
+        // The parser's own message for this prints the expected and found
+        // bytes as Debug arrays; a file that is not wasm at all (a text
+        // file, an ELF binary, an empty file) deserves a plain sentence.
+        if !bytes.starts_with(WASM_MAGIC) {
+            let message = if bytes.is_empty() {
+                "the file is empty"
+            } else {
+                "not a WebAssembly file (it does not start with \\0asm)"
+            };
+            return Err(LoadError::Compile {
+                name: name.to_owned(),
+                message: message.to_owned(),
+            });
+        }
         let compiled = match &self.inner.cache {
             Some(cache) => cache.load_or_compile(&self.inner.engine, digest, bytes),
             None => Component::new(&self.inner.engine, bytes)
@@ -168,6 +182,9 @@ impl Sandbox {
         })
     }
 }
+
+/// The first four bytes of every WebAssembly binary, module or component.
+const WASM_MAGIC: &[u8] = b"\0asm";
 
 /// The handler's name: the component's file name without `.wasm`.
 pub(crate) fn handler_name(path: &Path) -> String {

@@ -7,9 +7,17 @@
 //! write-then-rename produces a create, a few modifies and a rename within
 //! microseconds; an in-place write is caught by the registry's re-read check
 //! even if it outlasts the quiet period.
+//!
+//! Symbolic links: replacing a link (`ln -sfn new.wasm swap.wasm`) is an
+//! event in the watched directory like any other. What lies behind a link
+//! may be outside it, though, or (an endpoint directory linked in after the
+//! watch started) not walked by the recursive watch; so after each
+//! reconcile the thread watches the target of every link the scan followed.
+//! Watching a path again is harmless, and a retargeted link gets its new
+//! target watched.
 
-use std::path::Path;
-use std::sync::mpsc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -19,9 +27,13 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use crate::error::RegistryError;
 use crate::registry::WeakRegistry;
 
+/// The watcher, shared with the thread so it can add the targets of links;
+/// `None` once the guard dropped it.
+type SharedWatcher = Arc<Mutex<Option<notify::RecommendedWatcher>>>;
+
 /// Keeps the directory watched; dropping it stops the watcher thread.
 pub struct WatchGuard {
-    watcher: Option<notify::RecommendedWatcher>,
+    watcher: SharedWatcher,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -34,7 +46,12 @@ impl std::fmt::Debug for WatchGuard {
 impl Drop for WatchGuard {
     fn drop(&mut self) {
         // Dropping the watcher drops its sender, which ends the thread's loop.
-        drop(self.watcher.take());
+        let watcher = self
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(watcher);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -70,18 +87,48 @@ pub(crate) fn start(
     watcher
         .watch(dir, RecursiveMode::Recursive)
         .map_err(|e| watch_error(e.to_string()))?;
+    let watcher: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
+    // The scan the registry opened with followed these links before the
+    // watch existed.
+    if let Some(registry) = registry.upgrade() {
+        watch_links(&watcher, &registry.links());
+    }
+    let shared = Arc::clone(&watcher);
     let thread = std::thread::Builder::new()
         .name("nimbus-handlers-watch".to_owned())
-        .spawn(move || run(&registry, &received, debounce))
+        .spawn(move || run(&registry, &shared, &received, debounce))
         .map_err(|e| watch_error(e.to_string()))?;
     Ok(WatchGuard {
-        watcher: Some(watcher),
+        watcher,
         thread: Some(thread),
     })
 }
 
+/// Watches what each link points to, so a change behind it is seen.
+fn watch_links(watcher: &SharedWatcher, links: &[PathBuf]) {
+    let mut watcher = watcher.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(watcher) = watcher.as_mut() else {
+        return;
+    };
+    for link in links {
+        // Only a link to a directory needs its contents watched; for a
+        // file, the watch is on the file the link points to.
+        let mode = if link.is_dir() {
+            RecursiveMode::Recursive
+        } else {
+            RecursiveMode::NonRecursive
+        };
+        if let Err(error) = watcher.watch(link, mode) {
+            // The link can vanish between the scan and here; the event that
+            // removed it triggers the next reconcile.
+            tracing::debug!(link = %link.display(), %error, "cannot watch a link's target");
+        }
+    }
+}
+
 fn run(
     registry: &WeakRegistry,
+    watcher: &SharedWatcher,
     received: &mpsc::Receiver<notify::Result<notify::Event>>,
     debounce: Duration,
 ) {
@@ -99,8 +146,9 @@ fn run(
         let Some(registry) = registry.upgrade() else {
             return;
         };
-        if let Err(error) = registry.reconcile() {
-            tracing::error!(%error, "cannot reload the handlers directory");
+        match registry.reconcile() {
+            Ok(()) => watch_links(watcher, &registry.links()),
+            Err(error) => tracing::error!(%error, "cannot reload the handlers directory"),
         }
     }
 }

@@ -167,3 +167,83 @@ fn the_watcher_reloads_when_only_the_manifest_changes() {
             .is_some_and(|v| v.config().get("greeting").is_some_and(|g| g == "hello"))
     });
 }
+
+#[cfg(unix)]
+mod symlinks {
+    use std::os::unix::fs::symlink;
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    /// Copies `crate_name`'s component to `dir/file`, by write then rename.
+    fn put(dir: &Path, file: &str, crate_name: &str) -> PathBuf {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        let temp = dir.join(format!(".{file}.tmp"));
+        std::fs::copy(guest(crate_name), &temp).expect("copy");
+        let path = dir.join(file);
+        std::fs::rename(&temp, &path).expect("rename");
+        path
+    }
+
+    #[test]
+    fn the_watcher_swaps_when_ln_sfn_replaces_the_link() {
+        let dir = HandlersDir::new();
+        let store = tempfile::tempdir().expect("tempdir");
+        let v1 = put(store.path(), "v1.wasm", "swap-v1");
+        let v2 = put(store.path(), "v2.wasm", "swap-v2");
+        std::fs::create_dir(dir.path().join("ep")).expect("mkdir");
+        let link = dir.component_path("ep", "swap");
+        symlink(&v1, &link).expect("link");
+        let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+        assert_eq!(
+            registry.lookup("ep", "Swap").expect("v1").digest(),
+            digest_of("swap-v1")
+        );
+        let _watching = registry.watch().expect("watch");
+
+        let ln = std::process::Command::new("ln")
+            .arg("-sfn")
+            .arg(&v2)
+            .arg(&link)
+            .status()
+            .expect("run ln");
+        assert!(ln.success());
+        wait_for(&registry, "v2 to serve through the replaced link", |r| {
+            r.lookup("ep", "Swap")
+                .is_some_and(|v| v.digest() == digest_of("swap-v2"))
+        });
+        assert!(registry.snapshot().problems().is_empty());
+    }
+
+    #[test]
+    fn the_watcher_sees_changes_behind_links_to_targets_outside_the_directory() {
+        let dir = HandlersDir::new();
+        let store = tempfile::tempdir().expect("tempdir");
+        let component = put(store.path(), "swap.wasm", "swap-v1");
+        std::fs::create_dir(dir.path().join("ep")).expect("mkdir");
+        symlink(&component, dir.component_path("ep", "swap")).expect("link");
+        let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+        let _watching = registry.watch().expect("watch");
+
+        // An endpoint directory linked in while watching: the link's
+        // creation is seen, and so must be what is added behind it later.
+        let audit = store.path().join("audit");
+        put(&audit, "noop.wasm", "noop");
+        symlink(&audit, dir.path().join("audit")).expect("link endpoint");
+        wait_for(&registry, "the linked endpoint", |r| {
+            r.lookup("audit", "Noop").is_some()
+        });
+        put(&audit, "swap.wasm", "swap-v2");
+        wait_for(&registry, "a component added behind the link", |r| {
+            r.lookup("audit", "Swap").is_some()
+        });
+
+        // A linked component rewritten in place, outside the directory.
+        std::fs::write(&component, std::fs::read(guest("swap-v2")).expect("read"))
+            .expect("rewrite");
+        wait_for(&registry, "the rewritten target to serve", |r| {
+            r.lookup("ep", "Swap")
+                .is_some_and(|v| v.digest() == digest_of("swap-v2"))
+        });
+    }
+}

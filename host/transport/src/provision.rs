@@ -349,6 +349,19 @@ pub fn forwarding_rule(producer: &str, consumer: &str, event_type: &str) -> Rule
     ))
 }
 
+/// Checks one endpoint name as [`Topology::validate`] does (length,
+/// characters, fixed ids, the `fwd-` prefix), so a caller that discovers
+/// endpoints (the handlers directory) can refuse a name before it reaches a
+/// topology, where it would fail the whole provisioning. Uniqueness ignoring
+/// case needs every name; the caller checks that.
+///
+/// # Errors
+///
+/// [`TopologyError::InvalidName`] with the reason.
+pub fn check_endpoint_name(name: &str) -> Result<(), TopologyError> {
+    check_name("endpoint", name, MAX_ENDPOINT_NAME, false)
+}
+
 /// Checks an entity or rule name; `reservable` names (event types, which
 /// only name rules) may also be a fixed id or start with `fwd-`.
 fn check_name(
@@ -976,6 +989,22 @@ mod tests {
             rule.action.as_deref(),
             Some("SET user.From = 'orders'; SET user.EventId = newid(); SET user.To = 'billing'")
         );
+    }
+
+    #[test]
+    fn the_endpoint_name_check_is_the_one_validate_applies() {
+        for name in [
+            "billing", "a.b_c-1", "", "Resolver", "retry", "fwd-x", "it's",
+        ] {
+            let alone = check_endpoint_name(name).map_err(|e| e.to_string());
+            let in_topology = Topology::new()
+                .endpoint(Endpoint::new(name))
+                .validate()
+                .map_err(|e| e.to_string());
+            assert_eq!(alone, in_topology, "{name:?}");
+        }
+        assert!(check_endpoint_name(&"a".repeat(MAX_ENDPOINT_NAME)).is_ok());
+        assert!(check_endpoint_name(&"a".repeat(MAX_ENDPOINT_NAME + 1)).is_err());
     }
 
     #[test]
