@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::config::{Retention, ValidConfig};
+use crate::data_lock::DataLock;
 use crate::handlers::SandboxHandlers;
 use crate::wiring;
 
@@ -35,6 +36,9 @@ pub struct Host {
     shutdown: CancellationToken,
     tasks: TaskTracker,
     _watch: WatchGuard,
+    // Last, so it is released after this host's handles on the broker
+    // and the stores it guards are dropped.
+    _data_lock: DataLock,
 }
 
 impl Host {
@@ -45,6 +49,9 @@ impl Host {
         let host = &config.config.host;
         std::fs::create_dir_all(&host.data_dir)
             .with_context(|| format!("creating the data directory {}", host.data_dir.display()))?;
+        // Before anything in it is opened: a second host on the same data
+        // corrupts the broker and the Resolver store (decision record 0109).
+        let data_lock = DataLock::acquire(&host.data_dir, config.config.api.listen)?;
         std::fs::create_dir_all(&host.handlers_dir).with_context(|| {
             format!(
                 "creating the handlers directory {}",
@@ -93,6 +100,7 @@ impl Host {
             shutdown,
             tasks,
             _watch: watch,
+            _data_lock: data_lock,
         };
         let supervisor = Supervisor::new(&host);
         supervisor
@@ -195,7 +203,11 @@ impl Host {
                 }
                 let snapshot = changes.borrow_and_update().clone();
                 if let Err(e) = supervisor.sync(snapshot).await {
-                    error!(error = %e, "updating the topology after a handler change failed");
+                    // `{e:#}`: the whole chain, or the log says only "provisioning".
+                    error!(
+                        error = %format_args!("{e:#}"),
+                        "updating the topology after a handler change failed"
+                    );
                 }
             }
         });

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod bench;
 pub mod config;
+mod data_lock;
 pub mod handlers;
 mod host;
 mod wiring;

@@ -1,0 +1,319 @@
+//! One host per data directory (decision record 0109).
+//!
+//! The broker and the Resolver store each assume they are the only writer
+//! of their files: a second host on the same directory corrupts both. So
+//! `Host::start` takes an exclusive OS advisory lock (`flock`) on
+//! `<data_dir>/nimbus.lock` before it opens anything there, and holds it for
+//! the host's lifetime. The kernel drops the lock when the process ends,
+//! however it ends (SIGKILL included), so a lock file left behind by a
+//! crash never blocks a restart; only a live holder does.
+//!
+//! The holder writes its pid, start time and API address into the file, so
+//! that a refused host can say who holds the directory. Those details are
+//! informational only: the lock is what excludes, and the file's contents
+//! are read leniently (empty, partial or foreign text just names no holder).
+
+use std::fmt;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use tracing::warn;
+
+/// The lock file's name inside the data directory.
+pub(crate) const LOCK_FILE: &str = "nimbus.lock";
+
+/// How much of the lock file a refused host reads: the holder's details
+/// take under a hundred bytes, and the file may hold anything.
+const HOLDER_MAX_BYTES: u64 = 4096;
+
+/// The exclusive lock on a data directory; released when dropped (or when
+/// the process ends).
+#[derive(Debug)]
+pub(crate) struct DataLock {
+    // The lock belongs to this open file; closing it releases the lock.
+    _file: File,
+}
+
+/// Why the data directory could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DataLockError {
+    /// Another live process holds the lock.
+    #[error(
+        "the data directory {} is in use by another nimbus host ({holder}); \
+         stop it or give this host another [host] data_dir",
+        dir.display()
+    )]
+    InUse {
+        /// The data directory.
+        dir: PathBuf,
+        /// What the holder wrote about itself.
+        holder: Holder,
+    },
+    /// The lock file cannot be opened or locked (permissions, a file
+    /// system without locks). Refused rather than run unprotected.
+    #[error("cannot lock the data directory {} ({}): {error}", dir.display(), path.display())]
+    Io {
+        /// The data directory.
+        dir: PathBuf,
+        /// The lock file.
+        path: PathBuf,
+        /// Why.
+        error: io::Error,
+    },
+}
+
+impl DataLock {
+    /// Takes the lock on `dir` (which must exist) for a host whose API
+    /// listens on `api`, or says who holds it. Never waits.
+    pub(crate) fn acquire(dir: &Path, api: SocketAddr) -> Result<DataLock, DataLockError> {
+        let path = dir.join(LOCK_FILE);
+        let io_error = |error| DataLockError::Io {
+            dir: dir.to_owned(),
+            path: path.clone(),
+            error,
+        };
+        // Not truncated on open: until the lock is ours, the contents are
+        // the holder's, which a refusal quotes.
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_error)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(DataLockError::InUse {
+                    dir: dir.to_owned(),
+                    holder: Holder::read(&mut file),
+                });
+            }
+            Err(TryLockError::Error(error)) => return Err(io_error(error)),
+        }
+        let me = Holder {
+            pid: Some(std::process::id()),
+            started: Some(SystemTime::now()),
+            api: Some(api),
+        };
+        // The details only improve a refusal's message; the lock is held
+        // whether or not they are written (a full disk stops the broker
+        // soon enough, with its own error).
+        if let Err(error) = me.write(&mut file) {
+            warn!(path = %path.display(), %error, "writing this host's details into the lock file failed");
+        }
+        Ok(DataLock { _file: file })
+    }
+}
+
+/// What the holder of a data directory's lock wrote about itself; each
+/// part is absent when the file does not say it legibly.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    pid: Option<u32>,
+    started: Option<SystemTime>,
+    api: Option<SocketAddr>,
+}
+
+impl Holder {
+    /// Reads the holder's details; anything unreadable is left out.
+    fn read(file: &mut File) -> Holder {
+        let mut bytes = Vec::new();
+        let read = file
+            .seek(SeekFrom::Start(0))
+            .and_then(|_| file.take(HOLDER_MAX_BYTES).read_to_end(&mut bytes));
+        match read {
+            Ok(_) => Holder::parse(&String::from_utf8_lossy(&bytes)),
+            Err(_) => Holder::default(),
+        }
+    }
+
+    /// Parses `key=value` lines. Only values that parse are kept, so the
+    /// file's text never reaches the message as it is.
+    fn parse(text: &str) -> Holder {
+        let mut holder = Holder::default();
+        for line in text.lines() {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            let value = value.trim();
+            match key.trim() {
+                "pid" => holder.pid = value.parse().ok(),
+                "started" => holder.started = humantime::parse_rfc3339(value).ok(),
+                "api" => holder.api = value.parse().ok(),
+                _ => {}
+            }
+        }
+        holder
+    }
+
+    /// Replaces the file's contents with these details.
+    fn write(&self, file: &mut File) -> io::Result<()> {
+        file.set_len(0)?;
+        file.seek(SeekFrom::Start(0))?;
+        let mut text = String::new();
+        if let Some(pid) = self.pid {
+            text.push_str(&format!("pid={pid}\n"));
+        }
+        if let Some(started) = self.started {
+            text.push_str(&format!(
+                "started={}\n",
+                humantime::format_rfc3339_seconds(started)
+            ));
+        }
+        if let Some(api) = self.api {
+            text.push_str(&format!("api={api}\n"));
+        }
+        file.write_all(text.as_bytes())?;
+        file.flush()
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(pid) = self.pid {
+            parts.push(format!("pid {pid}"));
+        }
+        if let Some(started) = self.started {
+            parts.push(format!(
+                "started {}",
+                humantime::format_rfc3339_seconds(started)
+            ));
+        }
+        match self.api {
+            // Port 0 means the OS picked one at bind time, which the lock
+            // (taken from the configuration) does not know.
+            Some(api) if api.port() == 0 => {
+                parts.push(format!("API on {}, port chosen at start", api.ip()));
+            }
+            Some(api) => parts.push(format!("API http://{api}")),
+            None => {}
+        }
+        if parts.is_empty() {
+            // The holder has locked but not yet written, or the file was
+            // overwritten: the lock still excludes.
+            return f.write_str("its details are not in the lock file");
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn api() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 7300))
+    }
+
+    #[test]
+    fn a_second_lock_is_refused_naming_the_directory_and_the_holder() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let _held = DataLock::acquire(dir.path(), api()).expect("first lock");
+        // flock excludes across open files even within one process, so this
+        // stands in for a second host.
+        let error = DataLock::acquire(dir.path(), SocketAddr::from(([127, 0, 0, 1], 7417)))
+            .expect_err("second lock refused");
+        let DataLockError::InUse { holder, .. } = &error else {
+            panic!("not InUse: {error}");
+        };
+        assert_eq!(holder.pid, Some(std::process::id()));
+        assert_eq!(holder.api, Some(api()));
+        assert!(holder.started.is_some());
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "the data directory {} is in use by another nimbus host (pid {}, started ",
+                dir.path().display(),
+                std::process::id()
+            )),
+            "{message}"
+        );
+        assert!(
+            message.ends_with(
+                ", API http://127.0.0.1:7300); stop it or give this host another [host] data_dir"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_lock_is_released_when_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        drop(DataLock::acquire(dir.path(), api()).expect("first lock"));
+        DataLock::acquire(dir.path(), api()).expect("lock again after the holder let go");
+    }
+
+    #[test]
+    fn a_lock_file_left_behind_does_not_block_and_is_rewritten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(LOCK_FILE);
+        // What a killed host leaves: a file naming a process that is gone.
+        std::fs::write(
+            &path,
+            "pid=999999\nstarted=2020-01-01T00:00:00Z\napi=10.0.0.1:1\n",
+        )
+        .expect("write stale lock file");
+        let _held = DataLock::acquire(dir.path(), api()).expect("a stale file does not block");
+        let text = std::fs::read_to_string(&path).expect("read lock file");
+        assert!(
+            text.starts_with(&format!("pid={}\n", std::process::id())),
+            "{text}"
+        );
+        assert!(text.contains("api=127.0.0.1:7300\n"), "{text}");
+        assert!(!text.contains("999999"), "{text}");
+    }
+
+    #[test]
+    fn garbage_in_the_lock_file_names_no_holder() {
+        for text in [
+            "",
+            "\0\u{fffd}garbage",
+            "pid=abc\nstarted=yesterday\napi=nowhere",
+        ] {
+            let holder = Holder::parse(text);
+            assert_eq!(holder, Holder::default(), "{text:?}");
+            assert_eq!(holder.to_string(), "its details are not in the lock file");
+        }
+    }
+
+    #[test]
+    fn holder_details_round_trip_and_unknown_lines_are_ignored() {
+        let holder = Holder {
+            pid: Some(1234),
+            started: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_101_200)),
+            api: Some(api()),
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut file = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("holder"))
+            .expect("open");
+        holder.write(&mut file).expect("write");
+        assert_eq!(Holder::read(&mut file), holder);
+        assert_eq!(
+            holder.to_string(),
+            "pid 1234, started 2026-12-01T05:00:00Z, API http://127.0.0.1:7300"
+        );
+        let partial = Holder::parse("version=9\npid = 42\n");
+        assert_eq!(partial.to_string(), "pid 42");
+    }
+
+    #[test]
+    fn a_port_chosen_at_start_is_not_shown_as_port_zero() {
+        let holder = Holder {
+            api: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            ..Holder::default()
+        };
+        assert_eq!(holder.to_string(), "API on 127.0.0.1, port chosen at start");
+    }
+}
