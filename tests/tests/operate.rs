@@ -602,3 +602,97 @@ fn a_completed_event_leaves_the_store_after_the_retention_period_a_failed_one_st
         vec![("s-keep".to_owned(), id(&failed), 0)]
     );
 }
+
+/// A handler deleted while its endpoint has a blocked session and a dead
+/// letter: listing every endpoint still shows both, since the endpoint's
+/// queues stay.
+#[test]
+fn a_deleted_handler_leaves_its_blocked_sessions_and_dead_letters_listed() {
+    let scratch = Scratch::new();
+    let component = scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    let failing = publish(&host, "OrderPlaced", "s-block", &order("o-1", true));
+    let failed = host.wait_status("s-block", &failing, "Failed");
+    let empty = json!({"OrderId": "o-2", "Customer": "acme", "Total": 0.0, "Lines": []});
+    let dead = publish(&host, "OrderPlaced", "s-dl", &empty.to_string());
+    host.wait_status("s-dl", &dead, "DeadLettered");
+
+    std::fs::remove_file(&component).expect("delete the component");
+    host.eventually("the handler to be unregistered", || {
+        let handlers = host.cli_json(&["handlers", "--json"]);
+        let listed = handlers["handlers"].as_array().map_or(0, Vec::len);
+        (listed == 0).then_some(())
+    });
+
+    let blocked = host.cli_json(&["sessions", "--blocked", "--json"]);
+    let blocked: Vec<(&str, &str)> = blocked
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| {
+            (
+                s["endpoint"].as_str().unwrap_or_default(),
+                s["blocked_by"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(blocked, [("billing", id(&failed).as_str())]);
+    let dead_letters = host.cli_json(&["dlq", "list", "--json"]);
+    assert!(
+        dead_letters
+            .as_array()
+            .expect("a list")
+            .iter()
+            .any(|d| d["endpoint"] == "billing" && d["subscription"] == "billing"),
+        "{dead_letters:#}"
+    );
+}
+
+/// After a restart with handlers that do not load, `publish` says where an
+/// event waits (the endpoint whose kept forwarding carries its type; it runs
+/// once the handler is fixed) and when nothing will receive it.
+#[test]
+fn publish_says_whether_an_event_for_a_handler_that_does_not_load_waits_or_reaches_nothing() {
+    let scratch = Scratch::new();
+    let component = scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    let first = publish(&host, "OrderPlaced", "s-1", &order("o-1", false));
+    host.wait_status("s-1", &first, "Completed");
+    host.terminate();
+
+    std::fs::write(&component, b"not a component").expect("break the component");
+    scratch.write("handlers/shipping/labels.wasm", b"not a component either");
+    let host = RunningHost::start(&scratch, "");
+    let waits = host.cli(&[
+        "publish",
+        "--event-type",
+        "OrderPlaced",
+        "--session",
+        "s-2",
+        "--data",
+        &order("o-2", false),
+    ]);
+    waits.expect_code(0);
+    assert!(
+        waits
+            .stderr()
+            .contains("the event waits in the queue of billing"),
+        "{}",
+        waits.stderr()
+    );
+    let waiting = waits.stdout().trim().to_owned();
+    let lost = host.cli(&["publish", "--event-type", "LabelPrinted", "--data", "{}"]);
+    lost.expect_code(0);
+    assert!(
+        lost.stderr()
+            .contains("billing, shipping have a handler that does not load")
+            && lost
+                .stderr()
+                .contains("will not reach them even once fixed"),
+        "{}",
+        lost.stderr()
+    );
+
+    scratch.install("billing", "orders", "orders");
+    host.wait_status("s-2", &waiting, "Completed");
+}

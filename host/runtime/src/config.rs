@@ -424,6 +424,13 @@ impl Config {
         }
         if self.sandbox.timeout.is_zero() {
             problems.push("sandbox.timeout: must be longer than 0".to_owned());
+        } else if self.sandbox.timeout > nimbus_sandbox::MAX_TIMEOUT {
+            // The ceiling a manifest's `[limits] timeout` has too.
+            problems.push(format!(
+                "sandbox.timeout: {} is over the maximum of {}",
+                humantime::format_duration(self.sandbox.timeout),
+                humantime::format_duration(nimbus_sandbox::MAX_TIMEOUT)
+            ));
         }
         if self.sandbox.max_concurrent_instances == 0 {
             problems.push("sandbox.max_concurrent_instances: must be at least 1".to_owned());
@@ -552,12 +559,13 @@ mod tests {
     #[test]
     fn values_the_host_would_refuse_at_start_are_named_by_key() {
         let err = parse(
-            "[host]\nproducers = [\"shop\", \"Resolver\", \"fwd-x\"]\n[sandbox]\nmemory = \"100GiB\"\n",
+            "[host]\nproducers = [\"shop\", \"Resolver\", \"fwd-x\"]\n[sandbox]\nmemory = \"100GiB\"\ntimeout = \"1h\"\n",
         )
         .unwrap_err()
         .to_string();
         for expected in [
             "sandbox.memory: 100GiB is over the sandbox maximum",
+            "sandbox.timeout: 1h is over the maximum of 5m",
             "host.producers[1]",
             "'Resolver' is a NimBus fixed id",
             "host.producers[2]",

@@ -34,27 +34,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                 print_json(&answer)?;
             } else {
                 outln!("{}", text(&answer["message_id"]));
-                let none = |field: &str| answer[field].as_array().is_none_or(Vec::is_empty);
-                if none("consumed_by") && none("not_loading") {
-                    eprintln!(
-                        "note: no handler consumes {} now; the event reaches no endpoint",
-                        text(&json!(args.event_type))
-                    );
-                } else if none("consumed_by") {
-                    let endpoints: Vec<String> = answer["not_loading"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(text)
-                        .collect();
-                    eprintln!(
-                        "note: no handler serves {} now; endpoint(s) {} have a handler that \
-                         does not load (see `nimbus handlers`): if it consumed this type, the \
-                         event waits in its queue until it is fixed",
-                        text(&json!(args.event_type)),
-                        endpoints.join(", ")
-                    );
-                }
+                publish_note(&args.event_type, &answer);
             }
         }
         Command::Events(args) => {
@@ -507,4 +487,41 @@ fn handlers_table(handlers: &Value) -> String {
         let _ = writeln!(out, "problem: {}", text(problem));
     }
     out
+}
+
+/// Says on stderr when a published event reaches no handler now: where it
+/// waits (an endpoint whose handler does not load but whose forwarding
+/// carries the type) or that nothing will receive it.
+fn publish_note(event_type: &str, answer: &Value) {
+    let names = |field: &str| -> Vec<String> {
+        answer[field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect()
+    };
+    if !names("consumed_by").is_empty() {
+        return;
+    }
+    let waiting_at = names("waiting_at");
+    let not_loading = names("not_loading");
+    if !waiting_at.is_empty() {
+        eprintln!(
+            "note: no handler serves {event_type} now; the event waits in the queue of {} \
+             (a handler that does not load, see `nimbus handlers`) until it is fixed",
+            waiting_at.join(", ")
+        );
+    } else if !not_loading.is_empty() {
+        eprintln!(
+            "note: no handler consumes {event_type} now; the event reaches no endpoint. {} \
+             ha{} a handler that does not load (see `nimbus handlers`) but no forwarding for \
+             {event_type}, so this event will not reach {} even once fixed",
+            not_loading.join(", "),
+            if not_loading.len() == 1 { "s" } else { "ve" },
+            if not_loading.len() == 1 { "it" } else { "them" },
+        );
+    } else {
+        eprintln!("note: no handler consumes {event_type} now; the event reaches no endpoint");
+    }
 }

@@ -7,6 +7,7 @@ use nimbus_manager::{DeadLetter, DeadLetterId};
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{ApiQuery, given, json};
+use crate::api::endpoints::known_endpoints;
 use crate::api::{ApiError, ApiState};
 
 /// Filters.
@@ -26,12 +27,7 @@ pub(crate) async fn list(
     }
     let endpoints = match given(query.endpoint) {
         Some(endpoint) => vec![endpoint],
-        None => state
-            .registry
-            .snapshot()
-            .endpoints()
-            .map(str::to_owned)
-            .collect(),
+        None => known_endpoints(&state).await?,
     };
     // The limit caps the whole listing, across endpoints.
     let limit = query

@@ -12,6 +12,7 @@
 
 mod body;
 mod dlq;
+mod endpoints;
 mod error;
 mod events;
 mod handler_status;

@@ -4,7 +4,8 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use nimbus_transport::{PublishError, Transport as _};
+use nimbus_transport::provision::forwarder_name;
+use nimbus_transport::{Admin as _, AdminError, PublishError, SubscriptionPath, Transport as _};
 use nimbus_wire::build::{self, Publish};
 use serde::{Deserialize, Serialize};
 
@@ -35,9 +36,12 @@ pub(crate) struct Published {
     /// nothing will handle it (it is accepted all the same, as on the bus).
     consumed_by: Vec<String>,
     /// Endpoints with a handler file that does not load: their forwarding
-    /// is kept as it was, so if one consumed the type before, the event
-    /// waits in its queue until the handler is fixed.
+    /// is kept as it was.
     not_loading: Vec<String>,
+    /// Those of `not_loading` whose kept forwarding from this topic carries
+    /// the event type: the event waits in their queue until the handler is
+    /// fixed. Any other gets nothing of this event, even once fixed.
+    waiting_at: Vec<String>,
 }
 
 pub(crate) async fn publish(
@@ -73,7 +77,7 @@ pub(crate) async fn publish(
         publisher: Some(topic.clone()),
         ..Publish::default()
     });
-    let published = Published {
+    let mut published = Published {
         message_id: message.message_id.clone().unwrap_or_default(),
         session_id: message.session_id.clone().unwrap_or_default(),
         correlation_id: message.correlation_id.clone().unwrap_or_default(),
@@ -87,8 +91,14 @@ pub(crate) async fn publish(
             .into_iter()
             .map(str::to_owned)
             .collect(),
+        waiting_at: Vec::new(),
         topic,
     };
+    for endpoint in &published.not_loading {
+        if forwards(&state, &published.topic, endpoint, event_type).await? {
+            published.waiting_at.push(endpoint.clone());
+        }
+    }
     state
         .broker
         .publish(&published.topic, vec![message.to_transport()])
@@ -110,4 +120,22 @@ pub(crate) async fn publish(
         "event published through the API"
     );
     Ok(Json(published))
+}
+
+/// Whether `topic` forwards original publishes of `event_type` to
+/// `endpoint`: its forwarder there has the type's rule.
+async fn forwards(
+    state: &ApiState,
+    topic: &str,
+    endpoint: &str,
+    event_type: &str,
+) -> Result<bool, ApiError> {
+    let forwarder = SubscriptionPath::new(topic, forwarder_name(topic, endpoint).as_str());
+    match state.broker.list_rules(&forwarder).await {
+        Ok(rules) => Ok(rules.iter().any(|rule| rule.name == event_type)),
+        Err(AdminError::NotFound { .. }) => Ok(false),
+        Err(e) => Err(ApiError::internal(format!(
+            "reading the rules of {forwarder}: {e}"
+        ))),
+    }
 }

@@ -8,6 +8,7 @@ use nimbus_wire::SessionState;
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{ApiQuery, given};
+use crate::api::endpoints::known_endpoints;
 use crate::api::{ApiError, ApiState};
 
 /// Filters.
@@ -69,12 +70,7 @@ pub(crate) async fn list(
 ) -> Result<Json<Vec<SessionView>>, ApiError> {
     let endpoints = match given(query.endpoint) {
         Some(endpoint) => vec![endpoint],
-        None => state
-            .registry
-            .snapshot()
-            .endpoints()
-            .map(str::to_owned)
-            .collect(),
+        None => known_endpoints(&state).await?,
     };
     let only_blocked = query.blocked.unwrap_or(false);
     let mut sessions = Vec::new();

@@ -625,6 +625,7 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
     assert_eq!(value["topic"], "billing");
     assert_eq!(value["consumed_by"], json!([]));
     assert_eq!(value["not_loading"], json!([]));
+    assert_eq!(value["waiting_at"], json!([]));
 
     // A handler that does not load (no earlier version): its endpoint is
     // named, since its kept forwarding may still take the event.
@@ -638,6 +639,11 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
     assert_eq!(status, StatusCode::OK, "{value}");
     assert_eq!(value["consumed_by"], json!([]));
     assert_eq!(value["not_loading"], json!(["shipping"]));
+    assert_eq!(
+        value["waiting_at"],
+        json!([]),
+        "shipping never forwarded Noted"
+    );
 
     host.shutdown().await;
 }
