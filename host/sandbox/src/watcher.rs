@@ -12,10 +12,11 @@
 //! event in the watched directory like any other. What lies behind a link
 //! may be outside it, though, or (an endpoint directory linked in after the
 //! watch started) not walked by the recursive watch; so after each
-//! reconcile the thread watches the target of every link the scan followed.
-//! Watching a path again is harmless, and a retargeted link gets its new
-//! target watched.
+//! reconcile the thread watches the target of every link the scan followed
+//! (a retargeted link gets its new target watched), and reads the directory
+//! once more when it added one, for what changed behind the link before.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
@@ -89,14 +90,17 @@ pub(crate) fn start(
         .map_err(|e| watch_error(e.to_string()))?;
     let watcher: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
     // The scan the registry opened with followed these links before the
-    // watch existed.
-    if let Some(registry) = registry.upgrade() {
-        watch_links(&watcher, &registry.links());
+    // watch existed; what changed behind them since is read again.
+    let mut watched = HashSet::new();
+    if let Some(registry) = registry.upgrade()
+        && watch_links(&watcher, &mut watched, &registry.links()) > 0
+    {
+        reconcile_and_watch(&registry, &watcher, &mut watched);
     }
     let shared = Arc::clone(&watcher);
     let thread = std::thread::Builder::new()
         .name("nimbus-handlers-watch".to_owned())
-        .spawn(move || run(&registry, &shared, &received, debounce))
+        .spawn(move || run(&registry, &shared, &received, debounce, watched))
         .map_err(|e| watch_error(e.to_string()))?;
     Ok(WatchGuard {
         watcher,
@@ -104,24 +108,64 @@ pub(crate) fn start(
     })
 }
 
-/// Watches what each link points to, so a change behind it is seen.
-fn watch_links(watcher: &SharedWatcher, links: &[PathBuf]) {
+/// Watches what each link points to, so a change behind it is seen, and
+/// returns how many targets were not watched before (`watched` holds the
+/// targets, resolved, so a retargeted link gets its new target watched).
+fn watch_links(
+    watcher: &SharedWatcher,
+    watched: &mut HashSet<PathBuf>,
+    links: &[PathBuf],
+) -> usize {
     let mut watcher = watcher.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(watcher) = watcher.as_mut() else {
-        return;
+        return 0;
     };
+    let mut added = 0;
     for link in links {
+        // The link can vanish or dangle between the scan and here; the
+        // event that changed it triggers the next reconcile.
+        let Ok(target) = std::fs::canonicalize(link) else {
+            continue;
+        };
+        if watched.contains(&target) {
+            continue;
+        }
         // Only a link to a directory needs its contents watched; for a
         // file, the watch is on the file the link points to.
-        let mode = if link.is_dir() {
+        let mode = if target.is_dir() {
             RecursiveMode::Recursive
         } else {
             RecursiveMode::NonRecursive
         };
-        if let Err(error) = watcher.watch(link, mode) {
-            // The link can vanish between the scan and here; the event that
-            // removed it triggers the next reconcile.
-            tracing::debug!(link = %link.display(), %error, "cannot watch a link's target");
+        match watcher.watch(&target, mode) {
+            Ok(()) => {
+                watched.insert(target);
+                added += 1;
+            }
+            Err(error) => {
+                tracing::debug!(link = %link.display(), %error, "cannot watch a link's target");
+            }
+        }
+    }
+    added
+}
+
+/// Reconciles, then watches the targets of new links. A change behind a
+/// link made after the scan but before its target was watched raised no
+/// event, so while new targets turn up the directory is read once more.
+fn reconcile_and_watch(
+    registry: &crate::registry::Registry,
+    watcher: &SharedWatcher,
+    watched: &mut HashSet<PathBuf>,
+) {
+    // Bounded: each pass needs a link created since the last one.
+    for _ in 0..4 {
+        if let Err(error) = registry.reconcile() {
+            tracing::error!(%error, "cannot reload the handlers directory");
+            return;
+        }
+        if watch_links(watcher, watched, &registry.links()) == 0 {
+            return;
         }
     }
 }
@@ -131,6 +175,7 @@ fn run(
     watcher: &SharedWatcher,
     received: &mpsc::Receiver<notify::Result<notify::Event>>,
     debounce: Duration,
+    mut watched: HashSet<PathBuf>,
 ) {
     while let Ok(event) = received.recv() {
         if !relevant(&event) {
@@ -146,9 +191,6 @@ fn run(
         let Some(registry) = registry.upgrade() else {
             return;
         };
-        match registry.reconcile() {
-            Ok(()) => watch_links(watcher, &registry.links()),
-            Err(error) => tracing::error!(%error, "cannot reload the handlers directory"),
-        }
+        reconcile_and_watch(&registry, watcher, &mut watched);
     }
 }
