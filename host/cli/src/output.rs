@@ -145,7 +145,6 @@ struct StatusView<'a> {
     path: String,
     status: &'static str,
     serving: Option<VersionView<'a>>,
-    last_swap_ms: Option<u128>,
     last_error: Option<&'a str>,
 }
 
@@ -157,16 +156,8 @@ impl<'a> ListView<'a> {
                 endpoint: &status.key.endpoint,
                 handler: &status.key.handler,
                 path: status.path.display().to_string(),
-                status: match (&status.serving, &status.last_error) {
-                    (Some(_), None) => "serving",
-                    (Some(_), Some(_)) => "serving-previous",
-                    (None, _) => "failed",
-                },
+                status: status.state(),
                 serving: status.serving.as_deref().map(|v| VersionView::new(v, None)),
-                last_swap_ms: status
-                    .last_swap
-                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                    .map(|d| d.as_millis()),
                 last_error: status.last_error.as_deref(),
             })
             .collect();
@@ -190,15 +181,6 @@ impl<'a> ListView<'a> {
             if let Some(version) = &status.serving {
                 let _ = writeln!(out, "  version:     {}", version.version);
                 let _ = writeln!(out, "  event types: {}", version.event_types.join(", "));
-            }
-            if let Some(ms) = status.last_swap_ms {
-                let when =
-                    UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-                let _ = writeln!(
-                    out,
-                    "  swapped in:  {}",
-                    humantime::format_rfc3339_seconds(when)
-                );
             }
             if let Some(error) = status.last_error {
                 let _ = writeln!(out, "  last error:  {error}");

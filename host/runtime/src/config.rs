@@ -257,7 +257,7 @@ fn default_memory() -> String {
 }
 
 fn default_timeout() -> Duration {
-    Duration::from_secs(10)
+    nimbus_sandbox::DEFAULT_TIMEOUT
 }
 
 fn default_max_instances() -> u32 {

@@ -9,8 +9,9 @@ use serde::Serialize;
 /// Default linear memory per handler instance: enough for serde-heavy Rust
 /// handlers, small enough that a runaway handler cannot hurt the host.
 pub const DEFAULT_MEMORY_BYTES: u64 = 64 << 20;
-/// Default wall-clock deadline per event.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default wall-clock deadline per event; also the host's `[sandbox]
+/// timeout` default, so `nimbus invoke` runs a handler as the host would.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default core instances per store. A Rust `wasm32-wasip2` component uses a
 /// handful (the module plus the shims `wit-component` adds).
 pub const DEFAULT_INSTANCES: u32 = 16;

@@ -47,6 +47,19 @@ pub struct HandlerStatus {
     attempted: Option<(Digest, Digest)>,
 }
 
+impl HandlerStatus {
+    /// In a word, for operators: `serving`, `serving-previous` (a newer
+    /// file failed to load; the version before it serves) or `failed` (no
+    /// version of it loaded).
+    pub fn state(&self) -> &'static str {
+        match (&self.serving, &self.last_error) {
+            (Some(_), None) => "serving",
+            (Some(_), Some(_)) => "serving-previous",
+            (None, _) => "failed",
+        }
+    }
+}
+
 /// An immutable view of the registry at one moment.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {

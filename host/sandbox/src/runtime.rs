@@ -18,7 +18,7 @@ use crate::event::Digest;
 use crate::manifest::Manifest;
 use crate::state::InvocationState;
 use crate::ticker::EpochTicker;
-use crate::version::HandlerVersion;
+use crate::version::{DeclaredLimits, HandlerVersion, Settings};
 
 /// Core instances the pool reserves per concurrent component instance, on
 /// average: a Rust `wasm32-wasip2` component has the main module plus a few
@@ -126,7 +126,8 @@ impl Sandbox {
         manifest: Manifest,
     ) -> Result<HandlerVersion, LoadError> {
         let limits = manifest.limits(manifest_path, &self.inner.config)?;
-        self.load_bytes(name, bytes, limits, manifest.config)
+        let declared = DeclaredLimits::of(&manifest);
+        self.load(name, bytes, limits, manifest.config, declared)
     }
 
     /// Loads a component from bytes with explicit limits and configuration.
@@ -137,6 +138,18 @@ impl Sandbox {
         limits: Limits,
         config: BTreeMap<String, String>,
     ) -> Result<HandlerVersion, LoadError> {
+        let declared = DeclaredLimits::differing(&limits, &self.inner.config.default_limits);
+        self.load(name, bytes, limits, config, declared)
+    }
+
+    fn load(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        limits: Limits,
+        config: BTreeMap<String, String>,
+        declared: DeclaredLimits,
+    ) -> Result<HandlerVersion, LoadError> {
         let digest = Digest::of(bytes);
         let (component, source) = self.compile(name, &digest, bytes)?;
         self.inner.counters.record(source);
@@ -146,8 +159,11 @@ impl Sandbox {
             digest,
             &component,
             source,
-            limits,
-            Arc::new(config),
+            Settings {
+                limits,
+                config: Arc::new(config),
+                declared,
+            },
         )
     }
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
@@ -18,7 +18,7 @@ use crate::config::Limits;
 use crate::error::LoadError;
 use crate::event::{Digest, Event, Invocation, LogLevel, LogRecord, LogSource};
 use crate::host::convert::{event_to_wit, result_from_wit};
-use crate::host::publish::MAX_EVENT_TYPE_LEN;
+use crate::manifest::Manifest;
 use crate::runtime::SandboxInner;
 use crate::state::{InvocationState, InvocationTags};
 
@@ -66,9 +66,13 @@ impl HandlerVersion {
         digest: Digest,
         component: &Component,
         source: ArtifactSource,
-        limits: Limits,
-        config: Arc<BTreeMap<String, String>>,
+        settings: Settings,
     ) -> Result<Self, LoadError> {
+        let Settings {
+            limits,
+            config,
+            declared,
+        } = settings;
         let link_error = |e: wasmtime::Error| LoadError::Link {
             name: name.to_owned(),
             message: format!("{e:#}"),
@@ -92,7 +96,7 @@ impl HandlerVersion {
             .exports(&sandbox.engine)
             .map(|(name, _)| name.to_owned())
             .collect();
-        let id = version_id(&digest, &limits, &config, &sandbox.config.default_limits);
+        let id = version_id(&digest, &declared, &config);
         let mut version = Self {
             sandbox,
             name: Arc::from(name),
@@ -129,36 +133,7 @@ impl HandlerVersion {
                 .map_err(|_| "calling `subscriptions` panicked in the host".to_owned())?
         })
         .map_err(validate_error)?;
-        if declared.is_empty() {
-            return Err(validate_error(
-                "it declares no event types (`subscriptions` returned an empty list)".to_owned(),
-            ));
-        }
-        if declared.len() > MAX_EVENT_TYPES {
-            return Err(validate_error(format!(
-                "it declares {} event types; at most {MAX_EVENT_TYPES} are allowed",
-                declared.len()
-            )));
-        }
-        let mut seen = BTreeSet::new();
-        for event_type in &declared {
-            if event_type.is_empty()
-                || event_type.len() > MAX_EVENT_TYPE_LEN
-                || event_type
-                    .chars()
-                    .any(|c| c.is_whitespace() || c.is_control())
-            {
-                return Err(validate_error(format!(
-                    "it declares an invalid event type {event_type:?}: \
-                     use 1 to {MAX_EVENT_TYPE_LEN} characters without spaces"
-                )));
-            }
-            if !seen.insert(event_type.as_str()) {
-                return Err(validate_error(format!(
-                    "it declares the event type `{event_type}` twice"
-                )));
-            }
-        }
+        check_declared(&declared).map_err(validate_error)?;
         Ok(declared)
     }
 
@@ -446,27 +421,163 @@ fn collect_stdio(state: &mut InvocationState) {
     }
 }
 
+/// Checks the event types a component declared: at least one, at most
+/// [`MAX_EVENT_TYPES`], each once, each a name the topology accepts.
+fn check_declared(declared: &[String]) -> Result<(), String> {
+    if declared.is_empty() {
+        return Err(
+            "it declares no event types (`subscriptions` returned an empty list)".to_owned(),
+        );
+    }
+    if declared.len() > MAX_EVENT_TYPES {
+        return Err(format!(
+            "it declares {} event types; at most {MAX_EVENT_TYPES} are allowed",
+            declared.len()
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for event_type in declared {
+        // The topology's rule: anything else would be served here and then
+        // refused by provisioning, which stops routing host-wide.
+        if let Err(e) = nimbus_transport::provision::check_event_type(event_type) {
+            return Err(format!(
+                "it declares an event type the topology refuses: {e}"
+            ));
+        }
+        if !seen.insert(event_type.as_str()) {
+            return Err(format!("it declares the event type `{event_type}` twice"));
+        }
+    }
+    Ok(())
+}
+
+/// What a version runs with, and what of it the handler's files declared.
+pub(crate) struct Settings {
+    /// The effective limits.
+    pub(crate) limits: Limits,
+    /// The manifest's `[config]`.
+    pub(crate) config: Arc<BTreeMap<String, String>>,
+    /// What of the limits the manifest set, for the version id.
+    pub(crate) declared: DeclaredLimits,
+}
+
+/// The limits a handler's own files set (its manifest's `[limits]`), each
+/// `None` where the host's default applies. With its `[config]`, this is
+/// what a version id covers beyond the component: the host's defaults are
+/// not in it, so the host and the offline tools (`handlers check|list`,
+/// `invoke`) give one version the same id whatever `[sandbox]` says.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeclaredLimits {
+    memory_bytes: Option<u64>,
+    timeout: Option<Duration>,
+    instances: Option<u32>,
+    tables: Option<u32>,
+}
+
+impl DeclaredLimits {
+    /// What `manifest` sets.
+    pub(crate) fn of(manifest: &Manifest) -> Self {
+        DeclaredLimits {
+            memory_bytes: manifest.memory_bytes,
+            timeout: manifest.timeout,
+            instances: manifest.instances,
+            tables: manifest.tables,
+        }
+    }
+
+    /// Explicit `limits`, as far as they differ from `defaults`.
+    pub(crate) fn differing(limits: &Limits, defaults: &Limits) -> Self {
+        fn unless_default<T: PartialEq>(value: T, default: T) -> Option<T> {
+            (value != default).then_some(value)
+        }
+        DeclaredLimits {
+            memory_bytes: unless_default(limits.memory_bytes, defaults.memory_bytes),
+            timeout: unless_default(limits.timeout, defaults.timeout),
+            instances: unless_default(limits.instances, defaults.instances),
+            tables: unless_default(limits.tables, defaults.tables),
+        }
+    }
+}
+
 fn version_id(
     digest: &Digest,
-    limits: &Limits,
+    declared: &DeclaredLimits,
     config: &BTreeMap<String, String>,
-    defaults: &Limits,
 ) -> String {
-    if config.is_empty() && limits == defaults {
+    if config.is_empty() && *declared == DeclaredLimits::default() {
         return digest.to_string();
     }
     // Spelled out rather than `Debug`, whose format is no contract: the same
-    // settings must give the same id across toolchains. The map is sorted.
+    // settings must give the same id across toolchains. `-` is "the host's
+    // default". The map is sorted.
+    fn value(v: Option<impl std::fmt::Display>) -> String {
+        v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+    }
     let mut settings = format!(
         "memory_bytes={} timeout_ns={} instances={} tables={}",
-        limits.memory_bytes,
-        limits.timeout.as_nanos(),
-        limits.instances,
-        limits.tables
+        value(declared.memory_bytes),
+        value(declared.timeout.map(|t| t.as_nanos())),
+        value(declared.instances),
+        value(declared.tables)
     );
     for (key, value) in config {
         // Length-prefixed, so no key or value can pass for another pair.
         settings.push_str(&format!("\n{}:{key}{}:{value}", key.len(), value.len()));
     }
     format!("{digest}+{}", Digest::of(settings.as_bytes()).short())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn types(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn declared_event_types_follow_the_topologys_naming_rules() {
+        assert_eq!(
+            check_declared(&types(&["OrderPlaced", "erp.import-v2_1"])),
+            Ok(())
+        );
+        for (declared, expected) in [
+            (types(&[]), "declares no event types"),
+            (types(&["Order:Placed"]), "contains ':'"),
+            (types(&["Order Placed"]), "contains ' '"),
+            (types(&[&"X".repeat(51)]), "1 to 50 characters"),
+            (types(&["-Order"]), "must start with a letter or digit"),
+            (types(&["OrderPlaced", "OrderPlaced"]), "twice"),
+        ] {
+            let error = check_declared(&declared).expect_err("refused");
+            assert!(error.contains(expected), "{declared:?}: {error}");
+        }
+        // Event types only name rules, so a fixed id is a valid one.
+        assert_eq!(check_declared(&types(&["Resolver"])), Ok(()));
+    }
+
+    #[test]
+    fn explicit_limits_declare_only_what_differs_from_the_defaults() {
+        let defaults = Limits::default();
+        assert_eq!(
+            DeclaredLimits::differing(&defaults, &defaults),
+            DeclaredLimits::default()
+        );
+        let longer = Limits {
+            timeout: defaults.timeout * 2,
+            ..defaults
+        };
+        let declared = DeclaredLimits::differing(&longer, &defaults);
+        assert_eq!(declared.timeout, Some(defaults.timeout * 2));
+        assert_eq!(declared.memory_bytes, None);
+        let digest = Digest::of(b"component");
+        assert_eq!(
+            version_id(&digest, &DeclaredLimits::default(), &BTreeMap::new()),
+            digest.to_string()
+        );
+        assert_ne!(
+            version_id(&digest, &declared, &BTreeMap::new()),
+            digest.to_string()
+        );
+    }
 }

@@ -360,3 +360,42 @@ fn a_version_id_follows_the_settings_a_manifest_gives() {
     assert!(fixed.starts_with(&format!("{plain}+")), "{fixed}");
     assert_ne!(fixed, configured, "a config fix is a new version");
 }
+
+/// A version id covers what the handler's own files say, not the host's
+/// `[sandbox]` defaults: hosts with different defaults (and the offline
+/// tools, with none) name one version alike, and a manifest that sets a
+/// limit is a version of its own even when the value equals a default.
+#[test]
+fn a_version_id_does_not_depend_on_the_hosts_default_limits() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "swap", &guest("swap-v1"));
+    let id_under = |timeout: std::time::Duration| {
+        let sandbox = sandbox_with(None, |config| config.default_limits.timeout = timeout);
+        let registry = Registry::open(sandbox, dir.path()).expect("opens");
+        registry
+            .lookup("ep", "Swap")
+            .expect("served")
+            .id()
+            .to_owned()
+    };
+    let plain = digest_of("swap-v1").to_string();
+    assert_eq!(id_under(std::time::Duration::from_secs(5)), plain);
+    assert_eq!(id_under(std::time::Duration::from_secs(10)), plain);
+
+    dir.manifest("ep", "swap", "[limits]\ntimeout = \"5s\"\n");
+    let declared = id_under(std::time::Duration::from_secs(5));
+    assert!(declared.starts_with(&format!("{plain}+")), "{declared}");
+    assert_eq!(
+        id_under(std::time::Duration::from_secs(10)),
+        declared,
+        "the same manifest under another host default"
+    );
+    dir.manifest("ep", "swap", "[limits]\ntimeout = \"5000ms\"\n");
+    assert_eq!(
+        id_under(std::time::Duration::from_secs(10)),
+        declared,
+        "the same limit written differently"
+    );
+    dir.manifest("ep", "swap", "[limits]\ntimeout = \"6s\"\n");
+    assert_ne!(id_under(std::time::Duration::from_secs(5)), declared);
+}

@@ -204,7 +204,7 @@ impl Topology {
                 });
             }
             for event_type in &endpoint.consumes {
-                check_name("event type", event_type, MAX_EVENT_TYPE, true)?;
+                check_event_type(event_type)?;
             }
         }
         for topic in &self.producer_topics {
@@ -360,6 +360,17 @@ pub fn forwarding_rule(producer: &str, consumer: &str, event_type: &str) -> Rule
 /// [`TopologyError::InvalidName`] with the reason.
 pub fn check_endpoint_name(name: &str) -> Result<(), TopologyError> {
     check_name("endpoint", name, MAX_ENDPOINT_NAME, false)
+}
+
+/// Checks an event type against the topology's rules: it names a
+/// forwarding rule and goes into its filter, so a handler declaring one the
+/// topology refuses is refused when it loads, not when provisioning.
+///
+/// # Errors
+///
+/// [`TopologyError::InvalidName`] with the reason.
+pub fn check_event_type(event_type: &str) -> Result<(), TopologyError> {
+    check_name("event type", event_type, MAX_EVENT_TYPE, true)
 }
 
 /// Checks an entity or rule name; `reservable` names (event types, which

@@ -461,6 +461,7 @@ fn handlers_table(handlers: &Value) -> String {
             vec![
                 text(&h["endpoint"]),
                 text(&h["handler"]),
+                text(&h["status"]),
                 short_version(&h["version"]),
                 types.join(","),
                 text(&h["last_swap"]),
@@ -475,6 +476,7 @@ fn handlers_table(handlers: &Value) -> String {
             &[
                 "ENDPOINT",
                 "HANDLER",
+                "STATUS",
                 "VERSION",
                 "EVENT TYPES",
                 "LAST SWAP",

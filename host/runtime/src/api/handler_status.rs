@@ -24,6 +24,9 @@ pub(crate) struct HandlerView {
     endpoint: String,
     handler: String,
     path: String,
+    /// `serving`, `serving-previous` (a newer file failed to load) or
+    /// `failed` (no version of it loaded).
+    status: &'static str,
     /// The SHA-256 digest (hex) of the version serving, if any loaded; the
     /// same text the Resolver records as an event's handler version.
     version: Option<String>,
@@ -47,6 +50,7 @@ pub(crate) async fn list(State(state): State<ApiState>) -> Result<Json<HandlersV
             endpoint: h.key.endpoint.clone(),
             handler: h.key.handler.clone(),
             path: h.path.display().to_string(),
+            status: h.state(),
             version: h.serving.as_ref().map(|v| v.id().to_owned()),
             event_types: h
                 .serving

@@ -165,6 +165,7 @@ async fn operator_flow_publish_block_skip_resubmit_handoff() {
         .unwrap();
     assert_eq!(orders["handler"], "orders");
     assert_eq!(orders["event_types"], json!(["OrderPlaced"]));
+    assert_eq!(orders["status"], "serving");
     let version = orders["version"].as_str().unwrap();
     let hex = version.strip_prefix("sha256:").unwrap_or_default();
     assert!(
@@ -644,6 +645,36 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
         json!([]),
         "shipping never forwarded Noted"
     );
+
+    // A newer billing file that does not load: the version before it serves.
+    let billing = root
+        .path()
+        .join("handlers")
+        .join("billing")
+        .join("orders.wasm");
+    std::fs::write(&billing, b"\0asm but not a component").unwrap();
+    host.registry().reconcile().unwrap();
+    let handlers = api.ok(Method::GET, "/api/handlers", None).await;
+    let status_of = |endpoint: &str| {
+        handlers["handlers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["endpoint"] == endpoint)
+            .map(|h| {
+                (
+                    h["status"].clone(),
+                    h["load_error"].is_string(),
+                    h["version"].is_string(),
+                )
+            })
+            .unwrap()
+    };
+    assert_eq!(
+        status_of("billing"),
+        (json!("serving-previous"), true, true)
+    );
+    assert_eq!(status_of("shipping"), (json!("failed"), true, false));
 
     host.shutdown().await;
 }
