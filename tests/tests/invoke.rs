@@ -199,6 +199,24 @@ fn an_event_type_in_several_endpoints_needs_endpoint() {
     );
     run.expect_code(0);
     assert_eq!(run.json()["endpoint"], "warehouse");
+    let typo = invoke(
+        &scratch,
+        &[
+            "--event-type",
+            "OrderPlaced",
+            "--data",
+            ORDER,
+            "--endpoint",
+            "warehose",
+        ],
+    );
+    typo.expect_code(1);
+    assert!(
+        typo.stderr().contains("no endpoint `warehose` in the handlers directory")
+            && typo.stderr().contains("warehouse"),
+        "{}",
+        typo.stderr()
+    );
 }
 
 #[test]

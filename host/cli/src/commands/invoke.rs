@@ -61,6 +61,17 @@ fn select(
     endpoint: Option<&str>,
 ) -> anyhow::Result<(String, Arc<HandlerVersion>)> {
     if let Some(endpoint) = endpoint {
+        if !snapshot.endpoints().any(|e| e == endpoint) {
+            let known: Vec<&str> = snapshot.endpoints().collect();
+            bail!(
+                "no endpoint `{endpoint}` in the handlers directory ({})",
+                if known.is_empty() {
+                    "it has none".to_owned()
+                } else {
+                    format!("endpoints: {}", known.join(", "))
+                }
+            );
+        }
         return match snapshot.lookup(endpoint, event_type) {
             Some(version) => Ok((endpoint.to_owned(), Arc::clone(version))),
             None => bail!(
@@ -104,7 +115,10 @@ fn known_types_hint(snapshot: &Snapshot, endpoint: Option<&str>) -> String {
         .filter_map(|s| s.last_error.as_ref().map(|e| format!("{}: {e}", s.key)))
         .collect();
     let mut hint = if known.is_empty() {
-        "; the directory serves no event types".to_owned()
+        match endpoint {
+            Some(_) => "; the endpoint serves no event types".to_owned(),
+            None => "; the directory serves no event types".to_owned(),
+        }
     } else {
         format!("; known: {}", known.join(", "))
     };
