@@ -50,8 +50,8 @@ impl Spawned {
         }
     }
 
-    /// Waits for the `API:` line of a host that started.
-    fn wait_started(&self) {
+    /// Waits for the `API:` line of a host that started; returns the URL.
+    fn wait_started(&self) -> String {
         let started = Instant::now();
         loop {
             let left = DEADLINE.saturating_sub(started.elapsed());
@@ -59,8 +59,8 @@ impl Spawned {
                 .stdout_lines
                 .recv_timeout(left)
                 .expect("nimbus run printed its API address");
-            if line.starts_with("API:") {
-                return;
+            if let Some(url) = line.strip_prefix("API:") {
+                return url.trim().to_owned();
             }
         }
     }
@@ -101,32 +101,28 @@ impl Drop for Spawned {
     }
 }
 
-/// A port free right now, so the holder's API address in the message is
-/// known to the test.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
-}
-
 #[test]
 fn a_second_host_on_a_data_directory_in_use_is_refused_until_the_holder_dies() {
     let scratch = Scratch::new();
-    let port = free_port();
-    let first_config = config_text("").replace(
-        r#"listen = "127.0.0.1:0""#,
-        &format!(r#"listen = "127.0.0.1:{port}""#),
-    );
-    assert!(first_config.contains(&port.to_string()), "{first_config}");
-    let first = Spawned::start(
-        &scratch.write("nimbus.toml", first_config.as_bytes()),
-        Stdio::null(),
-    );
-    first.wait_started();
+    // Port 0: the holder records the port it was given, not the 0.
+    let config = scratch.write("nimbus.toml", config_text("").as_bytes());
+    let first = Spawned::start(&config, Stdio::null());
+    let api = first.wait_started();
+    assert!(!api.ends_with(":0"), "{api}");
     let holder_pid = first.child.id();
 
-    // Same data_dir, another port: only the lock stands in its way.
-    let alt = scratch.write("alt.toml", config_text("").as_bytes());
-    let (status, stderr) = Spawned::start(&alt, Stdio::piped()).wait_exit();
+    // On the holder's very port: refused for the data directory (named with
+    // its holder), which is checked before the API is bound.
+    let same_port = config_text("").replace(
+        r#"listen = "127.0.0.1:0""#,
+        &format!(r#"listen = "{}""#, api.trim_start_matches("http://")),
+    );
+    assert!(
+        same_port.contains(api.trim_start_matches("http://")),
+        "{same_port}"
+    );
+    let same_port = scratch.write("same-port.toml", same_port.as_bytes());
+    let (status, stderr) = Spawned::start(&same_port, Stdio::piped()).wait_exit();
     assert_eq!(
         status.code(),
         Some(1),
@@ -137,16 +133,14 @@ fn a_second_host_on_a_data_directory_in_use_is_refused_until_the_holder_dies() {
         "error: the data directory {} is in use by another nimbus host (pid {holder_pid}, started ",
         data_dir.display()
     );
-    let expected_end = format!(
-        ", API http://127.0.0.1:{port}); stop it or give this host another [host] data_dir"
-    );
+    let expected_end = format!(", API {api}); stop it or give this host another [host] data_dir");
     assert!(
         stderr.contains(&expected_start) && stderr.contains(&expected_end),
         "the refusal names the data directory and the holder; stderr:\n{stderr}"
     );
     assert!(
-        !stderr.contains("opening the broker"),
-        "refused before the broker opened; stderr:\n{stderr}"
+        !stderr.contains("opening the broker") && !stderr.contains("cannot listen"),
+        "refused before the broker opened and the API bound; stderr:\n{stderr}"
     );
 
     // kill -9: nothing runs on exit, the lock file stays, naming a dead pid.

@@ -212,7 +212,8 @@ fn an_event_type_in_several_endpoints_needs_endpoint() {
     );
     typo.expect_code(1);
     assert!(
-        typo.stderr().contains("no endpoint `warehose` in the handlers directory")
+        typo.stderr()
+            .contains("no endpoint `warehose` in the handlers directory")
             && typo.stderr().contains("warehouse"),
         "{}",
         typo.stderr()

@@ -32,9 +32,13 @@ const HOLDER_MAX_BYTES: u64 = 4096;
 /// The exclusive lock on a data directory; released when dropped (or when
 /// the process ends).
 #[derive(Debug)]
-pub(crate) struct DataLock {
+pub struct DataLock {
     // The lock belongs to this open file; closing it releases the lock.
-    _file: File,
+    file: File,
+    /// The lock file, for log messages.
+    path: PathBuf,
+    /// What this host wrote about itself.
+    me: Holder,
 }
 
 /// Why the data directory could not be locked.
@@ -66,6 +70,30 @@ pub(crate) enum DataLockError {
 }
 
 impl DataLock {
+    /// Creates the data directory `dir` if needed and takes its lock, for a
+    /// host whose API listens on `api`, before anything in it is opened: a
+    /// second host on the same data corrupts the broker and the Resolver
+    /// store.
+    ///
+    /// # Errors
+    ///
+    /// The directory cannot be created, or [`DataLockError`].
+    pub fn take(dir: &Path, api: SocketAddr) -> anyhow::Result<DataLock> {
+        use anyhow::Context as _;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the data directory {}", dir.display()))?;
+        Ok(DataLock::acquire(dir, api)?)
+    }
+
+    /// Records the API's address once it is bound (the configuration may
+    /// say port 0), so a refused host names the real one.
+    pub fn record_api(&mut self, api: SocketAddr) {
+        self.me.api = Some(api);
+        if let Err(error) = self.me.write(&mut self.file) {
+            warn!(path = %self.path.display(), %error, "writing this host's details into the lock file failed");
+        }
+    }
+
     /// Takes the lock on `dir` (which must exist) for a host whose API
     /// listens on `api`, or says who holds it. Never waits.
     pub(crate) fn acquire(dir: &Path, api: SocketAddr) -> Result<DataLock, DataLockError> {
@@ -105,7 +133,7 @@ impl DataLock {
         if let Err(error) = me.write(&mut file) {
             warn!(path = %path.display(), %error, "writing this host's details into the lock file failed");
         }
-        Ok(DataLock { _file: file })
+        Ok(DataLock { file, path, me })
     }
 }
 

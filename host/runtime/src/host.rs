@@ -46,12 +46,16 @@ impl Host {
     /// topology, and starts the endpoints and the Resolver. Any failure here
     /// stops the start with the reason.
     pub async fn start(config: ValidConfig) -> anyhow::Result<Host> {
+        let data_lock = DataLock::take(&config.config.host.data_dir, config.config.api.listen)?;
+        Host::start_locked(config, data_lock).await
+    }
+
+    /// [`Host::start`] with the data directory's lock already taken (by
+    /// `nimbus run`, before it binds the API, so that a second host on the
+    /// same directory is refused naming the first rather than for its
+    /// port).
+    pub async fn start_locked(config: ValidConfig, data_lock: DataLock) -> anyhow::Result<Host> {
         let host = &config.config.host;
-        std::fs::create_dir_all(&host.data_dir)
-            .with_context(|| format!("creating the data directory {}", host.data_dir.display()))?;
-        // Before anything in it is opened: a second host on the same data
-        // corrupts the broker and the Resolver store (decision record 0109).
-        let data_lock = DataLock::acquire(&host.data_dir, config.config.api.listen)?;
         std::fs::create_dir_all(&host.handlers_dir).with_context(|| {
             format!(
                 "creating the handlers directory {}",

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow};
-use nimbus_runtime::{ApiState, Config, Host, VERSION, ValidConfig};
+use nimbus_runtime::{ApiState, Config, DataLock, Host, VERSION, ValidConfig};
 
 use crate::cli_ops::{CheckConfigArgs, RunArgs};
 use crate::output::outln;
@@ -64,6 +64,11 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 
 async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     let listen = config.config.api.listen;
+    let data_dir = config.config.host.data_dir.clone();
+    let handlers_dir = config.config.host.handlers_dir.clone();
+    // The data directory first: a second host on it is refused naming the
+    // first, not for the port they share.
+    let mut data_lock = DataLock::take(&data_dir, listen)?;
     // Bind before anything starts: a taken port stops the host cleanly.
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -71,9 +76,8 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     let address = listener
         .local_addr()
         .context("reading the API's bound address")?;
-    let data_dir = config.config.host.data_dir.clone();
-    let handlers_dir = config.config.host.handlers_dir.clone();
-    let host = Host::start(config).await?;
+    data_lock.record_api(address);
+    let host = Host::start_locked(config, data_lock).await?;
 
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
     let router = nimbus_runtime::router(ApiState::new(&host));
