@@ -7,6 +7,7 @@
 //! atomic `replay_dead_letter`: the message leaves the dead-letter queue and
 //! returns to the end of its subscription in one step.
 
+use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use nimbus_resolver::Status;
@@ -170,7 +171,9 @@ impl<T: Transport> Manager<T> {
     /// has since recorded as Completed or Skipped stays where it is
     /// ([`ManagerError::EventAlreadySettled`]): replaying it would run the
     /// handler on that event again, e.g. on the payload of a resubmission
-    /// that failed before a later one fixed the event.
+    /// that failed before a later one fixed the event. So does one whose
+    /// event the Resolver no longer knows ([`ManagerError::EventNotRecorded`]),
+    /// since retention removes settled events.
     pub async fn replay_dead_letter(
         &self,
         endpoint: &str,
@@ -215,18 +218,19 @@ impl<T: Transport> Manager<T> {
             });
         };
         let described = describe(endpoint, &path, &message);
-        if !force
-            && path.subscription == endpoint
-            && let Some(status) = self.settled_status(endpoint, &described).await
-        {
-            // Closing releases the message without counting a delivery.
-            receiver.close().await;
-            return Err(ManagerError::EventAlreadySettled {
-                event_id: described.event_id.unwrap_or_default(),
-                endpoint: endpoint.to_owned(),
-                status,
-                which: which.to_string(),
-            });
+        if !force {
+            let refusal = match self.refusal(endpoint, &path, &described, which).await {
+                Ok(refusal) => refusal,
+                Err(e) => {
+                    receiver.close().await;
+                    return Err(e);
+                }
+            };
+            if let Some(refusal) = refusal {
+                // Closing releases the message without counting a delivery.
+                receiver.close().await;
+                return Err(refusal);
+            }
         }
         receiver
             .replay_dead_letter(message)
@@ -244,17 +248,18 @@ impl<T: Transport> Manager<T> {
         Ok(Replayed { message: described })
     }
 
-    /// Moves every message dead-lettered on `endpoint` now back to the end
-    /// of its subscription (`subscription` narrows it to one queue), with no
+    /// Moves every message dead-lettered on `endpoint` back to the end of
+    /// its subscription (`subscription` narrows it to one queue), with no
     /// cap on how many.
     ///
-    /// Each queue is read to its end first, holding every message, and only
-    /// then replayed: the pass works on the queue as it was, so a replayed
-    /// message that fails and is dead-lettered again during the pass is
-    /// not replayed a second time, and a queue is received once, not once
-    /// per message. Messages it does not move (an event since settled,
-    /// unless `force`; a lock that lapsed during a long pass) stay
-    /// dead-lettered and are named in [`ReplayedAll::left`] with the reason.
+    /// One pass per queue, each message replayed as soon as it is received
+    /// (so no lock lapses however long the queue). A message seen before in
+    /// this pass (by message id or sequence number) is held and left: one
+    /// that fails and is dead-lettered again during the pass is not
+    /// replayed a second time, so the pass ends. Messages it does not move
+    /// (an event since settled or no longer known, unless `force`; a lapsed
+    /// lock) stay dead-lettered and are named in [`ReplayedAll::left`] with
+    /// the reason.
     pub async fn replay_all_dead_letters(
         &self,
         endpoint: &str,
@@ -272,53 +277,12 @@ impl<T: Transport> Manager<T> {
             let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
                 continue;
             };
-            let held = match read_all(&receiver, &path, usize::MAX).await {
-                Ok(held) => held,
-                Err(e) => {
-                    receiver.close().await;
-                    return Err(e);
-                }
-            };
-            for message in held {
-                let described = describe(endpoint, &path, &message);
-                let which = DeadLetterId::SequenceNumber(message.sequence_number);
-                if !force
-                    && path.subscription == endpoint
-                    && let Some(status) = self.settled_status(endpoint, &described).await
-                {
-                    let why = ManagerError::EventAlreadySettled {
-                        event_id: described.event_id.clone().unwrap_or_default(),
-                        endpoint: endpoint.to_owned(),
-                        status,
-                        which: which.to_string(),
-                    };
-                    done.left.push((described, why));
-                    continue;
-                }
-                match receiver.replay_dead_letter(message).await {
-                    Ok(()) => done.replayed.push(described),
-                    // This message's lock lapsed during the pass: it is
-                    // still dead-lettered, and another pass will find it.
-                    Err(source) if source.kind() == ErrorKind::LockLost => {
-                        let why = ManagerError::Replay {
-                            which: which.to_string(),
-                            subscription: path.to_string(),
-                            source,
-                        };
-                        done.left.push((described, why));
-                    }
-                    Err(source) => {
-                        receiver.close().await;
-                        return Err(ManagerError::Replay {
-                            which: which.to_string(),
-                            subscription: path.to_string(),
-                            source,
-                        });
-                    }
-                }
-            }
+            let pass = self
+                .replay_queue(endpoint, &path, &receiver, force, &mut done)
+                .await;
             // Closing releases the messages left without counting a delivery.
             receiver.close().await;
+            pass?;
         }
         tracing::info!(
             endpoint,
@@ -329,12 +293,103 @@ impl<T: Transport> Manager<T> {
         Ok(done)
     }
 
-    /// The event's status when the Resolver has it as Completed or Skipped
-    /// at `endpoint`; `None` otherwise, or when it does not know it.
-    async fn settled_status(&self, endpoint: &str, message: &DeadLetter) -> Option<Status> {
-        let event_id = message.event_id.as_deref()?;
-        let record = self.find(event_id, Some(endpoint)).await.ok()?;
-        matches!(record.status, Status::Completed | Status::Skipped).then_some(record.status)
+    /// [`Manager::replay_all_dead_letters`] on one queue.
+    async fn replay_queue(
+        &self,
+        endpoint: &str,
+        path: &SubscriptionPath,
+        receiver: &T::Receiver,
+        force: bool,
+        done: &mut ReplayedAll,
+    ) -> Result<(), ManagerError> {
+        let mut seen_ids = HashSet::new();
+        let mut seen_sequence_numbers = HashSet::new();
+        loop {
+            let message = match receiver.receive(END_OF_QUEUE_WAIT).await {
+                Ok(Some(message)) => message,
+                Ok(None) => return Ok(()),
+                Err(source) => {
+                    return Err(ManagerError::ReadDeadLetters {
+                        subscription: path.to_string(),
+                        source,
+                    });
+                }
+            };
+            let again = !seen_sequence_numbers.insert(message.sequence_number)
+                | message
+                    .message
+                    .message_id
+                    .as_ref()
+                    .is_some_and(|id| !seen_ids.insert(id.clone()));
+            if again {
+                // Held (so not received again) and released at close.
+                continue;
+            }
+            let described = describe(endpoint, path, &message);
+            let which = DeadLetterId::SequenceNumber(message.sequence_number);
+            if !force
+                && let Some(refusal) = self.refusal(endpoint, path, &described, &which).await?
+            {
+                done.left.push((described, refusal));
+                continue;
+            }
+            match receiver.replay_dead_letter(message).await {
+                Ok(()) => done.replayed.push(described),
+                // Still dead-lettered; another pass will find it.
+                Err(source) if source.kind() == ErrorKind::LockLost => {
+                    let why = ManagerError::Replay {
+                        which: which.to_string(),
+                        subscription: path.to_string(),
+                        source,
+                    };
+                    done.left.push((described, why));
+                }
+                Err(source) => {
+                    return Err(ManagerError::Replay {
+                        which: which.to_string(),
+                        subscription: path.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Why a dead-lettered message should not be replayed without `force`,
+    /// if it should not: only a message of the endpoint's own queue runs
+    /// the handler, and only for an event the Resolver shows still open.
+    async fn refusal(
+        &self,
+        endpoint: &str,
+        path: &SubscriptionPath,
+        message: &DeadLetter,
+        which: &DeadLetterId,
+    ) -> Result<Option<ManagerError>, ManagerError> {
+        if path.subscription != endpoint {
+            return Ok(None);
+        }
+        let Some(event_id) = message.event_id.as_deref() else {
+            return Ok(None);
+        };
+        match self.find(event_id, Some(endpoint)).await {
+            Ok(record) if matches!(record.status, Status::Completed | Status::Skipped) => {
+                Ok(Some(ManagerError::EventAlreadySettled {
+                    event_id: event_id.to_owned(),
+                    endpoint: endpoint.to_owned(),
+                    status: record.status,
+                    which: which.to_string(),
+                }))
+            }
+            Ok(_) => Ok(None),
+            Err(ManagerError::UnknownEvent { .. } | ManagerError::NotAtEndpoint { .. }) => {
+                Ok(Some(ManagerError::EventNotRecorded {
+                    event_id: event_id.to_owned(),
+                    endpoint: endpoint.to_owned(),
+                    which: which.to_string(),
+                }))
+            }
+            Err(other) => Err(other),
+        }
     }
 
     /// A receiver on the dead-letter queue of `path`; `None` for a missing

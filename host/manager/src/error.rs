@@ -25,6 +25,19 @@ pub enum ManagerError {
         /// Every endpoint that has it.
         endpoints: Vec<String>,
     },
+    /// A message id (not an event id) that belongs to several events: a
+    /// published message reaches every consuming endpoint as an event of
+    /// its own.
+    #[error(
+        "'{message_id}' is not an event id but a message of several events ({}); name one of them by its event id",
+        events.join(", ")
+    )]
+    AmbiguousMessage {
+        /// The id given.
+        message_id: String,
+        /// `'event' at 'endpoint'` for each.
+        events: Vec<String>,
+    },
     /// The event is known, but not at the endpoint named.
     #[error(
         "event '{event_id}' is not at endpoint '{endpoint}' (it is at {})",
@@ -110,6 +123,21 @@ pub enum ManagerError {
         endpoint: String,
         /// Its status now.
         status: nimbus_resolver::Status,
+        /// The message asked for.
+        which: String,
+    },
+    /// The dead-lettered message's event is not in the Resolver (any more):
+    /// retention removes settled events, so replaying could run it again.
+    #[error(
+        "the Resolver has no record of event '{event_id}' at '{endpoint}' (events that need \
+         nothing more are removed after [resolver] retention, so it may have been settled); \
+         replaying {which} could run it again (force the replay to do it anyway)"
+    )]
+    EventNotRecorded {
+        /// The event.
+        event_id: String,
+        /// The endpoint.
+        endpoint: String,
         /// The message asked for.
         which: String,
     },

@@ -66,7 +66,7 @@ impl<T: Transport> Manager<T> {
         if let Some(payload) = edited_payload {
             check_json("edited payload", payload)?;
         }
-        let record = self.find(event_id, endpoint).await?;
+        let record = self.find_named(event_id, endpoint).await?;
         let event = received_event(&record)?;
         if edited_payload.is_none() && event.event_json().is_none() {
             return Err(ManagerError::MissingPayload {
@@ -83,7 +83,7 @@ impl<T: Transport> Manager<T> {
     /// Settles the event as skipped without running the handler, unblocking
     /// its session. Allowed in any status; a note says when it is unusual.
     pub async fn skip(&self, event_id: &str, endpoint: Option<&str>) -> Result<Sent, ManagerError> {
-        let record = self.find(event_id, endpoint).await?;
+        let record = self.find_named(event_id, endpoint).await?;
         let event = received_event(&record)?;
         let mut message = build::skip_request(&event, &record.endpoint);
         message.message_id = Some(fresh_id());
@@ -102,7 +102,7 @@ impl<T: Transport> Manager<T> {
         if let Some(details) = details {
             check_json("handoff details", details)?;
         }
-        let record = self.find(event_id, endpoint).await?;
+        let record = self.find_named(event_id, endpoint).await?;
         require_handoff(&record)?;
         let event = received_event(&record)?;
         let message = build::handoff_completed_request(&event, &record.endpoint, details, None);
@@ -121,7 +121,7 @@ impl<T: Transport> Manager<T> {
         if error_text.trim().is_empty() {
             return Err(ManagerError::MissingErrorText);
         }
-        let record = self.find(event_id, endpoint).await?;
+        let record = self.find_named(event_id, endpoint).await?;
         require_handoff(&record)?;
         let event = received_event(&record)?;
         let failure = Failure::new(
@@ -135,6 +135,43 @@ impl<T: Transport> Manager<T> {
     }
 
     /// The event's record at one endpoint.
+    /// [`Manager::find`], or, when no event has the id, the one event whose
+    /// history has a message with it (the message id `nimbus publish`
+    /// printed, say): an operator may name an event either way.
+    async fn find_named(
+        &self,
+        id: &str,
+        endpoint: Option<&str>,
+    ) -> Result<EventRecord, ManagerError> {
+        match self.find(id, endpoint).await {
+            Err(ManagerError::UnknownEvent { .. }) => {}
+            found => return found,
+        }
+        let store = Arc::clone(&self.store);
+        let message_id = id.to_owned();
+        let details = tokio::task::spawn_blocking(move || store.events_of_message(&message_id))
+            .await
+            .map_err(|join| nimbus_resolver::StoreError::Panicked(join.to_string()))??;
+        let mut records: Vec<EventRecord> = details
+            .into_iter()
+            .map(|d| d.record)
+            .filter(|r| endpoint.is_none_or(|e| r.endpoint == e))
+            .collect();
+        match records.len() {
+            0 => Err(ManagerError::UnknownEvent {
+                event_id: id.to_owned(),
+            }),
+            1 => Ok(records.remove(0)),
+            _ => Err(ManagerError::AmbiguousMessage {
+                message_id: id.to_owned(),
+                events: records
+                    .iter()
+                    .map(|r| format!("'{}' at '{}'", r.event_id, r.endpoint))
+                    .collect(),
+            }),
+        }
+    }
+
     pub(crate) async fn find(
         &self,
         event_id: &str,

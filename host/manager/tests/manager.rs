@@ -803,7 +803,7 @@ async fn a_dead_letter_whose_event_is_since_completed_is_replayed_only_when_forc
 /// with the reason, one whose event has since been settled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replaying_every_dead_letter_moves_them_all_back_in_order_but_a_settled_event() {
-    let h = Harness::start(&["billing"]).await;
+    let mut h = Harness::start(&["billing"]).await;
     let count = nimbus_manager::DEFAULT_DEAD_LETTER_LIMIT + 1;
     let mut sent = vec![forwarded("billing")];
     for i in 0..count {
@@ -819,6 +819,8 @@ async fn replaying_every_dead_letter_moves_them_all_back_in_order_but_a_settled_
         )
         .await
         .unwrap();
+    // Every event is known to the Resolver (an unknown one is refused).
+    h.resolved(sent.len()).await;
     let lock = h
         .broker
         .accept_session(
@@ -877,6 +879,29 @@ async fn replaying_every_dead_letter_moves_them_all_back_in_order_but_a_settled_
         "every one back once, in the session's order"
     );
 
+    // Once retention has removed the settled event, the Resolver cannot
+    // say it is settled: still left, for another reason.
+    let pruned = h
+        .store
+        .prune_expendable(i64::MAX, 10, &std::collections::BTreeSet::new())
+        .unwrap();
+    assert!(pruned >= 1, "the completed event is pruned");
+    let unknown = h
+        .manager
+        .replay_all_dead_letters("billing", None, false)
+        .await
+        .unwrap();
+    assert!(unknown.replayed.is_empty());
+    assert!(
+        matches!(
+            &unknown.left[..],
+            [(left, ManagerError::EventNotRecorded { event_id, .. })]
+                if left.message_id.as_deref() == Some("msg-pub-1") && event_id == EVENT_ID
+        ),
+        "{:?}",
+        unknown.left
+    );
+
     let forced = h
         .manager
         .replay_all_dead_letters("billing", Some("billing"), true)
@@ -900,5 +925,32 @@ async fn replaying_every_dead_letter_moves_them_all_back_in_order_but_a_settled_
         matches!(error, ManagerError::UnknownDeadLetterQueue { .. }),
         "{error}"
     );
+    h.stop().await;
+}
+
+/// An operator may name an event by a message of it (the published
+/// message's id, which each consuming endpoint's event shares): one event
+/// is acted on; several must be told apart by endpoint or event id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_named_by_its_message_id_is_acted_on_when_that_is_one_event() {
+    let mut h = Harness::start(&["billing", "shipping"]).await;
+    h.send_and_record("billing", &forwarded("billing")).await;
+    let mut at_shipping = forwarded("shipping");
+    at_shipping.event_id = Some("shipping-event".into());
+    h.send_and_record("shipping", &at_shipping).await;
+
+    let error = h.manager.skip("msg-pub-1", None).await.unwrap_err();
+    assert!(
+        matches!(&error, ManagerError::AmbiguousMessage { events, .. }
+            if events.len() == 2 && events.iter().any(|e| e.contains("'shipping-event' at 'shipping'"))),
+        "{error}"
+    );
+    let sent = h.manager.skip("msg-pub-1", Some("shipping")).await.unwrap();
+    assert_eq!(
+        (sent.event_id.as_str(), sent.endpoint.as_str()),
+        ("shipping-event", "shipping")
+    );
+    let error = h.manager.skip("no-such-message", None).await.unwrap_err();
+    assert!(matches!(error, ManagerError::UnknownEvent { .. }), "{error}");
     h.stop().await;
 }

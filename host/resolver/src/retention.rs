@@ -3,12 +3,17 @@
 //!
 //! Only events whose status asks nothing of anyone are removed
 //! ([`Status::is_expendable`](crate::Status::is_expendable)), each with its
-//! whole history, so what is left is always a complete trail. The work is
-//! done in small transactions, so recording waits at most for one of them.
+//! whole history, so what is left is always a complete trail; and none of a
+//! session the broker shows blocked or with parked events, whose events may
+//! still be acted on or run. The work is done in small transactions, so
+//! recording waits at most for one of them.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use nimbus_transport::{Admin, AdminError, SubscriptionPath};
+use nimbus_wire::SessionState;
 use tokio_util::sync::CancellationToken;
 
 use crate::sqlite::SqliteResolverStore;
@@ -29,14 +34,15 @@ pub fn pass_interval(keep_for: Duration) -> Duration {
 /// Prunes `store` every [`pass_interval`] until `shutdown`: events that
 /// need nothing more and were last updated more than `keep_for` ago go,
 /// with their history. A failed pass is logged and tried again next time.
-pub async fn run_retention(
+pub async fn run_retention<A: Admin>(
+    admin: Arc<A>,
     store: Arc<SqliteResolverStore>,
     keep_for: Duration,
     shutdown: CancellationToken,
 ) {
     let interval = pass_interval(keep_for);
     loop {
-        match prune_pass(&store, keep_for, &shutdown).await {
+        match prune_pass(&*admin, &store, keep_for, &shutdown).await {
             Ok(0) => {}
             Ok(removed) => tracing::info!(
                 removed,
@@ -53,11 +59,20 @@ pub async fn run_retention(
 }
 
 /// One pass: transactions of [`EVENTS_PER_TRANSACTION`] until none is full.
-async fn prune_pass(
+async fn prune_pass<A: Admin>(
+    admin: &A,
     store: &Arc<SqliteResolverStore>,
     keep_for: Duration,
     shutdown: &CancellationToken,
 ) -> Result<usize, String> {
+    // Read before the cutoff is set: a session that blocks after this
+    // does so on a response the Resolver records now, which is younger
+    // than the cutoff.
+    let in_use = Arc::new(
+        sessions_in_use(admin)
+            .await
+            .map_err(|e| format!("reading the sessions in use: {e}"))?,
+    );
     let cutoff = SystemTime::now()
         .checked_sub(keep_for)
         .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
@@ -65,8 +80,9 @@ async fn prune_pass(
     let mut removed = 0;
     while !shutdown.is_cancelled() {
         let store = Arc::clone(store);
+        let in_use = Arc::clone(&in_use);
         let deleted = tokio::task::spawn_blocking(move || {
-            store.prune_expendable(cutoff, EVENTS_PER_TRANSACTION)
+            store.prune_expendable(cutoff, EVENTS_PER_TRANSACTION, &in_use)
         })
         .await
         .map_err(|e| format!("the pruning task failed: {e}"))?
@@ -77,6 +93,44 @@ async fn prune_pass(
         }
     }
     Ok(removed)
+}
+
+/// The (endpoint, session) pairs whose session state says blocked or has
+/// parked events, on every endpoint topic (a topic with a session
+/// subscription of its own name). A state that does not decode counts as in
+/// use: better kept than lost.
+pub async fn sessions_in_use<A: Admin>(
+    admin: &A,
+) -> Result<BTreeSet<(String, String)>, AdminError> {
+    let mut in_use = BTreeSet::new();
+    for topic in admin.list_topics().await? {
+        if topic.name.eq_ignore_ascii_case(nimbus_wire::addr::RESOLVER) {
+            continue;
+        }
+        let own = SubscriptionPath::new(topic.name.as_str(), topic.name.as_str());
+        match admin.get_subscription(&own).await {
+            Ok(Some(subscription)) if subscription.settings.requires_session => {}
+            Ok(_) | Err(AdminError::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+        let sessions = match admin.list_sessions(&own).await {
+            Ok(sessions) => sessions,
+            // Deleted between the two calls.
+            Err(AdminError::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        for session in sessions {
+            let busy = match session.state.as_deref() {
+                None | Some([]) => false,
+                Some(blob) => SessionState::from_bytes(blob)
+                    .map_or(true, |state| state.is_blocked() || state.has_parked()),
+            };
+            if busy {
+                in_use.insert((topic.name.clone(), session.session_id));
+            }
+        }
+    }
+    Ok(in_use)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The SQLite Resolver store.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -227,15 +228,38 @@ impl SqliteResolverStore {
     /// how many it deleted. Call again while it returns `max_events`.
     ///
     /// Events that still ask for an operator (Failed, Deferred, Pending,
-    /// DeadLettered) are kept however old they are.
+    /// DeadLettered) are kept however old they are, and so is every event
+    /// of a session in `in_use` (endpoint, session): a blocked session's
+    /// blocker may be Unsupported and still owe the operator an action, and
+    /// a parked event an operator skipped still runs when the session
+    /// drains, so neither has heard its last word.
     pub fn prune_expendable(
         &self,
         updated_before_ms: i64,
         max_events: usize,
+        in_use: &BTreeSet<(String, String)>,
     ) -> Result<usize, StoreError> {
         let limit = i64::try_from(max_events).unwrap_or(i64::MAX);
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
+        // A temporary table (this connection's, outside the WAL) so the
+        // selection skips those sessions in SQL: skipping them afterwards
+        // would select the same kept rows first on every call.
+        tx.execute_batch(
+            "CREATE TEMP TABLE IF NOT EXISTS prune_in_use (
+                 endpoint TEXT NOT NULL, session_id TEXT NOT NULL,
+                 PRIMARY KEY (endpoint, session_id));
+             DELETE FROM temp.prune_in_use;",
+        )
+        .map_err(db("noting the sessions in use"))?;
+        for (endpoint, session_id) in in_use {
+            exec(
+                &tx,
+                "INSERT OR IGNORE INTO temp.prune_in_use (endpoint, session_id) VALUES (?1, ?2)",
+                params![endpoint, session_id],
+            )
+            .map_err(db("noting the sessions in use"))?;
+        }
         let mut ids = Vec::new();
         for status in Status::ALL.into_iter().filter(|s| s.is_expendable()) {
             let room = limit - i64::try_from(ids.len()).unwrap_or(i64::MAX);
@@ -244,7 +268,11 @@ impl SqliteResolverStore {
             }
             let mut stmt = tx
                 .prepare_cached(
-                    "SELECT id FROM events WHERE status = ?1 AND updated_ms < ?2 LIMIT ?3",
+                    "SELECT id FROM events WHERE status = ?1 AND updated_ms < ?2
+                     AND NOT EXISTS (SELECT 1 FROM temp.prune_in_use AS u
+                                     WHERE u.endpoint = events.endpoint
+                                       AND u.session_id = events.session_id)
+                     LIMIT ?3",
                 )
                 .map_err(db("finding expired events"))?;
             let found = stmt

@@ -52,9 +52,11 @@ impl Status {
         }
     }
 
-    /// Whether an event with this status needs nothing more from anyone:
-    /// Completed, Skipped, Unsupported. The Resolver's retention removes
-    /// only these; a Failed or DeadLettered event waits for an operator.
+    /// Whether an event with this status needs nothing more from anyone
+    /// (unless its session is blocked or has parked events, which the
+    /// retention checks too): Completed, Skipped, Unsupported. The Resolver's
+    /// retention removes only these; a Failed or DeadLettered event waits for
+    /// an operator.
     pub fn is_expendable(self) -> bool {
         matches!(
             self,

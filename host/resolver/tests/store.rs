@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+use std::collections::BTreeSet;
+
 use nimbus_resolver::{
     EventFilter, HandoffDetails, Heartbeat, MessageKind, Observation, Recorded, ResolverStore,
     SqliteResolverStore, Status,
@@ -808,17 +810,34 @@ fn pruning_removes_only_old_events_that_need_nothing_more() {
     record("old-deferred", MessageKind::DeferralResponse, 1_000);
     record("recent-completed", MessageKind::ResolutionResponse, 5_000);
 
+    // An old completed event of a session the broker shows blocked or with
+    // parked events stays, however many calls come first.
+    let mut busy = Observation::new(
+        "billing",
+        "old-busy",
+        MessageKind::ResolutionResponse,
+        1_000,
+    );
+    busy.session_id = Some("s-busy".into());
+    store.record(&busy).unwrap();
+    let in_use = BTreeSet::from([("billing".to_owned(), "s-busy".to_owned())]);
+
     assert_eq!(
-        store.prune_expendable(2_000, 2).unwrap(),
+        store.prune_expendable(2_000, 2, &in_use).unwrap(),
         2,
         "at most the batch"
     );
     assert_eq!(
-        store.prune_expendable(2_000, 2).unwrap(),
+        store.prune_expendable(2_000, 2, &in_use).unwrap(),
         1,
         "then the rest"
     );
-    assert_eq!(store.prune_expendable(2_000, 2).unwrap(), 0);
+    assert_eq!(store.prune_expendable(2_000, 2, &in_use).unwrap(), 0);
+    assert_eq!(
+        store.event("old-busy").unwrap().len(),
+        1,
+        "its session is in use"
+    );
 
     for gone in ["old-0", "old-1", "old-2"] {
         assert!(store.event(gone).unwrap().is_empty(), "{gone} is pruned");
@@ -841,6 +860,7 @@ fn pruning_removes_only_old_events_that_need_nothing_more() {
     assert_eq!(
         kept_ids,
         [
+            "old-busy",
             "old-dead",
             "old-deferred",
             "old-failed",
@@ -853,6 +873,7 @@ fn pruning_removes_only_old_events_that_need_nothing_more() {
     assert_eq!(
         kept_statuses,
         [
+            Status::Completed,
             Status::Completed,
             Status::DeadLettered,
             Status::Deferred,

@@ -185,6 +185,7 @@ impl Host {
     fn spawn_retention(&self) {
         if let Retention::For(keep_for) = self.config.config.resolver.retention {
             self.tasks.spawn(nimbus_resolver::run_retention(
+                Arc::clone(&self.broker),
                 Arc::clone(&self.resolver),
                 keep_for,
                 self.shutdown.clone(),

@@ -69,10 +69,12 @@ impl From<ManagerError> for ApiError {
             ManagerError::NotJson { .. }
             | ManagerError::MissingErrorText
             | ManagerError::AmbiguousEndpoint { .. }
+            | ManagerError::AmbiguousMessage { .. }
             | ManagerError::AmbiguousDeadLetter { .. }
             | ManagerError::UnknownDeadLetterQueue { .. } => ApiError::bad_request(message),
             ManagerError::NotPendingHandoff { .. }
             | ManagerError::EventAlreadySettled { .. }
+            | ManagerError::EventNotRecorded { .. }
             | ManagerError::MissingCoordinate { .. }
             | ManagerError::MissingPayload { .. } => ApiError::conflict(message),
             _ => ApiError::internal(message),

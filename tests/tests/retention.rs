@@ -1,0 +1,97 @@
+//! `[resolver] retention` through the `nimbus` binary: what needs nothing
+//! more leaves the store, but never an event an operator may still act on
+//! or that may still run: a blocker the retention would count as settled
+//! (Unsupported once its handler is gone) and a parked event an operator
+//! skipped (its message still runs when the session drains).
+
+use nimbus_blackbox_tests::Scratch;
+use nimbus_blackbox_tests::running::RunningHost;
+use serde_json::{Value, json};
+
+fn order(id: &str, fail: bool) -> String {
+    json!({"OrderId": id, "Customer": "acme", "Total": 10.0, "Fail": fail,
+           "Lines": [{"Sku": "A-1", "Quantity": 1, "UnitPrice": 10.0}]})
+    .to_string()
+}
+
+#[track_caller]
+fn publish(host: &RunningHost, event_type: &str, session: &str, data: &str) -> String {
+    let run = host.cli(&[
+        "publish",
+        "--event-type",
+        event_type,
+        "--session",
+        session,
+        "--data",
+        data,
+    ]);
+    run.expect_code(0);
+    run.stdout().trim().to_owned()
+}
+
+fn id(record: &Value) -> String {
+    record["event_id"].as_str().expect("event id").to_owned()
+}
+
+/// Polls until the Resolver no longer knows `event_id`.
+fn wait_pruned(host: &RunningHost, event_id: &str) {
+    host.eventually(&format!("{event_id} to be pruned"), || {
+        (host.cli(&["event", event_id]).code() == Some(1)).then_some(())
+    });
+}
+
+#[test]
+fn retention_keeps_a_sessions_blocker_and_its_skipped_parked_event_until_they_are_done() {
+    let scratch = Scratch::new();
+    let orders = scratch.install("billing", "orders", "orders");
+    scratch.install("billing", "noop", "noop");
+    let host = RunningHost::start(&scratch, "[resolver]\nretention = \"2s\"\n");
+
+    // s-parked: a blocker and an event parked behind it, which the operator
+    // skips (it is recorded Skipped, its message stays parked).
+    let blocker = publish(&host, "OrderPlaced", "s-parked", &order("o-1", true));
+    let blocker = host.wait_status("s-parked", &blocker, "Failed");
+    let parked = publish(&host, "OrderPlaced", "s-parked", &order("o-2", false));
+    let parked_record = host.wait_status("s-parked", &parked, "Deferred");
+    host.cli(&["skip", &id(&parked_record)]).expect_code(0);
+    host.wait_status("s-parked", &parked, "Skipped");
+
+    // s-gone: a blocker whose handler is then deleted; resubmitted, it is
+    // Unsupported and keeps the block (SEMANTICS.md §2.6).
+    let gone = publish(&host, "OrderPlaced", "s-gone", &order("o-3", true));
+    let gone = host.wait_status("s-gone", &gone, "Failed");
+    std::fs::rename(&orders, scratch.path("orders.wasm.away")).expect("remove the handler");
+    host.eventually("orders to be unregistered", || {
+        let handlers = host.cli_json(&["handlers", "--json"]);
+        let listed = handlers["handlers"].as_array().map_or(0, Vec::len);
+        (listed == 1).then_some(())
+    });
+    host.cli(&["resubmit", &id(&gone)]).expect_code(0);
+    let unsupported_id = id(&gone);
+    host.eventually("the blocker to be Unsupported", || {
+        let event = host.cli_json(&["event", &unsupported_id, "--json"]);
+        (event["endpoints"][0]["record"]["status"] == "Unsupported").then_some(())
+    });
+
+    // A completed event younger than both: once it is pruned, both would
+    // have been, had they not been kept.
+    let later = publish(&host, "Noop", "s-later", "{}");
+    let later = host.wait_status("s-later", &later, "Completed");
+    wait_pruned(&host, &id(&later));
+
+    let kept = host.cli_json(&["event", &unsupported_id, "--json"]);
+    assert_eq!(kept["endpoints"][0]["record"]["status"], "Unsupported");
+    let skipped = host.cli_json(&["event", &id(&parked_record), "--json"]);
+    assert_eq!(skipped["endpoints"][0]["record"]["status"], "Skipped");
+
+    // Both are still there to act on, and what was parked still runs.
+    host.cli(&["skip", &unsupported_id]).expect_code(0);
+    std::fs::rename(scratch.path("orders.wasm.away"), &orders).expect("restore the handler");
+    host.eventually("orders to be back", || {
+        let handlers = host.cli_json(&["handlers", "--json"]);
+        let listed = handlers["handlers"].as_array().map_or(0, Vec::len);
+        (listed == 2).then_some(())
+    });
+    host.cli(&["skip", &id(&blocker)]).expect_code(0);
+    host.wait_status("s-parked", &parked, "Completed");
+}
