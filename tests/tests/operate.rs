@@ -696,3 +696,194 @@ fn publish_says_whether_an_event_for_a_handler_that_does_not_load_waits_or_reach
     scratch.install("billing", "orders", "orders");
     host.wait_status("s-2", &waiting, "Completed");
 }
+
+/// An order `orders` dead-letters at once (no lines).
+fn empty_order(id: &str) -> String {
+    json!({"OrderId": id, "Customer": "acme", "Total": 0.0, "Lines": []}).to_string()
+}
+
+/// `dlq list --limit N` caps each endpoint's listing, so a busy endpoint
+/// hides no other, and a listing cut at its limit says so on stderr;
+/// `events` says the same when more events match than it shows.
+#[test]
+fn a_listing_cut_at_its_limit_says_so_and_the_dead_letter_limit_is_per_endpoint() {
+    let scratch = Scratch::new();
+    scratch.install("audit", "orders", "orders");
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    // Each endpoint gets its copy of each: two dead letters at each.
+    publish(&host, "OrderPlaced", "s-1", &empty_order("o-1"));
+    publish(&host, "OrderPlaced", "s-2", &empty_order("o-2"));
+    host.eventually("four dead letters", || {
+        let listed = host.cli_json(&["dlq", "list", "--json"]);
+        (listed.as_array().map_or(0, Vec::len) == 4).then_some(())
+    });
+
+    let cut = host.cli(&["dlq", "list", "--limit", "1"]);
+    cut.expect_code(0);
+    let rows: Vec<String> = cut.stdout().lines().skip(1).map(str::to_owned).collect();
+    assert!(
+        rows.len() == 2 && rows[0].starts_with("audit") && rows[1].starts_with("billing"),
+        "one row per endpoint:\n{}",
+        cut.stdout()
+    );
+    for endpoint in ["audit", "billing"] {
+        assert!(
+            cut.stderr().contains(&format!(
+                "note: {endpoint} has more dead-lettered messages than the 1 shown; --limit N \
+                 shows more"
+            )),
+            "{}",
+            cut.stderr()
+        );
+    }
+    let json = host.cli(&[
+        "dlq",
+        "list",
+        "--endpoint",
+        "billing",
+        "--limit",
+        "1",
+        "--json",
+    ]);
+    json.expect_code(0);
+    assert_eq!(json.json().as_array().map_or(0, Vec::len), 1);
+    assert!(
+        json.stderr().contains("note: billing has more"),
+        "{}",
+        json.stderr()
+    );
+    // Exactly the limit is all there is: no note.
+    let whole = host.cli(&["dlq", "list", "--limit", "2"]);
+    whole.expect_code(0);
+    assert_eq!(whole.stdout().lines().count(), 5, "{}", whole.stdout());
+    assert!(!whole.stderr().contains("note:"), "{}", whole.stderr());
+
+    let events = host.cli(&["events", "--endpoint", "billing", "--limit", "1"]);
+    events.expect_code(0);
+    assert!(
+        events
+            .stderr()
+            .contains("note: more events match than the 1 shown"),
+        "{}",
+        events.stderr()
+    );
+    let events = host.cli(&["events", "--endpoint", "billing", "--limit", "2"]);
+    events.expect_code(0);
+    assert!(!events.stderr().contains("note:"), "{}", events.stderr());
+}
+
+/// `dlq replay --all` that leaves everything in place says so once, with
+/// the reason's own advice (not a second `--force` hint), and prints no
+/// empty table beside it.
+#[test]
+fn a_replay_that_leaves_every_message_says_so_without_an_empty_table() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    let published = publish(&host, "OrderPlaced", "s-dl", &empty_order("o-9"));
+    let event = host.wait_status("s-dl", &published, "DeadLettered");
+    host.cli(&["resubmit", &id(&event), "--data", &order("o-9", false)])
+        .expect_code(0);
+    host.wait_status("s-dl", &published, "Completed");
+
+    let all = host.cli(&["dlq", "replay", "--endpoint", "billing", "--all"]);
+    all.expect_code(0);
+    assert_eq!(
+        all.stdout().trim(),
+        "replayed 0, left 1 (see above)",
+        "{}",
+        all.stdout()
+    );
+    let stderr = all.stderr();
+    assert_eq!(stderr.matches("left in place:").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("(force the replay to do it anyway)") && !stderr.contains("--force"),
+        "{stderr}"
+    );
+}
+
+/// A handler that serves the type at one endpoint while another's does not
+/// load but its kept forwarding carries the type: `publish` names where the
+/// event's copy waits.
+#[test]
+fn publish_names_where_a_copy_waits_even_when_another_endpoint_handles_it() {
+    let scratch = Scratch::new();
+    scratch.install("audit", "orders", "orders");
+    let billing = scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    let first = publish(&host, "OrderPlaced", "s-1", &order("o-1", false));
+    host.wait_status("s-1", &first, "Completed");
+    host.terminate();
+
+    std::fs::write(&billing, b"not a component").expect("break billing's component");
+    let host = RunningHost::start(&scratch, "");
+    let run = host.cli(&[
+        "publish",
+        "--event-type",
+        "OrderPlaced",
+        "--session",
+        "s-2",
+        "--data",
+        &order("o-2", false),
+    ]);
+    run.expect_code(0);
+    assert!(
+        run.stderr().contains(
+            "note: OrderPlaced is handled at audit now; its copy for billing waits in its queue"
+        ) && run.stderr().contains("until it is fixed"),
+        "{}",
+        run.stderr()
+    );
+}
+
+/// `retention = "Forever"` is taken as `"forever"`; an unknown event id
+/// then has no pruning hint, while the default period is named.
+#[test]
+fn an_unknown_event_names_the_retention_period_and_forever_is_case_insensitive() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    let run = host.cli(&["event", "gone"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr().contains("no event 'gone'")
+            && run
+                .stderr()
+                .contains("removed 30days after its last update ([resolver] retention)"),
+        "{}",
+        run.stderr()
+    );
+    host.terminate();
+
+    let host = RunningHost::start(&scratch, "[resolver]\nretention = \"Forever\"\n");
+    let run = host.cli(&["event", "gone"]);
+    run.expect_code(1);
+    assert!(
+        run.stderr().contains("no event 'gone'") && !run.stderr().contains("retention"),
+        "{}",
+        run.stderr()
+    );
+}
+
+/// An endpoint whose handler file does not load is listed by `nimbus
+/// handlers`; `nimbus events --endpoint` takes it too.
+#[test]
+fn events_of_an_endpoint_whose_handler_does_not_load_are_listed_not_refused() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    scratch.write("handlers/shipping/labels.wasm", b"not a component");
+    let host = RunningHost::start(&scratch, "");
+    let handlers = host.cli_json(&["handlers", "--json"]);
+    assert!(
+        handlers["handlers"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .any(|h| h["endpoint"] == "shipping" && h["status"] == "failed"),
+        "{handlers:#}"
+    );
+    let run = host.cli(&["events", "--endpoint", "shipping"]);
+    run.expect_code(0);
+    assert_eq!(run.stdout(), "no events\n");
+}

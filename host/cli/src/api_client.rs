@@ -21,6 +21,18 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Query parameters: absent values are left out.
 pub(crate) type Query<'a> = [(&'a str, Option<String>)];
 
+/// The header with which a listing says it was cut at its limit while
+/// more matched.
+const TRUNCATED_HEADER: &str = "x-nimbus-truncated";
+
+/// A listing's answer.
+pub(crate) struct Listing {
+    /// The JSON body.
+    pub(crate) value: Value,
+    /// The `X-Nimbus-Truncated` header: what has more than it lists.
+    pub(crate) truncated: Option<String>,
+}
+
 /// The API of one running host.
 pub(crate) struct ApiClient {
     base: String,
@@ -48,6 +60,12 @@ impl ApiClient {
 
     /// `GET path?query`.
     pub(crate) fn get(&self, path: &str, query: &Query<'_>) -> anyhow::Result<Value> {
+        self.listing(path, query).map(|listed| listed.value)
+    }
+
+    /// `GET path?query` of a listing: the answer and whether the host cut
+    /// it at its limit (the `X-Nimbus-Truncated` header, if any).
+    pub(crate) fn listing(&self, path: &str, query: &Query<'_>) -> anyhow::Result<Listing> {
         let url = format!("{}{path}", self.base);
         let mut request = self.agent.get(&url);
         for (key, value) in query {
@@ -55,7 +73,15 @@ impl ApiClient {
                 request = request.query(*key, value);
             }
         }
-        self.finish(&url, request.call())
+        let response = request.call();
+        let truncated = response.as_ref().ok().and_then(|r| {
+            r.headers()
+                .get(TRUNCATED_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        });
+        let value = self.finish(&url, response)?;
+        Ok(Listing { value, truncated })
     }
 
     /// `POST path` with a JSON body.

@@ -68,7 +68,8 @@ pub(crate) struct EventsArgs {
     /// Only events of this session.
     #[arg(long, value_name = "ID")]
     pub(crate) session: Option<String>,
-    /// At most this many events, most recently updated first.
+    /// At most this many events, most recently updated first [default:
+    /// 1000]; a note on stderr says when more match.
     #[arg(long, value_name = "N")]
     pub(crate) limit: Option<usize>,
     /// Print JSON instead of a table.
@@ -180,6 +181,10 @@ pub(crate) struct DlqListArgs {
     /// Only this endpoint's dead letters.
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
+    /// At most this many dead letters per endpoint, oldest first [default:
+    /// 1000]; a note on stderr names an endpoint that has more.
+    #[arg(long, value_name = "N")]
+    pub(crate) limit: Option<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,

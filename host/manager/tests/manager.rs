@@ -951,6 +951,9 @@ async fn an_event_named_by_its_message_id_is_acted_on_when_that_is_one_event() {
         ("shipping-event", "shipping")
     );
     let error = h.manager.skip("no-such-message", None).await.unwrap_err();
-    assert!(matches!(error, ManagerError::UnknownEvent { .. }), "{error}");
+    assert!(
+        matches!(error, ManagerError::UnknownEvent { .. }),
+        "{error}"
+    );
     h.stop().await;
 }

@@ -64,7 +64,13 @@ async fn blocked_and_parked_sessions_of_every_endpoint_are_in_use() {
     drained.park();
     drained.unpark();
     set_state(&broker, &billing, "s-idle", drained.to_bytes()).await;
-    set_state(&broker, &billing, "s-garbled", b"not session state".to_vec()).await;
+    set_state(
+        &broker,
+        &billing,
+        "s-garbled",
+        b"not session state".to_vec(),
+    )
+    .await;
 
     let in_use = sessions_in_use(&broker).await.unwrap();
     let expected: BTreeSet<(String, String)> = [

@@ -305,7 +305,9 @@ impl<'de> Deserialize<'de> for Retention {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         let text = text.trim();
-        if text == "forever" {
+        // Operators write `Forever` as readily as `forever`; the word is
+        // not a duration, so no spelling of it can be ambiguous.
+        if text.eq_ignore_ascii_case("forever") {
             return Ok(Retention::Forever);
         }
         humantime::parse_duration(text)
@@ -521,6 +523,17 @@ mod tests {
                 .retention,
             Retention::Forever
         );
+        for spelling in ["Forever", "FOREVER", " forever "] {
+            assert_eq!(
+                parse(&format!("[resolver]\nretention = \"{spelling}\"\n"))
+                    .unwrap()
+                    .config
+                    .resolver
+                    .retention,
+                Retention::Forever,
+                "{spelling}"
+            );
+        }
         assert_eq!(
             parse("[resolver]\nretention = \"12h\"\n")
                 .unwrap()

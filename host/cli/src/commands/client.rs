@@ -38,7 +38,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Events(args) => {
-            let events = client.get(
+            let listing = client.listing(
                 "/api/events",
                 &[
                     ("endpoint", args.endpoint),
@@ -47,10 +47,19 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     ("limit", args.limit.map(|n| n.to_string())),
                 ],
             )?;
+            let events = &listing.value;
             if args.json {
-                print_json(&events)?;
+                print_json(events)?;
             } else {
-                out!("{}", events_table(&events));
+                out!("{}", events_table(events));
+            }
+            // A listing cut at its limit looks like a complete one: say so.
+            if listing.truncated.is_some() {
+                let shown = events.as_array().map_or(0, Vec::len);
+                eprintln!(
+                    "note: more events match than the {shown} shown (most recently updated \
+                     first); --limit N shows more"
+                );
             }
         }
         Command::Event(args) => {
@@ -118,11 +127,37 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Dlq(DlqCommand::List(args)) => {
-            let listed = client.get("/api/dlq", &[("endpoint", args.endpoint)])?;
+            let listing = client.listing(
+                "/api/dlq",
+                &[
+                    ("endpoint", args.endpoint),
+                    ("limit", args.limit.map(|n| n.to_string())),
+                ],
+            )?;
+            let listed = &listing.value;
             if args.json {
-                print_json(&listed)?;
+                print_json(listed)?;
             } else {
-                out!("{}", dead_letters_table(&listed));
+                out!("{}", dead_letters_table(listed));
+            }
+            // A listing cut at its limit looks like a complete one: say so.
+            for endpoint in listing
+                .truncated
+                .iter()
+                .flat_map(|t| t.split(','))
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+            {
+                let shown = listed
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|d| d["endpoint"] == endpoint)
+                    .count();
+                eprintln!(
+                    "note: {endpoint} has more dead-lettered messages than the {shown} shown; \
+                     --limit N shows more"
+                );
             }
         }
         Command::Dlq(DlqCommand::Replay(args)) => {
@@ -141,10 +176,21 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                 print_json(&answer)?;
             } else {
                 let replayed = answer["replayed"].as_array().map_or(0, Vec::len);
-                outln!("replayed {replayed} dead-lettered message(s)");
-                out!("{}", dead_letters_table(&answer["replayed"]));
-                for left in answer["left"].as_array().into_iter().flatten() {
-                    eprintln!("left in place: {} (--force replays it)", text(&left["why"]));
+                let left: Vec<&Value> = answer["left"].as_array().into_iter().flatten().collect();
+                // A table of nothing ("no dead-lettered messages") beside
+                // messages left in place would contradict them.
+                if replayed > 0 || left.is_empty() {
+                    outln!("replayed {replayed} dead-lettered message(s)");
+                }
+                if replayed > 0 {
+                    out!("{}", dead_letters_table(&answer["replayed"]));
+                }
+                for left in &left {
+                    let why = text(&left["why"]);
+                    eprintln!("left in place: {why}{}", left_hint(&why));
+                }
+                if !left.is_empty() {
+                    outln!("replayed {replayed}, left {} (see above)", left.len());
                 }
             }
         }
@@ -491,6 +537,18 @@ fn handlers_table(handlers: &Value) -> String {
     out
 }
 
+/// What to do about a dead-lettered message `dlq replay --all` left, given
+/// why (the API gives the reason as text only). A settled event's reason
+/// already says to force the replay; a lock that lapsed during a long pass
+/// needs only another pass, where `--force` would change nothing.
+fn left_hint(why: &str) -> &'static str {
+    if why.to_ascii_lowercase().contains("lock lost") {
+        " (its lock lapsed during the pass; run the replay again)"
+    } else {
+        ""
+    }
+}
+
 /// Says on stderr when a published event reaches no handler now: where it
 /// waits (an endpoint whose handler does not load but whose forwarding
 /// carries the type) or that nothing will receive it.
@@ -503,11 +561,31 @@ fn publish_note(event_type: &str, answer: &Value) {
             .map(text)
             .collect()
     };
-    if !names("consumed_by").is_empty() {
-        return;
-    }
+    let consumed_by = names("consumed_by");
     let waiting_at = names("waiting_at");
     let not_loading = names("not_loading");
+    if !consumed_by.is_empty() {
+        // Handled now where it loads; a copy also waits where it does not.
+        if !waiting_at.is_empty() {
+            eprintln!(
+                "note: {event_type} is handled at {} now; its copy for {} waits in {} queue \
+                 (a handler that does not load, see `nimbus handlers`) until {} fixed",
+                consumed_by.join(", "),
+                waiting_at.join(", "),
+                if waiting_at.len() == 1 {
+                    "its"
+                } else {
+                    "their"
+                },
+                if waiting_at.len() == 1 {
+                    "it is"
+                } else {
+                    "they are"
+                },
+            );
+        }
+        return;
+    }
     if !waiting_at.is_empty() {
         eprintln!(
             "note: no handler serves {event_type} now; the event waits in the queue of {} \
@@ -525,5 +603,26 @@ fn publish_note(event_type: &str, answer: &Value) {
         );
     } else {
         eprintln!("note: no handler consumes {event_type} now; the event reaches no endpoint");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::left_hint;
+
+    /// The reasons as the Manager words them (`ManagerError::Replay` over
+    /// `SettleError::LockLost`, and `ManagerError::EventAlreadySettled`).
+    #[test]
+    fn a_lapsed_lock_is_advised_another_pass_and_a_settled_event_no_second_force_hint() {
+        let lock_lost = "replaying dead-lettered message sequence number 7 of billing/billing: \
+                         lock lost on message 'm-7'";
+        assert_eq!(
+            left_hint(lock_lost),
+            " (its lock lapsed during the pass; run the replay again)"
+        );
+        let settled = "event 'e-1' at 'billing' is Completed since this message was \
+                       dead-lettered; replaying sequence number 7 would run it again (force the \
+                       replay to do it anyway)";
+        assert_eq!(left_hint(settled), "");
     }
 }

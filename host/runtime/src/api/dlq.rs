@@ -3,11 +3,13 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
 use nimbus_manager::{DeadLetter, DeadLetterId};
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{ApiQuery, given, json};
 use crate::api::endpoints::known_endpoints;
+use crate::api::events::TRUNCATED_HEADER;
 use crate::api::{ApiError, ApiState};
 
 /// Filters.
@@ -21,7 +23,7 @@ pub(crate) struct DlqQuery {
 pub(crate) async fn list(
     State(state): State<ApiState>,
     ApiQuery(query): ApiQuery<DlqQuery>,
-) -> Result<Json<Vec<DeadLetter>>, ApiError> {
+) -> Result<(HeaderMap, Json<Vec<DeadLetter>>), ApiError> {
     if query.limit == Some(0) {
         return Err(ApiError::bad_request("limit: must be at least 1"));
     }
@@ -29,24 +31,35 @@ pub(crate) async fn list(
         Some(endpoint) => vec![endpoint],
         None => known_endpoints(&state).await?,
     };
-    // The limit caps the whole listing, across endpoints.
+    // The limit caps each endpoint's listing, not the whole: one busy
+    // endpoint must not hide every endpoint after it in the listing.
     let limit = query
         .limit
         .unwrap_or(nimbus_manager::DEFAULT_DEAD_LETTER_LIMIT);
     let mut listed = Vec::new();
+    let mut truncated = Vec::new();
     for endpoint in endpoints {
-        let remaining = limit.saturating_sub(listed.len());
-        if remaining == 0 {
-            break;
+        // One more than the limit tells "exactly the limit" from "more".
+        let mut held = state
+            .manager
+            .dead_letters(&endpoint, Some(limit.saturating_add(1)))
+            .await?;
+        if held.len() > limit {
+            held.truncate(limit);
+            truncated.push(endpoint);
         }
-        listed.extend(
-            state
-                .manager
-                .dead_letters(&endpoint, Some(remaining))
-                .await?,
-        );
+        listed.extend(held);
     }
-    Ok(Json(listed))
+    let mut headers = HeaderMap::new();
+    // The body stays a plain array (what scripts already read); which
+    // endpoints have more than they show travels beside it. Endpoint names
+    // are plain ASCII (the broker's entity names), so the value is valid.
+    if !truncated.is_empty()
+        && let Ok(value) = HeaderValue::from_str(&truncated.join(", "))
+    {
+        headers.insert(TRUNCATED_HEADER, value);
+    }
+    Ok((headers, Json(listed)))
 }
 
 /// `POST /api/dlq/replay`: one message (by sequence number or message id)

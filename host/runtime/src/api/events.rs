@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue};
 use nimbus_manager::Sent;
 use nimbus_resolver::{EventDetail, EventFilter, EventRecord, ResolverStore as _, Status};
 use nimbus_transport::{Admin as _, AdminError, SubscriptionPath};
@@ -11,9 +12,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::body::{ApiQuery, given, json};
 use crate::api::{ApiError, ApiState};
+use crate::config::Retention;
 
 /// The most records one listing returns when the caller sets no limit.
 const DEFAULT_LIMIT: usize = 1000;
+
+/// The response header saying a listing was cut at its limit while more
+/// matched: on `/api/events`, `true`; on `/api/dlq`, the endpoints (comma
+/// separated) that have more dead letters than listed. A header, so the
+/// body stays the plain JSON array scripts already read.
+pub(crate) const TRUNCATED_HEADER: &str = "x-nimbus-truncated";
 
 /// `GET /api/events` filters.
 #[derive(Debug, Deserialize)]
@@ -28,7 +36,7 @@ pub(crate) struct EventsQuery {
 pub(crate) async fn list(
     State(state): State<ApiState>,
     ApiQuery(query): ApiQuery<EventsQuery>,
-) -> Result<Json<Vec<EventRecord>>, ApiError> {
+) -> Result<(HeaderMap, Json<Vec<EventRecord>>), ApiError> {
     let status = given(query.status)
         .map(|s| s.parse::<Status>())
         .transpose()
@@ -37,30 +45,49 @@ pub(crate) async fn list(
         return Err(ApiError::bad_request("limit: must be at least 1"));
     }
     let endpoint = given(query.endpoint);
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     let filter = EventFilter {
         endpoint: endpoint.clone(),
         status,
         session_id: given(query.session),
-        limit: Some(query.limit.unwrap_or(DEFAULT_LIMIT)),
+        // One more than the limit tells "exactly the limit" from "more".
+        limit: Some(limit.saturating_add(1)),
     };
-    let records = state.read_store(move |store| store.events(&filter)).await?;
+    let mut records = state.read_store(move |store| store.events(&filter)).await?;
+    let mut headers = HeaderMap::new();
+    if records.len() > limit {
+        records.truncate(limit);
+        headers.insert(TRUNCATED_HEADER, HeaderValue::from_static("true"));
+    }
     if records.is_empty()
         && let Some(endpoint) = endpoint
     {
         check_endpoint_exists(&state, &endpoint).await?;
     }
-    Ok(Json(records))
+    Ok((headers, Json(records)))
 }
 
 /// Tells a mistyped endpoint from one with nothing to list: an endpoint
-/// the Resolver has no record of and the broker has no subscription for
-/// is unknown. (One retired since keeps its records, so it lists them.)
+/// the Resolver has no record of, the registry has no handler file for and
+/// the broker has no subscription for is unknown. (One retired since keeps
+/// its records, so it lists them.) The registry counts a handler that does
+/// not load: `nimbus handlers` lists it, and a host that never served it
+/// has no subscription for it yet.
 async fn check_endpoint_exists(state: &ApiState, endpoint: &str) -> Result<(), ApiError> {
+    if state
+        .registry
+        .snapshot()
+        .handlers()
+        .any(|h| h.key.endpoint == endpoint)
+    {
+        return Ok(());
+    }
     let path = SubscriptionPath::new(endpoint, endpoint);
     match state.broker.get_subscription(&path).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) | Err(AdminError::NotFound { .. }) => Err(ApiError::not_found(format!(
-            "no endpoint '{endpoint}' (no subscription {path} and no events recorded for it)"
+            "no endpoint '{endpoint}' (no handler file, no subscription {path} and no events \
+             recorded for it)"
         ))),
         Err(other) => Err(ApiError::internal(format!(
             "looking up the subscription {path}: {other}"
@@ -103,7 +130,8 @@ pub(crate) async fn detail(
         .await?;
     let Some(first) = endpoints.first() else {
         return Err(ApiError::not_found(format!(
-            "no event '{id}' is known to the Resolver (nor a message with that id)"
+            "no event '{id}' is known to the Resolver (nor a message with that id){}",
+            pruned_hint(state.retention)
         )));
     };
     let first_id = &first.record.event_id;
@@ -116,6 +144,20 @@ pub(crate) async fn detail(
         message_id: Some(id),
         endpoints,
     }))
+}
+
+/// Why an id the operator saw may be unknown now: the Resolver removes an
+/// event that needs nothing more once `[resolver] retention` has passed.
+/// Nothing to say when it keeps every event.
+fn pruned_hint(retention: Retention) -> String {
+    match retention {
+        Retention::Forever => String::new(),
+        Retention::For(period) => format!(
+            "; an event that needs nothing more (Completed, Skipped, Unsupported) is removed \
+             {} after its last update ([resolver] retention)",
+            humantime::format_duration(period)
+        ),
+    }
 }
 
 /// `POST .../resubmit`.

@@ -8,6 +8,7 @@ use nimbus_manager::Manager;
 use nimbus_resolver::{ResolverStore, SqliteResolverStore};
 use nimbus_sandbox::Registry;
 
+use crate::config::Retention;
 use crate::host::{DEFAULT_PRODUCER, Host};
 
 /// The state every route handler gets; cheap to clone.
@@ -20,6 +21,8 @@ pub struct ApiState {
     /// Producer topics named in the configuration (plus the default one);
     /// endpoint topics are producers too, looked up live.
     pub(crate) producers: Arc<BTreeSet<String>>,
+    /// `[resolver] retention`: an unknown event id may be one pruned.
+    pub(crate) retention: Retention,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -49,6 +52,7 @@ impl ApiState {
             store: Arc::clone(host.resolver()),
             manager: Arc::new(Manager::new(Arc::clone(host.broker()), store)),
             producers: Arc::new(producers),
+            retention: host.config().config.resolver.retention,
         }
     }
 

@@ -38,12 +38,19 @@ fn guest(name: &str) -> PathBuf {
 /// A host on `root` with `orders` serving endpoint `billing` and
 /// `erp_import` serving endpoint `erp`.
 async fn start(root: &Path) -> Host {
-    for (endpoint, name) in [("billing", "orders"), ("erp", "erp_import")] {
+    start_with(root, &[("billing", "orders"), ("erp", "erp_import")], "").await
+}
+
+/// A host on `root` serving each (endpoint, component) of `handlers`, with
+/// `extra` TOML after the test settings.
+async fn start_with(root: &Path, handlers: &[(&str, &str)], extra: &str) -> Host {
+    for (endpoint, name) in handlers {
         let dir = root.join("handlers").join(endpoint);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(guest(name), dir.join(format!("{name}.wasm"))).unwrap();
     }
-    let text = r#"
+    let text = format!(
+        r#"
 [broker]
 durability = "os"
 lock_duration = "5s"
@@ -52,8 +59,10 @@ session_idle_timeout = "200ms"
 shutdown_grace = "10s"
 [sandbox]
 timeout = "20s"
-"#;
-    let config = Config::parse(text, &root.join("nimbus.toml"), root).unwrap();
+{extra}
+"#
+    );
+    let config = Config::parse(&text, &root.join("nimbus.toml"), root).unwrap();
     Host::start(config).await.unwrap()
 }
 
@@ -61,6 +70,27 @@ struct Api(axum::Router);
 
 impl Api {
     async fn call(&self, method: Method, uri: &str, body: Option<&str>) -> (StatusCode, Value) {
+        let (status, _, value) = self.call_with_headers(method, uri, body).await;
+        (status, value)
+    }
+
+    /// A GET that must succeed: its body and its `x-nimbus-truncated`
+    /// header, if any.
+    async fn listing(&self, uri: &str) -> (Value, Option<String>) {
+        let (status, headers, value) = self.call_with_headers(Method::GET, uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{uri}: {value}");
+        let truncated = headers
+            .get("x-nimbus-truncated")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (value, truncated)
+    }
+
+    async fn call_with_headers(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<&str>,
+    ) -> (StatusCode, axum::http::HeaderMap, Value) {
         let request = Request::builder()
             .method(method)
             .uri(uri)
@@ -69,6 +99,7 @@ impl Api {
             .unwrap();
         let response = self.0.clone().oneshot(request).await.unwrap();
         let status = response.status();
+        let headers = response.headers().clone();
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
             .unwrap();
@@ -78,7 +109,7 @@ impl Api {
                 String::from_utf8_lossy(&bytes)
             )
         });
-        (status, value)
+        (status, headers, value)
     }
 
     async fn post(&self, uri: &str, body: &Value) -> (StatusCode, Value) {
@@ -676,5 +707,149 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
     );
     assert_eq!(status_of("shipping"), (json!("failed"), true, false));
 
+    host.shutdown().await;
+}
+
+/// An order the `orders` handler dead-letters at once (no lines).
+fn empty_order(id: &str) -> Value {
+    json!({"OrderId": id, "Customer": "acme", "Total": 0.0, "Lines": []})
+}
+
+/// `/api/dlq`'s limit is per endpoint, so a busy endpoint hides no other;
+/// the header names each endpoint that has more than it lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_limit_applies_per_endpoint_and_names_those_cut() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start_with(
+        root.path(),
+        &[("audit", "orders"), ("billing", "orders")],
+        "",
+    )
+    .await;
+    let api = Api(router(ApiState::new(&host)));
+    // Two dead letters at each endpoint (each gets its own copy).
+    for (session, id) in [("s-1", "o-1"), ("s-2", "o-2")] {
+        api.publish("OrderPlaced", session, empty_order(id)).await;
+    }
+    let started = Instant::now();
+    loop {
+        let (all, _) = api.listing("/api/dlq").await;
+        if all.as_array().unwrap().len() == 4 {
+            break;
+        }
+        assert!(started.elapsed() < DEADLINE, "never 4 dead letters: {all}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let endpoints = |listed: &Value| -> Vec<String> {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["endpoint"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    let (one_each, truncated) = api.listing("/api/dlq?limit=1").await;
+    assert_eq!(endpoints(&one_each), ["audit", "billing"], "{one_each}");
+    assert_eq!(truncated.as_deref(), Some("audit, billing"));
+
+    let (billing, truncated) = api.listing("/api/dlq?endpoint=billing&limit=1").await;
+    assert_eq!(endpoints(&billing), ["billing"]);
+    assert_eq!(truncated.as_deref(), Some("billing"));
+
+    // Exactly the limit is not "more".
+    let (two_each, truncated) = api.listing("/api/dlq?limit=2").await;
+    assert_eq!(two_each.as_array().unwrap().len(), 4, "{two_each}");
+    assert_eq!(truncated, None);
+
+    host.shutdown().await;
+}
+
+/// `/api/events` says with its header when more events match than it
+/// lists; exactly the limit is not more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_listing_cut_at_its_limit_says_so() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+    for (session, id) in [("s-1", "o-1"), ("s-2", "o-2")] {
+        let message_id = api.publish("OrderPlaced", session, order(id, false)).await;
+        api.wait_status("billing", session, &message_id, "Completed")
+            .await;
+    }
+    let (one, truncated) = api.listing("/api/events?endpoint=billing&limit=1").await;
+    assert_eq!(one.as_array().unwrap().len(), 1, "{one}");
+    assert_eq!(truncated.as_deref(), Some("true"));
+    let (two, truncated) = api.listing("/api/events?endpoint=billing&limit=2").await;
+    assert_eq!(two.as_array().unwrap().len(), 2, "{two}");
+    assert_eq!(truncated, None);
+    let (all, truncated) = api.listing("/api/events").await;
+    assert_eq!(all.as_array().unwrap().len(), 2, "{all}");
+    assert_eq!(truncated, None);
+
+    host.shutdown().await;
+}
+
+/// An endpoint whose only handler file does not load is known (`nimbus
+/// handlers` lists it), though the broker has no subscription for it: its
+/// events list as empty, not as an unknown endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_an_endpoint_whose_handler_does_not_load_list_empty() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+    let broken = root.path().join("handlers").join("shipping");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("labels.wasm"), b"not a component").unwrap();
+    host.registry().reconcile().unwrap();
+
+    let (listed, _) = api.listing("/api/events?endpoint=shipping").await;
+    assert_eq!(listed, json!([]));
+    let (status, value) = api
+        .call(Method::GET, "/api/events?endpoint=shiping", None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{value}");
+
+    host.shutdown().await;
+}
+
+/// An unknown event id may be one the Resolver pruned: the 404 says so,
+/// with the configured period; with retention forever it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_event_id_names_the_retention_period_unless_events_are_kept_forever() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start_with(
+        root.path(),
+        &[("billing", "orders")],
+        "[resolver]\nretention = \"12h\"\n",
+    )
+    .await;
+    let api = Api(router(ApiState::new(&host)));
+    let (status, value) = api.call(Method::GET, "/api/events/gone", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{value}");
+    let error = value["error"].as_str().unwrap();
+    assert!(
+        error.contains("no event 'gone'")
+            && error.contains("Completed, Skipped, Unsupported")
+            && error.contains("removed 12h after its last update ([resolver] retention)"),
+        "{error}"
+    );
+    host.shutdown().await;
+
+    let root = tempfile::tempdir().unwrap();
+    let host = start_with(
+        root.path(),
+        &[("billing", "orders")],
+        "[resolver]\nretention = \"Forever\"\n",
+    )
+    .await;
+    let api = Api(router(ApiState::new(&host)));
+    let (status, value) = api.call(Method::GET, "/api/events/gone", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{value}");
+    let error = value["error"].as_str().unwrap();
+    assert!(
+        error.contains("no event 'gone'") && !error.contains("retention"),
+        "{error}"
+    );
     host.shutdown().await;
 }
