@@ -253,10 +253,10 @@ impl<T: Transport> Manager<T> {
     /// cap on how many.
     ///
     /// One pass per queue, each message replayed as soon as it is received
-    /// (so no lock lapses however long the queue). A message seen before in
-    /// this pass (by message id or sequence number) is held and left: one
-    /// that fails and is dead-lettered again during the pass is not
-    /// replayed a second time, so the pass ends. Messages it does not move
+    /// (so no lock lapses however long the queue). A message whose id this
+    /// pass has seen is held and left: one that fails and is dead-lettered
+    /// again during the pass is not replayed a second time, so the pass
+    /// ends. Messages it does not move
     /// (an event since settled or no longer known, unless `force`; a lapsed
     /// lock) stay dead-lettered and are named in [`ReplayedAll::left`] with
     /// the reason.
@@ -315,18 +315,27 @@ impl<T: Transport> Manager<T> {
                     });
                 }
             };
-            let again = !seen_sequence_numbers.insert(message.sequence_number)
-                | message
-                    .message
-                    .message_id
-                    .as_ref()
-                    .is_some_and(|id| !seen_ids.insert(id.clone()));
-            if again {
-                // Held (so not received again) and released at close.
+            // The same entry again: a held message whose lock lapsed.
+            if !seen_sequence_numbers.insert(message.sequence_number) {
                 continue;
             }
             let described = describe(endpoint, path, &message);
             let which = DeadLetterId::SequenceNumber(message.sequence_number);
+            // Another entry with a message id this pass has seen: most often
+            // a message replayed a moment ago that failed and came back.
+            // Held (so not received again), left, and said so.
+            if let Some(id) = &message.message.message_id
+                && !seen_ids.insert(id.clone())
+            {
+                done.left.push((
+                    described,
+                    ManagerError::SeenInThisPass {
+                        message_id: id.clone(),
+                        which: which.to_string(),
+                    },
+                ));
+                continue;
+            }
             if !force
                 && let Some(refusal) = self.refusal(endpoint, path, &described, &which).await?
             {

@@ -141,6 +141,19 @@ pub enum ManagerError {
         /// The message asked for.
         which: String,
     },
+    /// A replay of a whole queue met a message id it had already seen in
+    /// this pass: left for the operator to replay on its own.
+    #[error(
+        "dead-lettered message {which} has MessageId '{message_id}', like one this pass already \
+         replayed (it failed and was dead-lettered again, or the id is reused); replay it on its \
+         own if it should run again"
+    )]
+    SeenInThisPass {
+        /// The MessageId.
+        message_id: String,
+        /// The message.
+        which: String,
+    },
     /// A dead-letter queue was named that the endpoint does not have.
     #[error(
         "endpoint '{endpoint}' has no subscription '{subscription}' with a dead-letter queue: name '{endpoint}' (its own) or 'Resolver'"

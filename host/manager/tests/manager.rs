@@ -957,3 +957,35 @@ async fn an_event_named_by_its_message_id_is_acted_on_when_that_is_one_event() {
     );
     h.stop().await;
 }
+
+/// A replay of a whole queue replays a message id once: a second entry
+/// with it (a message that failed again during the pass, or a reused id)
+/// is left and named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_every_dead_letter_replays_a_message_id_once_per_pass() {
+    let mut h = Harness::start(&["billing"]).await;
+    let mut second = forwarded("billing");
+    second.event_id = Some("second-event".into());
+    h.send_and_record("billing", &forwarded("billing")).await;
+    h.send_and_record("billing", &second).await;
+    dead_letter_one(&h, SESSION, "Failed to handle message.").await;
+    dead_letter_one(&h, SESSION, "Failed to handle message.").await;
+
+    let done = h
+        .manager
+        .replay_all_dead_letters("billing", None, false)
+        .await
+        .unwrap();
+    assert_eq!(done.replayed.len(), 1);
+    assert!(
+        matches!(
+            &done.left[..],
+            [(_, ManagerError::SeenInThisPass { message_id, .. })] if message_id == "msg-pub-1"
+        ),
+        "{:?}",
+        done.left
+    );
+    let still = h.manager.dead_letters("billing", None).await.unwrap();
+    assert_eq!(still.len(), 1, "the second stays dead-lettered");
+    h.stop().await;
+}

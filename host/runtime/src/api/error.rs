@@ -75,6 +75,7 @@ impl From<ManagerError> for ApiError {
             ManagerError::NotPendingHandoff { .. }
             | ManagerError::EventAlreadySettled { .. }
             | ManagerError::EventNotRecorded { .. }
+            | ManagerError::SeenInThisPass { .. }
             | ManagerError::MissingCoordinate { .. }
             | ManagerError::MissingPayload { .. } => ApiError::conflict(message),
             _ => ApiError::internal(message),
