@@ -461,6 +461,10 @@ fn a_dead_lettered_event_is_listed_with_its_message_id_and_replayed_by_it() {
         "{}",
         refused.stderr()
     );
+    let as_json = host.cli_json(&["dlq", "replay", "--endpoint", "billing", "--all", "--json"]);
+    assert_eq!(as_json["replayed"], json!([]), "{as_json:#}");
+    assert_eq!(as_json["left"][0]["reason"], "settled", "{as_json:#}");
+    assert!(as_json.get("stopped").is_none(), "{as_json:#}");
     let all = host.cli(&["dlq", "replay", "--endpoint", "billing", "--all"]);
     all.expect_code(0);
     assert!(all.stdout().contains("replayed 0"), "{}", all.stdout());

@@ -105,6 +105,9 @@ pub struct ReplayedAll {
     pub replayed: Vec<DeadLetter>,
     /// The messages left dead-lettered, each with why.
     pub left: Vec<(DeadLetter, ManagerError)>,
+    /// Why the pass stopped before the end, if it did: what it moved until
+    /// then is in `replayed` (and may be running already).
+    pub stopped: Option<ManagerError>,
 }
 
 /// The subscriptions of endpoint `E` whose dead-letter queues the Manager
@@ -254,12 +257,14 @@ impl<T: Transport> Manager<T> {
     ///
     /// One pass per queue, each message replayed as soon as it is received
     /// (so no lock lapses however long the queue). A message whose id this
-    /// pass has seen is held and left: one that fails and is dead-lettered
+    /// pass replayed is held and left: one that fails and is dead-lettered
     /// again during the pass is not replayed a second time, so the pass
     /// ends. Messages it does not move
     /// (an event since settled or no longer known, unless `force`; a lapsed
     /// lock) stay dead-lettered and are named in [`ReplayedAll::left`] with
-    /// the reason.
+    /// the reason. A failure part-way ends the pass but still answers
+    /// what was done ([`ReplayedAll::stopped`]); only a refusal before
+    /// anything moved is an `Err`.
     pub async fn replay_all_dead_letters(
         &self,
         endpoint: &str,
@@ -282,7 +287,10 @@ impl<T: Transport> Manager<T> {
                 .await;
             // Closing releases the messages left without counting a delivery.
             receiver.close().await;
-            pass?;
+            if let Err(stopped) = pass {
+                done.stopped = Some(stopped);
+                break;
+            }
         }
         tracing::info!(
             endpoint,
@@ -302,7 +310,7 @@ impl<T: Transport> Manager<T> {
         force: bool,
         done: &mut ReplayedAll,
     ) -> Result<(), ManagerError> {
-        let mut seen_ids = HashSet::new();
+        let mut replayed_ids = HashSet::new();
         let mut seen_sequence_numbers = HashSet::new();
         loop {
             let message = match receiver.receive(END_OF_QUEUE_WAIT).await {
@@ -321,11 +329,11 @@ impl<T: Transport> Manager<T> {
             }
             let described = describe(endpoint, path, &message);
             let which = DeadLetterId::SequenceNumber(message.sequence_number);
-            // Another entry with a message id this pass has seen: most often
-            // a message replayed a moment ago that failed and came back.
-            // Held (so not received again), left, and said so.
+            // Another entry with a message id this pass replayed: most often
+            // the message itself, which failed and came back. Held (so not
+            // received again), left, and said so.
             if let Some(id) = &message.message.message_id
-                && !seen_ids.insert(id.clone())
+                && replayed_ids.contains(id)
             {
                 done.left.push((
                     described,
@@ -342,8 +350,12 @@ impl<T: Transport> Manager<T> {
                 done.left.push((described, refusal));
                 continue;
             }
+            let message_id = message.message.message_id.clone();
             match receiver.replay_dead_letter(message).await {
-                Ok(()) => done.replayed.push(described),
+                Ok(()) => {
+                    replayed_ids.extend(message_id);
+                    done.replayed.push(described);
+                }
                 // Still dead-lettered; another pass will find it.
                 Err(source) if source.kind() == ErrorKind::LockLost => {
                     let why = ManagerError::Replay {

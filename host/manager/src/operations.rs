@@ -134,7 +134,6 @@ impl<T: Transport> Manager<T> {
         self.send(&record, message, Vec::new()).await
     }
 
-    /// The event's record at one endpoint.
     /// [`Manager::find`], or, when no event has the id, the one event whose
     /// history has a message with it (the message id `nimbus publish`
     /// printed, say): an operator may name an event either way.
@@ -172,6 +171,7 @@ impl<T: Transport> Manager<T> {
         }
     }
 
+    /// The event's record at one endpoint.
     pub(crate) async fn find(
         &self,
         event_id: &str,

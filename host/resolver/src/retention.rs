@@ -21,6 +21,9 @@ use crate::sqlite::SqliteResolverStore;
 /// Events deleted per transaction.
 const EVENTS_PER_TRANSACTION: usize = 500;
 
+/// How long a pass pauses between two transactions.
+const PAUSE_BETWEEN_TRANSACTIONS: Duration = Duration::from_millis(20);
+
 /// The longest pause between two passes.
 const MAX_PASS_INTERVAL: Duration = Duration::from_secs(3600);
 
@@ -65,9 +68,12 @@ async fn prune_pass<A: Admin>(
     keep_for: Duration,
     shutdown: &CancellationToken,
 ) -> Result<usize, String> {
-    // Read before the cutoff is set: a session that blocks after this
-    // does so on a response the Resolver records now, which is younger
-    // than the cutoff.
+    // Read before the cutoff is set. A session that blocks after this does
+    // so with a response whose time (its enqueue time, which `updated_ms`
+    // holds) is now, younger than the cutoff. Only a Resolver catching up
+    // on a backlog older than the retention period could record such a
+    // blocker old enough to prune between this read and the pruning; that
+    // narrow window is accepted.
     let in_use = Arc::new(
         sessions_in_use(admin)
             .await
@@ -91,6 +97,9 @@ async fn prune_pass<A: Admin>(
         if deleted < EVENTS_PER_TRANSACTION {
             break;
         }
+        // A first pass over a large store is many transactions on the
+        // recorder's connection: a pause between them lets recording in.
+        tokio::time::sleep(PAUSE_BETWEEN_TRANSACTIONS).await;
     }
     Ok(removed)
 }
@@ -103,16 +112,8 @@ pub async fn sessions_in_use<A: Admin>(
     admin: &A,
 ) -> Result<BTreeSet<(String, String)>, AdminError> {
     let mut in_use = BTreeSet::new();
-    for topic in admin.list_topics().await? {
-        if topic.name.eq_ignore_ascii_case(nimbus_wire::addr::RESOLVER) {
-            continue;
-        }
-        let own = SubscriptionPath::new(topic.name.as_str(), topic.name.as_str());
-        match admin.get_subscription(&own).await {
-            Ok(Some(subscription)) if subscription.settings.requires_session => {}
-            Ok(_) | Err(AdminError::NotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        }
+    for endpoint in nimbus_transport::provision::endpoint_topics(admin).await? {
+        let own = SubscriptionPath::new(endpoint.as_str(), endpoint.as_str());
         let sessions = match admin.list_sessions(&own).await {
             Ok(sessions) => sessions,
             // Deleted between the two calls.
@@ -126,7 +127,7 @@ pub async fn sessions_in_use<A: Admin>(
                     .map_or(true, |state| state.is_blocked() || state.has_parked()),
             };
             if busy {
-                in_use.insert((topic.name.clone(), session.session_id));
+                in_use.insert((endpoint.clone(), session.session_id));
             }
         }
     }

@@ -73,12 +73,14 @@ const HISTORY_COLUMNS: &str =
 
 /// `CREATE TABLE` for `history` under `name`.
 ///
-/// `seq` is a plain rowid alias, not `AUTOINCREMENT`: the history is
-/// append-only (no row is ever deleted), so SQLite's next rowid (the
-/// largest plus one) already numbers rows in the order they were written
-/// and never reuses a number. `AUTOINCREMENT` would add nothing to that
-/// and cost a write of `sqlite_sequence`, one more WAL page per commit
-/// (~4 % of the store's pages in `nimbus bench`).
+/// `seq` is a plain rowid alias, not `AUTOINCREMENT`: rows are only
+/// appended (retention deletes an event's rows together with the event),
+/// so SQLite's next rowid (the largest plus one) numbers rows in the order
+/// they were written. Once retention has removed the newest rows (an idle
+/// store), a number may be used again; nothing refers to a deleted row, so
+/// that is harmless. `AUTOINCREMENT` would cost a write of `sqlite_sequence`,
+/// one more WAL page per commit (~4 % of the store's pages in `nimbus
+/// bench`).
 fn history_table(name: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {name} (
@@ -132,6 +134,10 @@ pub struct SqliteResolverStore {
     /// recorder batch a listing. `None` for an in-memory store, whose one
     /// connection is the database.
     reader: Option<Mutex<Connection>>,
+    /// The database file, for a lookup that scans (by message id): it opens
+    /// a connection of its own rather than hold `reader` from other reads.
+    /// `None` for an in-memory store.
+    path: Option<std::path::PathBuf>,
     refused: AtomicU64,
     /// Declared after `conn`: dropped after it, so its last checkpoint
     /// runs once the writer has closed.
@@ -182,6 +188,7 @@ impl SqliteResolverStore {
             .busy_timeout(std::time::Duration::from_secs(5))
             .map_err(db("setting the read connection's busy timeout"))?;
         store.reader = Some(Mutex::new(reader));
+        store.path = Some(path.to_owned());
         store._checkpointer = Some(
             Checkpointer::start(path, "nimbus-resolver-ckpt", "resolver store").map_err(
                 |e| match e {
@@ -217,6 +224,7 @@ impl SqliteResolverStore {
         Ok(SqliteResolverStore {
             conn: Mutex::new(conn),
             reader: None,
+            path: None,
             refused: AtomicU64::new(0),
             _checkpointer: None,
         })
@@ -244,10 +252,11 @@ impl SqliteResolverStore {
         let tx = write_transaction(&mut conn)?;
         // A temporary table (this connection's, outside the WAL) so the
         // selection skips those sessions in SQL: skipping them afterwards
-        // would select the same kept rows first on every call.
+        // would select the same kept rows first on every call. Endpoints
+        // compare ignoring case, as Service Bus names do.
         tx.execute_batch(
             "CREATE TEMP TABLE IF NOT EXISTS prune_in_use (
-                 endpoint TEXT NOT NULL, session_id TEXT NOT NULL,
+                 endpoint TEXT NOT NULL COLLATE NOCASE, session_id TEXT NOT NULL,
                  PRIMARY KEY (endpoint, session_id));
              DELETE FROM temp.prune_in_use;",
         )
@@ -297,36 +306,7 @@ impl SqliteResolverStore {
     /// The events `sql` selects by its one parameter (event columns, then
     /// `id`), each with its history.
     fn details(&self, sql: &str, key: &str) -> Result<Vec<EventDetail>, StoreError> {
-        let mut reader = self.read();
-        // One snapshot for the rows and their histories: the recorder may
-        // commit between the statements.
-        let conn = reader
-            .transaction()
-            .map_err(db("starting a read transaction"))?;
-        let mut stmt = conn.prepare(sql).map_err(db("reading the event"))?;
-        let records = stmt
-            .query_map(params![key], |r| {
-                Ok((r.get::<_, i64>(EVENT_COLUMN_COUNT)?, event_record(r)?))
-            })
-            .map_err(db("reading the event"))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(db("reading the event"))?;
-        let mut history_stmt = conn
-            .prepare(HISTORY_OF_EVENT_SQL)
-            .map_err(db("reading history"))?;
-        let mut details = Vec::with_capacity(records.len());
-        for (id, record) in records {
-            let record = record?;
-            let history = history_stmt
-                .query_map(params![id], history_entry)
-                .map_err(db("reading history"))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db("reading history"))?
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()?;
-            details.push(EventDetail { record, history });
-        }
-        Ok(details)
+        details_on(&mut self.read(), sql, key)
     }
 
     /// Counts refused writes once their transaction committed.
@@ -359,6 +339,39 @@ impl SqliteResolverStore {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// The events `sql` selects by its one parameter (event columns, then
+/// `id`), each with its history, read on `conn` in one snapshot: the
+/// recorder may commit between the statements.
+fn details_on(conn: &mut Connection, sql: &str, key: &str) -> Result<Vec<EventDetail>, StoreError> {
+    let conn = conn
+        .transaction()
+        .map_err(db("starting a read transaction"))?;
+    let mut stmt = conn.prepare(sql).map_err(db("reading the event"))?;
+    let records = stmt
+        .query_map(params![key], |r| {
+            Ok((r.get::<_, i64>(EVENT_COLUMN_COUNT)?, event_record(r)?))
+        })
+        .map_err(db("reading the event"))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(db("reading the event"))?;
+    let mut history_stmt = conn
+        .prepare(HISTORY_OF_EVENT_SQL)
+        .map_err(db("reading history"))?;
+    let mut details = Vec::with_capacity(records.len());
+    for (id, record) in records {
+        let record = record?;
+        let history = history_stmt
+            .query_map(params![id], history_entry)
+            .map_err(db("reading history"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db("reading history"))?
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+        details.push(EventDetail { record, history });
+    }
+    Ok(details)
 }
 
 /// Columns added to `events` after the first schema: a store written by an
@@ -517,7 +530,19 @@ impl ResolverStore for SqliteResolverStore {
     }
 
     fn events_of_message(&self, message_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        self.details(&events_of_message_sql(), message_id)
+        let Some(path) = &self.path else {
+            return self.details(&events_of_message_sql(), message_id);
+        };
+        // It reads the whole history: on a connection of its own, so other
+        // operator reads do not queue behind it.
+        let mut conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(db("opening a connection for a lookup by message id"))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(db("setting the busy timeout"))?;
+        details_on(&mut conn, &events_of_message_sql(), message_id)
     }
 
     fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {

@@ -43,7 +43,15 @@ pub struct DataLock {
 
 /// Why the data directory could not be locked.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum DataLockError {
+pub enum DataLockError {
+    /// The data directory cannot be created.
+    #[error("creating the data directory {}: {error}", dir.display())]
+    CreateDir {
+        /// The data directory.
+        dir: PathBuf,
+        /// Why.
+        error: io::Error,
+    },
     /// Another live process holds the lock.
     #[error(
         "the data directory {} is in use by another nimbus host ({holder}); \
@@ -77,12 +85,19 @@ impl DataLock {
     ///
     /// # Errors
     ///
-    /// The directory cannot be created, or [`DataLockError`].
-    pub fn take(dir: &Path, api: SocketAddr) -> anyhow::Result<DataLock> {
-        use anyhow::Context as _;
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating the data directory {}", dir.display()))?;
-        Ok(DataLock::acquire(dir, api)?)
+    /// [`DataLockError`]: the directory cannot be created or locked, or
+    /// another host holds it.
+    pub fn take(dir: &Path, api: SocketAddr) -> Result<DataLock, DataLockError> {
+        std::fs::create_dir_all(dir).map_err(|error| DataLockError::CreateDir {
+            dir: dir.to_owned(),
+            error,
+        })?;
+        DataLock::acquire(dir, api)
+    }
+
+    /// The data directory this lock holds.
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or(&self.path)
     }
 
     /// Records the API's address once it is bound (the configuration may
@@ -140,7 +155,7 @@ impl DataLock {
 /// What the holder of a data directory's lock wrote about itself; each
 /// part is absent when the file does not say it legibly.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Holder {
+pub struct Holder {
     pid: Option<u32>,
     started: Option<SystemTime>,
     api: Option<SocketAddr>,

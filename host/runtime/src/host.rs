@@ -56,6 +56,12 @@ impl Host {
     /// port).
     pub async fn start_locked(config: ValidConfig, data_lock: DataLock) -> anyhow::Result<Host> {
         let host = &config.config.host;
+        anyhow::ensure!(
+            data_lock.dir() == host.data_dir,
+            "the lock taken is on {}, not on the data directory {}",
+            data_lock.dir().display(),
+            host.data_dir.display()
+        );
         std::fs::create_dir_all(&host.handlers_dir).with_context(|| {
             format!(
                 "creating the handlers directory {}",

@@ -17,6 +17,6 @@ mod wiring;
 
 pub use api::{ApiError, ApiState, router, serve};
 pub use config::{Config, ConfigError, ValidConfig};
-pub use data_lock::DataLock;
+pub use data_lock::{DataLock, DataLockError, Holder};
 pub use handlers::SandboxHandlers;
 pub use host::{DEFAULT_PRODUCER, Host, VERSION};

@@ -857,6 +857,33 @@ pub async fn prune<A: Admin>(
     Ok(applier.report)
 }
 
+/// The endpoints the transport has queues for: every topic with a session
+/// subscription of its own name (`E/E`), the Resolver's aside. A producer's
+/// topic has only forwarders. An endpoint whose handler was deleted keeps
+/// its queues, so this is what lists their blocked sessions and dead
+/// letters.
+///
+/// # Errors
+///
+/// What the admin calls answer, except a topic deleted meanwhile.
+pub async fn endpoint_topics<A: Admin>(admin: &A) -> Result<Vec<String>, AdminError> {
+    let mut endpoints = Vec::new();
+    for topic in admin.list_topics().await? {
+        if topic.name.eq_ignore_ascii_case(RESOLVER) {
+            continue;
+        }
+        let own = SubscriptionPath::new(topic.name.as_str(), topic.name.as_str());
+        match admin.get_subscription(&own).await {
+            Ok(Some(subscription)) if subscription.settings.requires_session => {
+                endpoints.push(topic.name);
+            }
+            Ok(_) | Err(AdminError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(endpoints)
+}
+
 /// Why an existing subscription must be re-created: its session flag or
 /// forward target differs (compared on the last path segment, ignoring
 /// case, as upstream does).

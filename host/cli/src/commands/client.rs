@@ -186,12 +186,24 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     out!("{}", dead_letters_table(&answer["replayed"]));
                 }
                 for left in &left {
-                    let why = text(&left["why"]);
-                    eprintln!("left in place: {why}{}", left_hint(&why));
+                    eprintln!(
+                        "left in place: {}{}",
+                        text(&left["why"]),
+                        left_hint(left["reason"].as_str().unwrap_or_default())
+                    );
                 }
                 if !left.is_empty() {
                     outln!("replayed {replayed}, left {} (see above)", left.len());
                 }
+            }
+            // A pass that stopped part-way has moved some messages (they
+            // may be running): said even with --json, and not a success.
+            if let Some(stopped) = answer["stopped"].as_str() {
+                eprintln!(
+                    "error: the replay stopped part-way, after replaying {} message(s): {stopped}",
+                    answer["replayed"].as_array().map_or(0, Vec::len)
+                );
+                return Ok(ExitCode::FAILURE);
             }
         }
         other => bail!("{other:?} is not a client command"),
@@ -537,15 +549,14 @@ fn handlers_table(handlers: &Value) -> String {
     out
 }
 
-/// What to do about a dead-lettered message `dlq replay --all` left, given
-/// why (the API gives the reason as text only). A settled event's reason
-/// already says to force the replay; a lock that lapsed during a long pass
-/// needs only another pass, where `--force` would change nothing.
-fn left_hint(why: &str) -> &'static str {
-    if why.to_ascii_lowercase().contains("lock lost") {
-        " (its lock lapsed during the pass; run the replay again)"
-    } else {
-        ""
+/// What to do about a dead-lettered message `dlq replay --all` left, by the
+/// API's `reason`. A settled or unknown event's text already says to force
+/// the replay; a lock that lapsed needs only another pass, where `--force`
+/// would change nothing.
+fn left_hint(reason: &str) -> &'static str {
+    match reason {
+        "lock_lost" => " (its lock lapsed during the pass; run the replay again)",
+        _ => "",
     }
 }
 
@@ -610,19 +621,15 @@ fn publish_note(event_type: &str, answer: &Value) {
 mod tests {
     use super::left_hint;
 
-    /// The reasons as the Manager words them (`ManagerError::Replay` over
-    /// `SettleError::LockLost`, and `ManagerError::EventAlreadySettled`).
+    /// By the API's machine-readable reason, not the English text.
     #[test]
-    fn a_lapsed_lock_is_advised_another_pass_and_a_settled_event_no_second_force_hint() {
-        let lock_lost = "replaying dead-lettered message sequence number 7 of billing/billing: \
-                         lock lost on message 'm-7'";
+    fn a_lapsed_lock_is_advised_another_pass_and_the_others_no_second_hint() {
         assert_eq!(
-            left_hint(lock_lost),
+            left_hint("lock_lost"),
             " (its lock lapsed during the pass; run the replay again)"
         );
-        let settled = "event 'e-1' at 'billing' is Completed since this message was \
-                       dead-lettered; replaying sequence number 7 would run it again (force the \
-                       replay to do it anyway)";
-        assert_eq!(left_hint(settled), "");
+        for reason in ["settled", "not_recorded", "replayed_in_this_pass", "other"] {
+            assert_eq!(left_hint(reason), "", "{reason}");
+        }
     }
 }

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
-use nimbus_manager::{DeadLetter, DeadLetterId};
+use nimbus_manager::{DeadLetter, DeadLetterId, ManagerError};
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{ApiQuery, given, json};
@@ -87,6 +87,10 @@ pub(crate) struct ReplayRequest {
 pub(crate) struct ReplayedView {
     replayed: Vec<DeadLetter>,
     left: Vec<LeftView>,
+    /// Why an `all` pass stopped before the end (what it moved until then
+    /// is in `replayed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stopped: Option<String>,
 }
 
 /// A dead-lettered message left where it is, and why.
@@ -94,6 +98,20 @@ pub(crate) struct ReplayedView {
 pub(crate) struct LeftView {
     message: DeadLetter,
     why: String,
+    /// `why` for programs: `settled` and `not_recorded` (forcing replays
+    /// it), `replayed_in_this_pass`, `lock_lost` (another pass may move it).
+    reason: &'static str,
+}
+
+/// The kind of `why`, so a client need not parse the text.
+fn reason(why: &ManagerError) -> &'static str {
+    match why {
+        ManagerError::EventAlreadySettled { .. } => "settled",
+        ManagerError::EventNotRecorded { .. } => "not_recorded",
+        ManagerError::SeenInThisPass { .. } => "replayed_in_this_pass",
+        ManagerError::Replay { .. } => "lock_lost",
+        _ => "other",
+    }
 }
 
 pub(crate) async fn replay(
@@ -122,29 +140,40 @@ pub(crate) async fn replay(
             ));
         }
     };
-    let (replayed, left) = match which {
+    let view = match which {
         Some(which) => {
             let done = state
                 .manager
                 .replay_dead_letter(&endpoint, subscription.as_deref(), &which, request.force)
                 .await?;
-            (vec![done.message], Vec::new())
+            ReplayedView {
+                replayed: vec![done.message],
+                left: Vec::new(),
+                stopped: None,
+            }
         }
         None => {
             let done = state
                 .manager
                 .replay_all_dead_letters(&endpoint, subscription.as_deref(), request.force)
                 .await?;
-            let left = done
-                .left
-                .into_iter()
-                .map(|(message, why)| LeftView {
-                    message,
-                    why: why.to_string(),
-                })
-                .collect();
-            (done.replayed, left)
+            if let Some(stopped) = &done.stopped {
+                tracing::warn!(%endpoint, error = %stopped, replayed = done.replayed.len(), "dlq replay --all stopped part-way");
+            }
+            ReplayedView {
+                replayed: done.replayed,
+                left: done
+                    .left
+                    .into_iter()
+                    .map(|(message, why)| LeftView {
+                        message,
+                        reason: reason(&why),
+                        why: why.to_string(),
+                    })
+                    .collect(),
+                stopped: done.stopped.map(|e| e.to_string()),
+            }
         }
     };
-    Ok(Json(ReplayedView { replayed, left }))
+    Ok(Json(view))
 }

@@ -84,15 +84,32 @@ async fn check_endpoint_exists(state: &ApiState, endpoint: &str) -> Result<(), A
     }
     let path = SubscriptionPath::new(endpoint, endpoint);
     match state.broker.get_subscription(&path).await {
-        Ok(Some(_)) => Ok(()),
-        Ok(None) | Err(AdminError::NotFound { .. }) => Err(ApiError::not_found(format!(
-            "no endpoint '{endpoint}' (no handler file, no subscription {path} and no events \
-             recorded for it)"
-        ))),
-        Err(other) => Err(ApiError::internal(format!(
-            "looking up the subscription {path}: {other}"
-        ))),
+        Ok(Some(_)) => return Ok(()),
+        Ok(None) | Err(AdminError::NotFound { .. }) => {}
+        Err(other) => {
+            return Err(ApiError::internal(format!(
+                "looking up the subscription {path}: {other}"
+            )));
+        }
     }
+    // A retired endpoint keeps its records: only the other filters
+    // matched nothing.
+    let any = EventFilter {
+        endpoint: Some(endpoint.to_owned()),
+        limit: Some(1),
+        ..EventFilter::default()
+    };
+    if !state
+        .read_store(move |store| store.events(&any))
+        .await?
+        .is_empty()
+    {
+        return Ok(());
+    }
+    Err(ApiError::not_found(format!(
+        "no endpoint '{endpoint}' (no handler file, no subscription {path} and no events \
+         recorded for it)"
+    )))
 }
 
 /// One event at every endpoint that has it, or the events of one message.

@@ -810,6 +810,23 @@ async fn events_of_an_endpoint_whose_handler_does_not_load_list_empty() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{value}");
 
+    // A retired endpoint (no handler file, no queues) keeps its records: a
+    // filter they do not match lists nothing rather than "no endpoint".
+    let mut old = nimbus_resolver::Observation::new(
+        "retired",
+        "e-old",
+        nimbus_resolver::MessageKind::ResolutionResponse,
+        1,
+    );
+    old.message_id = Some("m-old".into());
+    nimbus_resolver::ResolverStore::record(&**host.resolver(), &old).unwrap();
+    let (listed, _) = api.listing("/api/events?endpoint=retired").await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    let (listed, _) = api
+        .listing("/api/events?endpoint=retired&status=Failed")
+        .await;
+    assert_eq!(listed, json!([]));
+
     host.shutdown().await;
 }
 
