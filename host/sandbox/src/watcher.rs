@@ -12,11 +12,12 @@
 //! event in the watched directory like any other. What lies behind a link
 //! may be outside it, though, or (an endpoint directory linked in after the
 //! watch started) not walked by the recursive watch; so after each
-//! reconcile the thread watches the target of every link the scan followed
-//! (a retargeted link gets its new target watched), and reads the directory
-//! once more when it added one, for what changed behind the link before.
+//! reconcile the thread works out, from the links the scan followed, what
+//! else must be watched ([`LinkWatches`]), watches what is new, unwatches
+//! what no link needs any more, and reads the directory once more when it
+//! added a watch, for what changed behind a link before the watch existed.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread::JoinHandle;
@@ -28,8 +29,8 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use crate::error::RegistryError;
 use crate::registry::WeakRegistry;
 
-/// The watcher, shared with the thread so it can add the targets of links;
-/// `None` once the guard dropped it.
+/// The watcher, shared with the thread so it can watch and unwatch what
+/// lies behind links; `None` once the guard dropped it.
 type SharedWatcher = Arc<Mutex<Option<notify::RecommendedWatcher>>>;
 
 /// Keeps the directory watched; dropping it stops the watcher thread.
@@ -83,24 +84,31 @@ pub(crate) fn start(
         message,
     };
     let (events, received) = mpsc::channel::<notify::Result<notify::Event>>();
+    // Symbolic links are not followed by the recursive walk: what lies
+    // behind every link the scan followed is watched by `LinkWatches`, by
+    // its resolved path. Followed here too, one directory would be watched
+    // under two paths sharing one inotify watch, and removing either (notify
+    // does when a link is deleted; `LinkWatches` does when a link goes away)
+    // would silently end the other.
+    let config = notify::Config::default().with_follow_symlinks(false);
     let mut watcher =
-        notify::recommended_watcher(events).map_err(|e| watch_error(e.to_string()))?;
+        notify::RecommendedWatcher::new(events, config).map_err(|e| watch_error(e.to_string()))?;
     watcher
         .watch(dir, RecursiveMode::Recursive)
         .map_err(|e| watch_error(e.to_string()))?;
     let watcher: SharedWatcher = Arc::new(Mutex::new(Some(watcher)));
+    let mut links = LinkWatches::new(dir);
     // The scan the registry opened with followed these links before the
     // watch existed; what changed behind them since is read again.
-    let mut watched = HashSet::new();
     if let Some(registry) = registry.upgrade()
-        && watch_links(&watcher, &mut watched, &registry.links()) > 0
+        && links.update(&watcher, &registry.links()) > 0
     {
-        reconcile_and_watch(&registry, &watcher, &mut watched);
+        reconcile_and_watch(&registry, &watcher, &mut links);
     }
     let shared = Arc::clone(&watcher);
     let thread = std::thread::Builder::new()
         .name("nimbus-handlers-watch".to_owned())
-        .spawn(move || run(&registry, &shared, &received, debounce, watched))
+        .spawn(move || run(&registry, &shared, &received, debounce, links))
         .map_err(|e| watch_error(e.to_string()))?;
     Ok(WatchGuard {
         watcher,
@@ -108,63 +116,164 @@ pub(crate) fn start(
     })
 }
 
-/// Watches what each link points to, so a change behind it is seen, and
-/// returns how many targets were not watched before (`watched` holds the
-/// targets, resolved, so a retargeted link gets its new target watched).
-fn watch_links(
-    watcher: &SharedWatcher,
-    watched: &mut HashSet<PathBuf>,
-    links: &[PathBuf],
-) -> usize {
-    let mut watcher = watcher.lock().unwrap_or_else(PoisonError::into_inner);
-    let Some(watcher) = watcher.as_mut() else {
-        return 0;
-    };
-    let mut added = 0;
-    for link in links {
-        // The link can vanish or dangle between the scan and here; the
-        // event that changed it triggers the next reconcile.
-        let Ok(target) = std::fs::canonicalize(link) else {
-            continue;
-        };
-        if watched.contains(&target) {
-            continue;
-        }
-        // Only a link to a directory needs its contents watched; for a
-        // file, the watch is on the file the link points to.
-        let mode = if target.is_dir() {
-            RecursiveMode::Recursive
-        } else {
-            RecursiveMode::NonRecursive
-        };
-        match watcher.watch(&target, mode) {
-            Ok(()) => {
-                watched.insert(target);
-                added += 1;
-            }
-            Err(error) => {
-                tracing::debug!(link = %link.display(), %error, "cannot watch a link's target");
-            }
-        }
-    }
-    added
+/// The watches added for what lies behind links, beside the recursive watch
+/// on the handlers directory.
+struct LinkWatches {
+    /// The handlers directory, resolved: what lies inside it is watched
+    /// already.
+    root: PathBuf,
+    /// Each path watched, with how, and what was there when it was watched.
+    watched: HashMap<PathBuf, LinkWatch>,
 }
 
-/// Reconciles, then watches the targets of new links. A change behind a
-/// link made after the scan but before its target was watched raised no
-/// event, so while new targets turn up the directory is read once more.
+/// One path watched behind links.
+struct LinkWatch {
+    mode: RecursiveMode,
+    identity: Option<Identity>,
+}
+
+impl LinkWatches {
+    fn new(dir: &Path) -> Self {
+        Self {
+            root: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned()),
+            watched: HashMap::new(),
+        }
+    }
+
+    /// What `links` need watched: path and mode.
+    ///
+    /// For a link to a file, the directory holding the file, not the file:
+    /// build tools and deploy scripts replace a file by renaming a new one
+    /// over it, and a watch on the file stays with the old inode (inotify
+    /// drops it once that is deleted), so every rebuild after the first
+    /// would go unseen; a rename in the directory is seen every time. For a
+    /// link to a directory, the directory, recursively.
+    fn wanted(&self, links: &[PathBuf]) -> HashMap<PathBuf, RecursiveMode> {
+        let mut wanted: HashMap<PathBuf, RecursiveMode> = HashMap::new();
+        for link in links {
+            // The link can vanish or dangle between the scan and here; the
+            // event that changed it triggers the next reconcile.
+            let Ok(target) = std::fs::canonicalize(link) else {
+                continue;
+            };
+            let (path, mut mode) = if target.is_dir() {
+                (target, RecursiveMode::Recursive)
+            } else if let Some(parent) = target.parent() {
+                (parent.to_owned(), RecursiveMode::NonRecursive)
+            } else {
+                continue;
+            };
+            // Inside the handlers directory it is watched already; a second
+            // watch would share the inotify watch (see `start`).
+            if path.starts_with(&self.root) {
+                continue;
+            }
+            // A directory holding the handlers directory: recursively, it
+            // would take in the handlers directory's own watches (and
+            // unwatching it would remove them). The scan reads only the
+            // directory a link points to, so its entries are what matter.
+            if self.root.starts_with(&path) {
+                mode = RecursiveMode::NonRecursive;
+            }
+            let entry = wanted.entry(path).or_insert(mode);
+            if mode == RecursiveMode::Recursive {
+                *entry = mode;
+            }
+        }
+        // Likewise, nothing under a directory watched recursively gets a
+        // watch of its own.
+        let recursive: Vec<PathBuf> = wanted
+            .iter()
+            .filter(|(_, mode)| **mode == RecursiveMode::Recursive)
+            .map(|(path, _)| path.clone())
+            .collect();
+        wanted.retain(|path, _| {
+            !recursive
+                .iter()
+                .any(|outer| path != outer && path.starts_with(outer))
+        });
+        wanted
+    }
+
+    /// Brings the watches in line with `links`, which the last scan
+    /// followed: unwatches what no link needs any more (a retargeted link's
+    /// old target), watches what is new, and returns how many watches it
+    /// added. A watched directory replaced since (deleted and made again)
+    /// is watched anew: its watch went with the old one.
+    fn update(&mut self, watcher: &SharedWatcher, links: &[PathBuf]) -> usize {
+        let mut watcher = watcher.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(watcher) = watcher.as_mut() else {
+            return 0;
+        };
+        let wanted = self.wanted(links);
+        // Unwatching first: notify keys its watches by path, so a path
+        // watched anew (another mode, or replaced) must lose its old watch
+        // first, and unwatching a directory watched recursively removes
+        // the watches under it, which `wanted` may now name on their own.
+        self.watched.retain(|path, watch| {
+            let keep = wanted.get(path) == Some(&watch.mode) && identity(path) == watch.identity;
+            if !keep {
+                // Fails when the path is gone (its watch went with it).
+                let _ = watcher.unwatch(path);
+            }
+            keep
+        });
+        let mut added = 0;
+        for (path, mode) in wanted {
+            if self.watched.contains_key(&path) {
+                continue;
+            }
+            // Before the watch: if the directory is replaced in between,
+            // the next update sees a different one and watches again.
+            let identity = identity(&path);
+            match watcher.watch(&path, mode) {
+                Ok(()) => {
+                    self.watched.insert(path, LinkWatch { mode, identity });
+                    added += 1;
+                }
+                Err(error) => {
+                    tracing::debug!(path = %path.display(), %error, "cannot watch behind a link");
+                }
+            }
+        }
+        added
+    }
+}
+
+/// Which directory is at a path: a replaced one differs though the path
+/// does not.
+#[cfg(unix)]
+type Identity = (u64, u64);
+#[cfg(not(unix))]
+type Identity = ();
+
+#[cfg(unix)]
+fn identity(path: &Path) -> Option<Identity> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn identity(_path: &Path) -> Option<Identity> {
+    None
+}
+
+/// Reconciles, then brings the watches behind links up to date. A change
+/// behind a link made after the scan but before its target was watched
+/// raised no event, so while watches are added the directory is read once
+/// more.
 fn reconcile_and_watch(
     registry: &crate::registry::Registry,
     watcher: &SharedWatcher,
-    watched: &mut HashSet<PathBuf>,
+    links: &mut LinkWatches,
 ) {
-    // Bounded: each pass needs a link created since the last one.
+    // Bounded: each pass needs a link created or replaced since the last.
     for _ in 0..4 {
         if let Err(error) = registry.reconcile() {
             tracing::error!(%error, "cannot reload the handlers directory");
             return;
         }
-        if watch_links(watcher, watched, &registry.links()) == 0 {
+        if links.update(watcher, &registry.links()) == 0 {
             return;
         }
     }
@@ -175,7 +284,7 @@ fn run(
     watcher: &SharedWatcher,
     received: &mpsc::Receiver<notify::Result<notify::Event>>,
     debounce: Duration,
-    mut watched: HashSet<PathBuf>,
+    mut links: LinkWatches,
 ) {
     while let Ok(event) = received.recv() {
         if !relevant(&event) {
@@ -191,6 +300,6 @@ fn run(
         let Some(registry) = registry.upgrade() else {
             return;
         };
-        reconcile_and_watch(&registry, watcher, &mut watched);
+        reconcile_and_watch(&registry, watcher, &mut links);
     }
 }

@@ -246,4 +246,52 @@ mod symlinks {
                 .is_some_and(|v| v.digest() == digest_of("swap-v2"))
         });
     }
+
+    #[test]
+    fn the_watcher_sees_every_rebuild_of_a_linked_file_renamed_over_its_target() {
+        let dir = HandlersDir::new();
+        let store = tempfile::tempdir().expect("tempdir");
+        let component = put(store.path(), "swap.wasm", "swap-v1");
+        std::fs::create_dir(dir.path().join("ep")).expect("mkdir");
+        symlink(&component, dir.component_path("ep", "swap")).expect("link");
+        let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+        assert_eq!(
+            registry.lookup("ep", "Swap").expect("v1").digest(),
+            digest_of("swap-v1")
+        );
+        let _watching = registry.watch().expect("watch");
+
+        // Each rebuild renames a new file over the target, as build tools
+        // and deploy scripts do: a new inode every time, so a watch on the
+        // file itself would see the first rebuild and none after it.
+        for crate_name in ["swap-v2", "swap-v1"] {
+            put(store.path(), "swap.wasm", crate_name);
+            wait_for(
+                &registry,
+                &format!("{crate_name} to serve through the link"),
+                |r| {
+                    r.lookup("ep", "Swap")
+                        .is_some_and(|v| v.digest() == digest_of(crate_name))
+                },
+            );
+        }
+        assert!(registry.snapshot().problems().is_empty());
+    }
+
+    #[test]
+    fn the_watcher_sees_changes_behind_an_endpoint_linked_before_it_started() {
+        let dir = HandlersDir::new();
+        let store = tempfile::tempdir().expect("tempdir");
+        let audit = store.path().join("audit");
+        put(&audit, "noop.wasm", "noop");
+        symlink(&audit, dir.path().join("audit")).expect("link endpoint");
+        let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+        assert!(registry.lookup("audit", "Noop").is_some());
+        let _watching = registry.watch().expect("watch");
+
+        put(&audit, "swap.wasm", "swap-v1");
+        wait_for(&registry, "a component added behind the link", |r| {
+            r.lookup("audit", "Swap").is_some()
+        });
+    }
 }
