@@ -19,6 +19,7 @@ use tracing::{error, info, warn};
 use crate::config::{Retention, ValidConfig};
 use crate::data_lock::DataLock;
 use crate::handlers::SandboxHandlers;
+use crate::metrics::Metrics;
 use crate::wiring;
 
 /// The producer topic an external publish goes to when it names none.
@@ -33,6 +34,7 @@ pub struct Host {
     broker: Arc<Broker>,
     registry: Arc<Registry>,
     resolver: Arc<SqliteResolverStore>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     _watch: WatchGuard,
@@ -107,6 +109,7 @@ impl Host {
             broker,
             registry,
             resolver,
+            metrics: Arc::new(Metrics::default()),
             shutdown,
             tasks,
             _watch: watch,
@@ -141,6 +144,11 @@ impl Host {
     /// The Resolver store.
     pub fn resolver(&self) -> &Arc<SqliteResolverStore> {
         &self.resolver
+    }
+
+    /// The counters and histograms of what the Resolver records.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The configuration the host runs with.
@@ -181,6 +189,7 @@ impl Host {
             &self.tasks,
             &self.broker,
             self.resolver.clone(),
+            Arc::clone(&self.metrics),
             &self.config,
             &self.shutdown,
         );

@@ -13,6 +13,7 @@ pub mod config;
 mod data_lock;
 pub mod handlers;
 mod host;
+pub mod metrics;
 mod wiring;
 
 pub use api::{ApiError, ApiState, router, serve};
@@ -20,3 +21,4 @@ pub use config::{Config, ConfigError, ValidConfig};
 pub use data_lock::{DataLock, DataLockError, Holder};
 pub use handlers::SandboxHandlers;
 pub use host::{DEFAULT_PRODUCER, Host, VERSION};
+pub use metrics::Metrics;

@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::ValidConfig;
 use crate::host::DEFAULT_PRODUCER;
+use crate::metrics::{MeteredStore, Metrics};
 
 /// Retry policies, classifier and transient backoff from the configuration.
 pub(crate) fn policies(config: &ValidConfig) -> Policies {
@@ -108,14 +109,17 @@ pub(crate) fn spawn_endpoint(
     ));
 }
 
-/// Spawns the Resolver's consumer, recording into `store`, on `tasks`.
+/// Spawns the Resolver's consumer, recording into `store` and counting
+/// what it records into `metrics`, on `tasks`.
 pub(crate) fn spawn_resolver(
     tasks: &TaskTracker,
     broker: &Arc<Broker>,
     store: Arc<dyn ResolverStore>,
+    metrics: Arc<Metrics>,
     config: &ValidConfig,
     shutdown: &CancellationToken,
 ) {
+    let store: Arc<dyn ResolverStore> = Arc::new(MeteredStore::new(store, metrics));
     let settings = ResolverSettings {
         max_concurrent_sessions: config.config.engine.resolver_sessions,
         session_max_hold: config.config.engine.session_max_hold,

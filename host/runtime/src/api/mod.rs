@@ -16,6 +16,7 @@ mod endpoints;
 mod error;
 mod events;
 mod handler_status;
+mod metrics;
 mod publish;
 mod sessions;
 mod state;
@@ -50,6 +51,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/dlq", get(dlq::list))
         .route("/api/dlq/replay", post(dlq::replay))
         .route("/api/handlers", get(handler_status::list))
+        .route("/metrics", get(metrics::metrics))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn(error::log_internal_errors))

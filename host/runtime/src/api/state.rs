@@ -17,6 +17,8 @@ pub struct ApiState {
     pub(crate) broker: Arc<Broker>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) store: Arc<SqliteResolverStore>,
+    /// What the Resolver recorded, counted.
+    pub(crate) metrics: Arc<crate::Metrics>,
     pub(crate) manager: Arc<Manager<Broker>>,
     /// Producer topics named in the configuration (plus the default one);
     /// endpoint topics are producers too, looked up live.
@@ -50,6 +52,7 @@ impl ApiState {
             broker: Arc::clone(host.broker()),
             registry: Arc::clone(host.registry()),
             store: Arc::clone(host.resolver()),
+            metrics: Arc::clone(host.metrics()),
             manager: Arc::new(Manager::new(Arc::clone(host.broker()), store)),
             producers: Arc::new(producers),
             retention: host.config().config.resolver.retention,

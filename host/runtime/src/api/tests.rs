@@ -870,3 +870,86 @@ async fn an_unknown_event_id_names_the_retention_period_unless_events_are_kept_f
     );
     host.shutdown().await;
 }
+
+/// A sample's value in a Prometheus text document, if the exact series is
+/// there.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// `GET /metrics` counts what the Resolver recorded (outcomes, handler
+/// time) and reads the broker's and the registry's state at scrape time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_outcomes_and_show_blocked_sessions_and_handlers() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+    let completing = api
+        .publish("OrderPlaced", "s-ok", order("o-1", false))
+        .await;
+    let failing = api
+        .publish("OrderPlaced", "s-block", order("o-2", true))
+        .await;
+    api.wait_status("billing", "s-ok", &completing, "Completed")
+        .await;
+    api.wait_status("billing", "s-block", &failing, "Failed")
+        .await;
+
+    let wanted = [
+        "nimbus_events_recorded_total{endpoint=\"billing\",status=\"Completed\"}",
+        "nimbus_events_recorded_total{endpoint=\"billing\",status=\"Failed\"}",
+        "nimbus_handler_processing_seconds_count{endpoint=\"billing\"}",
+        "nimbus_queue_wait_seconds_count{endpoint=\"billing\"}",
+    ];
+    // The store commits a status a moment before the wrapper counts it.
+    let started = Instant::now();
+    let text = loop {
+        let request = Request::get("/metrics").body(Body::empty()).unwrap();
+        let response = api.0.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        if wanted.iter().all(|s| sample(&text, s) >= Some(1.0)) {
+            break text;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "some of {wanted:#?} are missing or 0:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        sample(&text, "nimbus_blocked_sessions{endpoint=\"billing\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "nimbus_dead_letter_messages{endpoint=\"billing\"}").is_some(),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "nimbus_handlers{endpoint=\"billing\",handler=\"orders\",status=\"serving\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE nimbus_handler_processing_seconds histogram\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nimbus_handler_processing_seconds_bucket{endpoint=\"billing\",le=\"+Inf\"}"),
+        "{text}"
+    );
+    host.shutdown().await;
+}

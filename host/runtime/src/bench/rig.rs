@@ -96,7 +96,15 @@ impl Rig {
             },
             &shutdown,
         );
-        wiring::spawn_resolver(&tasks, &broker, Arc::clone(&store), &config, &shutdown);
+        // Metered as the host meters it; nothing reads these here.
+        wiring::spawn_resolver(
+            &tasks,
+            &broker,
+            Arc::clone(&store),
+            Arc::new(crate::Metrics::default()),
+            &config,
+            &shutdown,
+        );
         let session_release = config
             .config
             .engine

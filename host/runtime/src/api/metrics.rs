@@ -1,0 +1,119 @@
+//! `GET /metrics`: the Prometheus text format. Counters and histograms of
+//! what the Resolver recorded (throughput, latency, outcomes), and gauges
+//! read at scrape time: each endpoint's queue depths, blocked sessions and
+//! parked events from the broker, each handler's state from the registry.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use nimbus_transport::{Admin as _, AdminError, SubscriptionPath};
+use nimbus_wire::SessionState;
+
+use crate::api::endpoints::known_endpoints;
+use crate::api::{ApiError, ApiState};
+use crate::metrics::{CONTENT_TYPE, Text};
+
+/// One endpoint's gauges.
+#[derive(Debug, Default)]
+struct Depths {
+    active: u64,
+    dead_letter: u64,
+    blocked_sessions: u64,
+    parked: u64,
+}
+
+/// A gauge of [`Depths`]: its name, help and reading.
+type Gauge = (&'static str, &'static str, fn(&Depths) -> u64);
+
+async fn depths(state: &ApiState, endpoint: &str) -> Result<Depths, ApiError> {
+    let path = SubscriptionPath::new(endpoint, endpoint);
+    let mut depths = Depths::default();
+    if let Some(subscription) = state
+        .broker
+        .get_subscription(&path)
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the subscription {path}: {e}")))?
+    {
+        depths.active = subscription.active_message_count;
+        depths.dead_letter = subscription.dead_letter_message_count;
+    }
+    let sessions = match state.broker.list_sessions(&path).await {
+        Ok(sessions) => sessions,
+        Err(AdminError::NotFound { .. }) => Vec::new(),
+        Err(e) => {
+            return Err(ApiError::internal(format!(
+                "listing the sessions of {path}: {e}"
+            )));
+        }
+    };
+    for session in sessions {
+        let Some(blob) = session.state.as_deref().filter(|b| !b.is_empty()) else {
+            continue;
+        };
+        // A state that is not NimBus session state blocks nothing we know
+        // of; `GET /api/sessions` shows it raw.
+        if let Ok(state) = SessionState::from_bytes(blob) {
+            depths.blocked_sessions += u64::from(state.is_blocked());
+            depths.parked += u64::from(state.deferred_count);
+        }
+    }
+    Ok(depths)
+}
+
+pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoResponse, ApiError> {
+    let mut text = Text::default();
+    state.metrics.render(&mut text);
+
+    let mut endpoints = Vec::new();
+    for endpoint in known_endpoints(&state).await? {
+        let depths = depths(&state, &endpoint).await?;
+        endpoints.push((endpoint, depths));
+    }
+    let gauges: [Gauge; 4] = [
+        (
+            "nimbus_active_messages",
+            "Messages waiting or locked in the endpoint's subscription.",
+            |d| d.active,
+        ),
+        (
+            "nimbus_dead_letter_messages",
+            "Messages in the endpoint's dead-letter queue.",
+            |d| d.dead_letter,
+        ),
+        (
+            "nimbus_blocked_sessions",
+            "Sessions blocked by a failed or pending event.",
+            |d| d.blocked_sessions,
+        ),
+        (
+            "nimbus_parked_events",
+            "Events parked (deferred) behind a session's block.",
+            |d| d.parked,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        text.family(name, help, "gauge");
+        for (endpoint, depths) in &endpoints {
+            text.sample(name, &[("endpoint", endpoint)], value(depths));
+        }
+    }
+
+    text.family(
+        "nimbus_handlers",
+        "Each handler, by its state (serving, serving-previous, failed).",
+        "gauge",
+    );
+    let snapshot = state.registry.snapshot();
+    for h in snapshot.handlers() {
+        text.sample(
+            "nimbus_handlers",
+            &[
+                ("endpoint", &h.key.endpoint),
+                ("handler", &h.key.handler),
+                ("status", h.state()),
+            ],
+            1,
+        );
+    }
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text.finish()))
+}
