@@ -7,6 +7,7 @@
 //! run it (or `scripts/build-guests.sh` and `cargo build --bin nimbus`)
 //! first when running these tests alone.
 
+pub mod orders;
 pub mod running;
 
 use std::path::{Path, PathBuf};

@@ -7,39 +7,9 @@
 use std::process::Command;
 
 use nimbus_blackbox_tests::Scratch;
+use nimbus_blackbox_tests::orders::{id, order, publish};
 use nimbus_blackbox_tests::running::RunningHost;
-use serde_json::{Value, json};
-
-fn order(id: &str, fail: bool) -> String {
-    json!({"OrderId": id, "Customer": "acme", "Total": 10.0, "Fail": fail,
-           "Lines": [{"Sku": "A-1", "Quantity": 1, "UnitPrice": 10.0}]})
-    .to_string()
-}
-
-/// Publishes through the CLI; returns the message id it printed.
-#[track_caller]
-fn publish(host: &RunningHost, event_type: &str, session: &str, data: &str) -> String {
-    let run = host.cli(&[
-        "publish",
-        "--event-type",
-        event_type,
-        "--session",
-        session,
-        "--data",
-        data,
-    ]);
-    run.expect_code(0);
-    let id = run.stdout().trim().to_owned();
-    assert!(
-        !id.is_empty() && !id.contains('\n'),
-        "publish prints one id: {id:?}"
-    );
-    id
-}
-
-fn id(record: &Value) -> String {
-    record["event_id"].as_str().expect("event id").to_owned()
-}
+use serde_json::json;
 
 /// The blocked sessions of `endpoint` as (session, blocked by, parked).
 fn blocked_sessions(host: &RunningHost, endpoint: &str) -> Vec<(String, String, u64)> {

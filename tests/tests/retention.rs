@@ -5,33 +5,8 @@
 //! skipped (its message still runs when the session drains).
 
 use nimbus_blackbox_tests::Scratch;
+use nimbus_blackbox_tests::orders::{id, order, publish};
 use nimbus_blackbox_tests::running::RunningHost;
-use serde_json::{Value, json};
-
-fn order(id: &str, fail: bool) -> String {
-    json!({"OrderId": id, "Customer": "acme", "Total": 10.0, "Fail": fail,
-           "Lines": [{"Sku": "A-1", "Quantity": 1, "UnitPrice": 10.0}]})
-    .to_string()
-}
-
-#[track_caller]
-fn publish(host: &RunningHost, event_type: &str, session: &str, data: &str) -> String {
-    let run = host.cli(&[
-        "publish",
-        "--event-type",
-        event_type,
-        "--session",
-        session,
-        "--data",
-        data,
-    ]);
-    run.expect_code(0);
-    run.stdout().trim().to_owned()
-}
-
-fn id(record: &Value) -> String {
-    record["event_id"].as_str().expect("event id").to_owned()
-}
 
 /// Polls until the Resolver no longer knows `event_id`.
 fn wait_pruned(host: &RunningHost, event_id: &str) {
