@@ -14,6 +14,7 @@ mod data_lock;
 pub mod handlers;
 mod host;
 pub mod metrics;
+pub mod observed_store;
 mod wiring;
 
 pub use api::{ApiError, ApiState, router, serve};

@@ -1,6 +1,7 @@
 //! Throughput, latency and outcomes, as the Resolver records them: it sees
-//! every message of every event, so a [`ResolverStore`] wrapper
-//! ([`MeteredStore`]) counts each status it applies and times each response
+//! every message of every event, so its store, wrapped in an
+//! [`ObservedStore`](crate::observed_store::ObservedStore), reports each
+//! status it applies to [`Metrics`], which counts it and times each response
 //! the engine sent. `GET /metrics` renders these with the gauges it reads
 //! from the broker and the registry at scrape time, in the Prometheus text
 //! format (written by hand: [`Text`]).
@@ -11,10 +12,9 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use nimbus_resolver::{
-    EventDetail, EventFilter, EventRecord, Heartbeat, Observation, Recorded, ResolverStore, Status,
-    StoreError,
-};
+use nimbus_resolver::{Observation, Recorded, Status};
+
+use crate::observed_store::RecordObserver;
 
 /// Upper bounds of the latency histograms' buckets, in seconds (`+Inf`
 /// follows).
@@ -57,7 +57,7 @@ struct EndpointStats {
 }
 
 /// The host's counters and histograms; shared by the Resolver's consumer
-/// (through [`MeteredStore`]) and `GET /metrics`.
+/// (through an [`ObservedStore`](crate::observed_store::ObservedStore)) and `GET /metrics`.
 #[derive(Debug, Default)]
 pub struct Metrics {
     endpoints: Mutex<BTreeMap<String, EndpointStats>>,
@@ -161,57 +161,10 @@ impl Metrics {
     }
 }
 
-/// The Resolver store, counting what each recording applied into
-/// [`Metrics`].
-pub struct MeteredStore {
-    inner: Arc<dyn ResolverStore>,
-    metrics: Arc<Metrics>,
-}
-
-impl MeteredStore {
-    /// `inner`, counting into `metrics`.
-    pub fn new(inner: Arc<dyn ResolverStore>, metrics: Arc<Metrics>) -> MeteredStore {
-        MeteredStore { inner, metrics }
-    }
-}
-
-impl ResolverStore for MeteredStore {
-    fn record(&self, observation: &Observation) -> Result<Recorded, StoreError> {
-        let recorded = self.inner.record(observation)?;
-        self.metrics.observe(observation, &recorded);
-        Ok(recorded)
-    }
-
-    fn record_batch(&self, observations: &[Observation]) -> Result<Vec<Recorded>, StoreError> {
-        let recorded = self.inner.record_batch(observations)?;
-        for (observation, recorded) in observations.iter().zip(&recorded) {
-            self.metrics.observe(observation, recorded);
-        }
-        Ok(recorded)
-    }
-
-    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        self.inner.event(event_id)
-    }
-
-    fn events_of_message(&self, message_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        self.inner.events_of_message(message_id)
-    }
-
-    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        self.inner.events(filter)
-    }
-
-    fn refused_writes(&self) -> u64 {
-        self.inner.refused_writes()
-    }
-
-    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
-        self.inner.record_heartbeat(heartbeat)
-    }
-
-    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
-        self.inner.heartbeats()
+/// `/metrics` counts what the Resolver's store applied.
+impl RecordObserver for Arc<Metrics> {
+    fn observe(&self, observation: &Observation, recorded: &Recorded) {
+        Metrics::observe(self, observation, recorded);
     }
 }
 

@@ -14,7 +14,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::ValidConfig;
 use crate::host::DEFAULT_PRODUCER;
-use crate::metrics::{MeteredStore, Metrics};
+use crate::metrics::Metrics;
+use crate::observed_store::ObservedStore;
 
 /// Retry policies, classifier and transient backoff from the configuration.
 pub(crate) fn policies(config: &ValidConfig) -> Policies {
@@ -119,7 +120,7 @@ pub(crate) fn spawn_resolver(
     config: &ValidConfig,
     shutdown: &CancellationToken,
 ) {
-    let store: Arc<dyn ResolverStore> = Arc::new(MeteredStore::new(store, metrics));
+    let store: Arc<dyn ResolverStore> = Arc::new(ObservedStore::new(store, metrics));
     let settings = ResolverSettings {
         max_concurrent_sessions: config.config.engine.resolver_sessions,
         session_max_hold: config.config.engine.session_max_hold,

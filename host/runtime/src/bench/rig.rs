@@ -19,7 +19,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::watch::{HandlerClock, Settled, Timed, WatchingStore};
+use super::watch::{HandlerClock, Settled, SettledWatch, Timed};
+use crate::observed_store::ObservedStore;
 use crate::{Config, wiring};
 
 /// The endpoint the bench's events go to.
@@ -75,7 +76,8 @@ impl Rig {
             )
             .context("opening the resolver store")?,
         );
-        let store: Arc<dyn ResolverStore> = Arc::new(WatchingStore::new(sqlite, settled));
+        let store: Arc<dyn ResolverStore> =
+            Arc::new(ObservedStore::new(sqlite, SettledWatch::new(settled)));
         let clock = Arc::new(HandlerClock::default());
         let endpoint = wiring::endpoint(
             &config,

@@ -1,4 +1,4 @@
-//! The bench's two probes: a [`ResolverStore`] wrapper that tells the load
+//! The bench's two probes: an observer of the Resolver's store that tells the load
 //! generator the moment the Resolver has committed an event's status (the
 //! end of "end to end"), and a [`Handlers`] wrapper that times the handler
 //! call (the sandbox's share of the time).
@@ -8,11 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use nimbus_engine::{HandlerCall, HandlerEvent, Handlers};
-use nimbus_resolver::{
-    EventDetail, EventFilter, EventRecord, Heartbeat, Observation, Recorded, ResolverStore, Status,
-    StoreError,
-};
+use nimbus_resolver::{Observation, Recorded, Status};
 use tokio::sync::mpsc;
+
+use crate::observed_store::RecordObserver;
 
 /// A status the Resolver committed for a bench event.
 #[derive(Debug, Clone)]
@@ -31,21 +30,20 @@ pub(crate) struct Settled {
     pub(crate) processing_time_ms: Option<i64>,
 }
 
-/// The Resolver store, reporting each applied status of interest.
-pub(crate) struct WatchingStore {
-    inner: Arc<dyn ResolverStore>,
+/// Reports each applied status of interest of the Resolver's store (as an
+/// [`ObservedStore`]'s observer).
+pub(crate) struct SettledWatch {
     events: mpsc::UnboundedSender<Settled>,
 }
 
-impl WatchingStore {
-    pub(crate) fn new(
-        inner: Arc<dyn ResolverStore>,
-        events: mpsc::UnboundedSender<Settled>,
-    ) -> Self {
-        WatchingStore { inner, events }
+impl SettledWatch {
+    pub(crate) fn new(events: mpsc::UnboundedSender<Settled>) -> Self {
+        SettledWatch { events }
     }
+}
 
-    fn notify(&self, observation: &Observation, recorded: &Recorded) {
+impl RecordObserver for SettledWatch {
+    fn observe(&self, observation: &Observation, recorded: &Recorded) {
         let Recorded::Applied { status } = recorded else {
             return;
         };
@@ -65,46 +63,6 @@ impl WatchingStore {
             queue_time_ms: observation.queue_time_ms,
             processing_time_ms: observation.processing_time_ms,
         });
-    }
-}
-
-impl ResolverStore for WatchingStore {
-    fn record(&self, observation: &Observation) -> Result<Recorded, StoreError> {
-        let recorded = self.inner.record(observation)?;
-        self.notify(observation, &recorded);
-        Ok(recorded)
-    }
-
-    fn record_batch(&self, observations: &[Observation]) -> Result<Vec<Recorded>, StoreError> {
-        let recorded = self.inner.record_batch(observations)?;
-        for (observation, recorded) in observations.iter().zip(&recorded) {
-            self.notify(observation, recorded);
-        }
-        Ok(recorded)
-    }
-
-    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        self.inner.event(event_id)
-    }
-
-    fn events_of_message(&self, message_id: &str) -> Result<Vec<EventDetail>, StoreError> {
-        self.inner.events_of_message(message_id)
-    }
-
-    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        self.inner.events(filter)
-    }
-
-    fn refused_writes(&self) -> u64 {
-        self.inner.refused_writes()
-    }
-
-    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
-        self.inner.record_heartbeat(heartbeat)
-    }
-
-    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
-        self.inner.heartbeats()
     }
 }
 
