@@ -2,7 +2,8 @@
 //! more leaves the store, but never an event an operator may still act on
 //! or that may still run: a blocker the retention would count as settled
 //! (Unsupported once its handler is gone) and a parked event an operator
-//! skipped (its message still runs when the session drains).
+//! skipped (its message is still parked until the session drains, when it
+//! is dropped without running).
 
 use nimbus_blackbox_tests::Scratch;
 use nimbus_blackbox_tests::orders::{id, order, publish};
@@ -23,7 +24,8 @@ fn retention_keeps_a_sessions_blocker_and_its_skipped_parked_event_until_they_ar
     let host = RunningHost::start(&scratch, "[resolver]\nretention = \"2s\"\n");
 
     // s-parked: a blocker and an event parked behind it, which the operator
-    // skips (it is recorded Skipped, its message stays parked).
+    // skips (it is recorded Skipped; its message stays parked until the
+    // session drains).
     let blocker = publish(&host, "OrderPlaced", "s-parked", &order("o-1", true));
     let blocker = host.wait_status("s-parked", &blocker, "Failed");
     let parked = publish(&host, "OrderPlaced", "s-parked", &order("o-2", false));
@@ -59,7 +61,8 @@ fn retention_keeps_a_sessions_blocker_and_its_skipped_parked_event_until_they_ar
     let skipped = host.cli_json(&["event", &id(&parked_record), "--json"]);
     assert_eq!(skipped["endpoints"][0]["record"]["status"], "Skipped");
 
-    // Both are still there to act on, and what was parked still runs.
+    // Both are still there to act on; the skipped parked event never runs,
+    // the session's next event does.
     host.cli(&["skip", &unsupported_id]).expect_code(0);
     std::fs::rename(scratch.path("orders.wasm.away"), &orders).expect("restore the handler");
     host.eventually("orders to be back", || {
@@ -68,5 +71,23 @@ fn retention_keeps_a_sessions_blocker_and_its_skipped_parked_event_until_they_ar
         (listed == 2).then_some(())
     });
     host.cli(&["skip", &id(&blocker)]).expect_code(0);
-    host.wait_status("s-parked", &parked, "Completed");
+    let next = publish(&host, "OrderPlaced", "s-parked", &order("o-4", false));
+    host.wait_status("s-parked", &next, "Completed");
+    // Its parked copy came back before `next` ran, and was dropped. (The
+    // record itself may be pruned by now: nothing keeps it any more.)
+    let parked_id = id(&parked_record);
+    host.eventually("the parked copy to be dropped", || {
+        host.stderr()
+            .lines()
+            .any(|line| line.contains("replayed copy is dropped") && line.contains(&parked_id))
+            .then_some(())
+    });
+    let completed = host
+        .cli(&["events", "--session", "s-parked", "--status", "completed"])
+        .expect_code(0)
+        .stdout();
+    assert!(
+        !completed.contains(&parked_id),
+        "the skipped parked event ran: {completed}"
+    );
 }

@@ -20,7 +20,9 @@ use tracing::{debug, info, warn};
 
 use crate::handler::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
 use crate::policies::Policies;
-use crate::session_state::{self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle};
+use crate::session_state::{
+    self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle, Silent,
+};
 
 /// The application property nimbus adds to responses: the digest of the
 /// handler version that produced the outcome (SEMANTICS.md §10).
@@ -193,6 +195,10 @@ impl<T: Transport> Delivery<'_, T> {
             Guard::CompleteSilently(why) => {
                 debug!(endpoint = %self.endpoint.name, %event_id, ?why, "completed without a handler or a response");
                 let mut next = self.state.clone();
+                if why == Silent::SkippedWhileParked {
+                    info!(endpoint = %self.endpoint.name, %event_id, "the operator skipped this parked event: its replayed copy is dropped without running");
+                    next.forget_skip(&event_id);
+                }
                 if replayed.is_some() {
                     next.unpark();
                 }

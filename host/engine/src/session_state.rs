@@ -78,6 +78,11 @@ pub enum Silent {
     /// operator resubmitted or skipped it): stale (F14; upstream answered
     /// ResolutionResponse, which could flip a Skipped row to Completed).
     StaleRetry,
+    /// A replayed copy of a parked event the operator skipped while it was
+    /// parked: the skip already settled it (and told the Resolver), so it
+    /// leaves the parked set without running. (Upstream ran it, and its
+    /// outcome replaced the skip.)
+    SkippedWhileParked,
 }
 
 /// Which `DeferralSequence` a parked message gets.
@@ -115,6 +120,12 @@ pub enum Guard {
 /// a new arrival may not.
 pub fn guard(entry: Entry, state: &SessionState, event_id: &str, replayed: Option<u32>) -> Guard {
     let sequence = replayed.map_or(ParkSequence::Next, ParkSequence::Keep);
+    if entry == Entry::EventRequest
+        && replayed.is_some()
+        && state.was_skipped_while_parked(event_id)
+    {
+        return Guard::CompleteSilently(Silent::SkippedWhileParked);
+    }
     match entry {
         Entry::EventRequest => match state.blocked_by() {
             Some(_) if state.is_blocked_by(event_id) => {
@@ -235,6 +246,10 @@ pub struct Plan {
     pub send_follow_ups: bool,
     /// Record the message in the inbox (only after `completed`).
     pub record_inbox: bool,
+    /// Remember the event as skipped while parked, so its parked copy does
+    /// not run when it is replayed (an operator skip of an event that does
+    /// not own the block while messages are parked).
+    pub remember_skip: bool,
 }
 
 impl Plan {
@@ -246,6 +261,7 @@ impl Plan {
             settle,
             send_follow_ups: false,
             record_inbox: false,
+            remember_skip: false,
         }
     }
 
@@ -263,6 +279,9 @@ impl Plan {
             BlockChange::Keep => {}
             BlockChange::BlockByThis => state.block(event_id),
             BlockChange::Unblock => state.unblock(),
+        }
+        if self.remember_skip {
+            state.remember_skip(event_id);
         }
         if replayed && self.settle != Settle::Abandon {
             state.unpark();
@@ -333,9 +352,12 @@ pub fn operator_request(entry: Entry, state: &SessionState, event_id: &str) -> O
         (Entry::SkipRequest, true) => {
             Plan::new(Some(Response::Skip), BlockChange::Unblock, Settle::Complete)
         }
-        (Entry::SkipRequest, false) => {
-            Plan::new(Some(Response::Skip), BlockChange::Keep, Settle::Complete)
-        }
+        // The event may be one of the parked ones: its parked copy must not
+        // run when the session replays.
+        (Entry::SkipRequest, false) => Plan {
+            remember_skip: state.has_parked(),
+            ..Plan::new(Some(Response::Skip), BlockChange::Keep, Settle::Complete)
+        },
         (Entry::HandoffCompletedRequest, true) => Plan::new(
             Some(Response::Resolution),
             BlockChange::Unblock,

@@ -76,7 +76,11 @@ impl<T: Transport> Manager<T> {
         }
         let mut message = build::resubmission_request(&event, &record.endpoint, edited_payload);
         message.message_id = Some(fresh_id());
-        let notes = rerun_notes(&record, "resubmitting runs the handler on it again");
+        let notes = rerun_notes(
+            &record,
+            "resubmitting runs the handler on it again",
+            "resubmitting runs the handler on it now, ahead of the events parked before it, and its parked copy still runs in order when the session replays",
+        );
         self.send(&record, message, notes).await
     }
 
@@ -87,7 +91,11 @@ impl<T: Transport> Manager<T> {
         let event = received_event(&record)?;
         let mut message = build::skip_request(&event, &record.endpoint);
         message.message_id = Some(fresh_id());
-        let notes = rerun_notes(&record, "skipping records it as Skipped instead");
+        let notes = rerun_notes(
+            &record,
+            "skipping records it as Skipped instead",
+            "skipping records it as Skipped, and its parked copy is dropped without running when the session replays",
+        );
         self.send(&record, message, notes).await
     }
 
@@ -278,7 +286,9 @@ fn require_handoff(record: &EventRecord) -> Result<(), ManagerError> {
 
 /// Notes for a resubmit or skip of an event that is not blocking its
 /// session: allowed (an operator may have reasons), but worth saying.
-fn rerun_notes(record: &EventRecord, consequence: &str) -> Vec<String> {
+/// `when_parked` is what the operation does to an event parked (Deferred)
+/// behind its session's block.
+fn rerun_notes(record: &EventRecord, consequence: &str, when_parked: &str) -> Vec<String> {
     let status = record.status;
     let note = match status {
         Status::Completed | Status::Skipped => Some(format!(
@@ -291,7 +301,11 @@ fn rerun_notes(record: &EventRecord, consequence: &str) -> Vec<String> {
                 record.event_id, record.endpoint
             ))
         }
-        Status::Pending | Status::Deferred => Some(format!(
+        Status::Deferred => Some(format!(
+            "event '{}' is parked (Deferred) at '{}' behind its session's block: {when_parked}",
+            record.event_id, record.endpoint
+        )),
+        Status::Pending => Some(format!(
             "event '{}' is {status} at '{}' (not yet settled): {consequence}",
             record.event_id, record.endpoint
         )),

@@ -505,6 +505,51 @@ fn sk_skipping_the_blocker_records_it_skipped_and_replays_the_parked_events_in_o
 }
 
 #[test]
+fn sk_a_parked_event_the_operator_skipped_stays_skipped_and_never_runs() {
+    on_host(|host| async move {
+        let s = "sk-2";
+        echo(host, s, "sk-2-e1", traced("sk-2-e1", fails("EchoError"))).await;
+        for id in ["sk-2-e2", "sk-2-e3", "sk-2-e4"] {
+            echo(host, s, id, traced(id, ok())).await;
+        }
+        let blocker = status(host, s, "sk-2-e1", Status::Failed).await;
+        let parked = status(host, s, "sk-2-e3", Status::Deferred).await;
+        status(host, s, "sk-2-e4", Status::Deferred).await;
+        let sent = manager(host)
+            .skip(&parked.event_id, Some(ECHO))
+            .await
+            .expect("skip the parked event");
+        assert!(
+            sent.notes
+                .iter()
+                .any(|n| n.contains("dropped without running")),
+            "{:?}",
+            sent.notes
+        );
+        status(host, s, "sk-2-e3", Status::Skipped).await;
+        let fixed = traced("sk-2-e1", ok()).to_string();
+        manager(host)
+            .resubmit(&blocker.event_id, Some(ECHO), Some(&fixed))
+            .await
+            .expect("resubmit the blocker");
+        echo(host, s, "sk-2-e5", traced("sk-2-e5", ok())).await;
+        // e3's parked copy came back with the others and was dropped: the
+        // handler ran the rest in order and never e3.
+        wait_traces(s, &["sk-2-e1", "sk-2-e2", "sk-2-e4", "sk-2-e5"]).await;
+        status(host, s, "sk-2-e5", Status::Completed).await;
+        let skipped = status(host, s, "sk-2-e3", Status::Skipped).await;
+        assert_eq!(count_in_history(host, &skipped, "SkipResponse"), 1);
+        assert_eq!(count_in_history(host, &skipped, "ResolutionResponse"), 0);
+        let state = session_state(host.broker(), ECHO, s).await;
+        assert_eq!(
+            state,
+            nimbus_wire::SessionState::default(),
+            "nothing parked or remembered"
+        );
+    });
+}
+
+#[test]
 fn dr_a_replayed_event_that_fails_blocks_again_and_the_rest_stay_parked_in_order() {
     on_host(|host| async move {
         let s = "dr-1";

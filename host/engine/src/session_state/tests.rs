@@ -411,3 +411,49 @@ fn an_abandoned_replayed_copy_stays_counted() {
     plan.apply(&mut state, "e2", true);
     assert_eq!(state.deferred_count, 0, "dead-lettered: settled");
 }
+
+#[test]
+fn skipping_a_parked_event_drops_its_replayed_copy_without_running_it() {
+    let mut state = blocked_by("e1");
+    state.park();
+    state.park();
+    let plan = operator_request(Entry::SkipRequest, &state, "e3").expect("a skip plan");
+    assert!(plan.remember_skip);
+    assert_eq!(plan.block, BlockChange::Keep);
+    assert_eq!(plan.response, Some(Response::Skip));
+    plan.apply(&mut state, "e3", false);
+    assert!(state.is_blocked_by("e1"));
+    assert!(state.was_skipped_while_parked("e3"));
+    // Its replayed copy is dropped whether or not the session is blocked
+    // again by then; a new arrival of the same id is guarded as any other.
+    assert_eq!(
+        guard(Entry::EventRequest, &state, "E3", Some(1)),
+        Guard::CompleteSilently(Silent::SkippedWhileParked)
+    );
+    assert!(matches!(
+        guard(Entry::EventRequest, &state, "e3", None),
+        Guard::Park { .. }
+    ));
+    state.unblock();
+    assert_eq!(
+        guard(Entry::EventRequest, &state, "e3", Some(1)),
+        Guard::CompleteSilently(Silent::SkippedWhileParked)
+    );
+    assert_eq!(
+        guard(Entry::EventRequest, &state, "e2", Some(0)),
+        Guard::Proceed,
+        "another parked event still runs"
+    );
+}
+
+#[test]
+fn a_skip_with_nothing_parked_or_of_the_blocker_remembers_nothing() {
+    let state = blocked_by("e1");
+    let plan = operator_request(Entry::SkipRequest, &state, "e2").expect("a skip plan");
+    assert!(!plan.remember_skip, "nothing parked");
+    let mut parked = blocked_by("e1");
+    parked.park();
+    let plan = operator_request(Entry::SkipRequest, &parked, "e1").expect("a skip plan");
+    assert!(!plan.remember_skip, "the blocker is not parked");
+    assert_eq!(plan.block, BlockChange::Unblock);
+}
