@@ -11,8 +11,9 @@ use std::time::Duration;
 use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_manager::{DeadLetterId, Manager, ManagerError};
 use nimbus_resolver::{
-    MessageKind, Observation, Outcome, Progress, ResolverError, ResolverSettings, ResolverStore,
-    SqliteResolverStore, Status, run_resolver,
+    EventDetail, EventFilter, EventRecord, Heartbeat, MessageKind, Observation, Outcome, Progress,
+    Recorded, ResolverError, ResolverSettings, ResolverStore, SqliteResolverStore, Status,
+    StoreError, run_resolver,
 };
 use nimbus_transport::{
     Admin, PropertyValue, ReceivedMessage, RuleDescription, SessionLock, SessionSelector,
@@ -987,5 +988,96 @@ async fn replaying_every_dead_letter_replays_a_message_id_once_per_pass() {
     );
     let still = h.manager.dead_letters("billing", None).await.unwrap();
     assert_eq!(still.len(), 1, "the second stays dead-lettered");
+    h.stop().await;
+}
+
+/// A Resolver store whose event lookups fail from the `fail_from`th on
+/// (counting from 1), as a store gone bad part-way through a pass would.
+struct LookupsFailFrom {
+    inner: Arc<SqliteResolverStore>,
+    lookups: std::sync::atomic::AtomicUsize,
+    fail_from: usize,
+}
+
+impl ResolverStore for LookupsFailFrom {
+    fn record(&self, observation: &Observation) -> Result<Recorded, StoreError> {
+        self.inner.record(observation)
+    }
+    fn event(&self, event_id: &str) -> Result<Vec<EventDetail>, StoreError> {
+        let n = 1 + self
+            .lookups
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n >= self.fail_from {
+            return Err(StoreError::Corrupt(format!("lookup {n} fails on purpose")));
+        }
+        self.inner.event(event_id)
+    }
+    fn events_of_message(&self, message_id: &str) -> Result<Vec<EventDetail>, StoreError> {
+        self.inner.events_of_message(message_id)
+    }
+    fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        self.inner.events(filter)
+    }
+    fn refused_writes(&self) -> u64 {
+        self.inner.refused_writes()
+    }
+    fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {
+        self.inner.record_heartbeat(heartbeat)
+    }
+    fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
+        self.inner.heartbeats()
+    }
+}
+
+/// A replay of a whole queue that fails part-way (here the Resolver store)
+/// answers what it moved and why it stopped; what it had not reached stays
+/// dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_every_dead_letter_that_fails_part_way_says_what_it_moved_and_loses_nothing() {
+    let mut h = Harness::start(&["billing"]).await;
+    let mut second = forwarded("billing");
+    second.event_id = Some("second-event".into());
+    second.message_id = Some("msg-pub-2".into());
+    h.send_and_record("billing", &forwarded("billing")).await;
+    h.send_and_record("billing", &second).await;
+    dead_letter_one(&h, SESSION, "Failed to handle message.").await;
+    dead_letter_one(&h, SESSION, "Failed to handle message.").await;
+
+    let failing = Manager::new(
+        Arc::clone(&h.broker),
+        Arc::new(LookupsFailFrom {
+            inner: Arc::clone(&h.store),
+            lookups: std::sync::atomic::AtomicUsize::new(0),
+            fail_from: 2,
+        }) as Arc<dyn ResolverStore>,
+    );
+    let done = failing
+        .replay_all_dead_letters("billing", None, false)
+        .await
+        .unwrap();
+    assert_eq!(done.replayed.len(), 1, "the first was moved");
+    assert_eq!(done.replayed[0].message_id.as_deref(), Some("msg-pub-1"));
+    assert!(done.left.is_empty(), "{:?}", done.left);
+    assert!(
+        matches!(&done.stopped, Some(ManagerError::Store(_))),
+        "{:?}",
+        done.stopped
+    );
+    assert!(
+        done.stopped
+            .as_ref()
+            .is_some_and(|why| why.to_string().contains("fails on purpose")),
+        "{:?}",
+        done.stopped
+    );
+    let still = h.manager.dead_letters("billing", None).await.unwrap();
+    assert_eq!(
+        still
+            .iter()
+            .map(|m| m.message_id.as_deref())
+            .collect::<Vec<_>>(),
+        vec![Some("msg-pub-2")],
+        "the one not reached stays dead-lettered"
+    );
     h.stop().await;
 }
