@@ -195,9 +195,9 @@ impl<T: Transport> Delivery<'_, T> {
             Guard::CompleteSilently(why) => {
                 debug!(endpoint = %self.endpoint.name, %event_id, ?why, "completed without a handler or a response");
                 let mut next = self.state.clone();
-                if why == Silent::SkippedWhileParked {
-                    info!(endpoint = %self.endpoint.name, %event_id, "the operator skipped this parked event: its replayed copy is dropped without running");
-                    next.forget_skip(&event_id);
+                if why == Silent::SettledWhileParked {
+                    info!(endpoint = %self.endpoint.name, %event_id, "the operator settled this parked event (skip, or a completed resubmission): its replayed copy is dropped without running");
+                    next.forget_settled(&event_id);
                 }
                 if replayed.is_some() {
                     next.unpark();

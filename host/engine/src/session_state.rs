@@ -78,11 +78,11 @@ pub enum Silent {
     /// operator resubmitted or skipped it): stale (F14; upstream answered
     /// ResolutionResponse, which could flip a Skipped row to Completed).
     StaleRetry,
-    /// A replayed copy of a parked event the operator skipped while it was
-    /// parked: the skip already settled it (and told the Resolver), so it
-    /// leaves the parked set without running. (Upstream ran it, and its
-    /// outcome replaced the skip.)
-    SkippedWhileParked,
+    /// A replayed copy of a parked event the operator settled while it was
+    /// parked (skipped, or resubmitted and completed): that settled it (and
+    /// told the Resolver), so it leaves the parked set without running.
+    /// (Upstream ran it again, and its outcome replaced the operator's.)
+    SettledWhileParked,
 }
 
 /// Which `DeferralSequence` a parked message gets.
@@ -122,9 +122,9 @@ pub fn guard(entry: Entry, state: &SessionState, event_id: &str, replayed: Optio
     let sequence = replayed.map_or(ParkSequence::Next, ParkSequence::Keep);
     if entry == Entry::EventRequest
         && replayed.is_some()
-        && state.was_skipped_while_parked(event_id)
+        && state.was_settled_while_parked(event_id)
     {
-        return Guard::CompleteSilently(Silent::SkippedWhileParked);
+        return Guard::CompleteSilently(Silent::SettledWhileParked);
     }
     match entry {
         Entry::EventRequest => match state.blocked_by() {
@@ -246,10 +246,11 @@ pub struct Plan {
     pub send_follow_ups: bool,
     /// Record the message in the inbox (only after `completed`).
     pub record_inbox: bool,
-    /// Remember the event as skipped while parked, so its parked copy does
-    /// not run when it is replayed (an operator skip of an event that does
-    /// not own the block while messages are parked).
-    pub remember_skip: bool,
+    /// Remember the event as settled while parked, so its parked copy does
+    /// not run when it is replayed: an operator skip, or a completed
+    /// resubmission, of an event that does not own the block while messages
+    /// are parked.
+    pub remember_settled: bool,
 }
 
 impl Plan {
@@ -261,7 +262,7 @@ impl Plan {
             settle,
             send_follow_ups: false,
             record_inbox: false,
-            remember_skip: false,
+            remember_settled: false,
         }
     }
 
@@ -280,8 +281,8 @@ impl Plan {
             BlockChange::BlockByThis => state.block(event_id),
             BlockChange::Unblock => state.unblock(),
         }
-        if self.remember_skip {
-            state.remember_skip(event_id);
+        if self.remember_settled {
+            state.remember_settled(event_id);
         }
         if replayed && self.settle != Settle::Abandon {
             state.unpark();
@@ -301,6 +302,9 @@ pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, outcome
         Outcome::Completed => Plan {
             send_follow_ups: true,
             record_inbox: true,
+            // A resubmission of an event that may be parked has now run it:
+            // its parked copy must not run it again.
+            remember_settled: entry == Entry::ResubmissionRequest && !owns && state.has_parked(),
             ..Plan::new(Some(Response::Resolution), release, Settle::Complete)
         },
         Outcome::PendingHandoff => Plan {
@@ -355,7 +359,7 @@ pub fn operator_request(entry: Entry, state: &SessionState, event_id: &str) -> O
         // The event may be one of the parked ones: its parked copy must not
         // run when the session replays.
         (Entry::SkipRequest, false) => Plan {
-            remember_skip: state.has_parked(),
+            remember_settled: state.has_parked(),
             ..Plan::new(Some(Response::Skip), BlockChange::Keep, Settle::Complete)
         },
         (Entry::HandoffCompletedRequest, true) => Plan::new(

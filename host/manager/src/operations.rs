@@ -79,7 +79,7 @@ impl<T: Transport> Manager<T> {
         let notes = rerun_notes(
             &record,
             "resubmitting runs the handler on it again",
-            "resubmitting runs the handler on it now, ahead of the events parked before it, and its parked copy still runs in order when the session replays",
+            "resubmitting runs the handler on it now, ahead of the events parked before it; if that completes it, its parked copy is dropped without running when the session replays, else the parked copy runs again in its turn",
         );
         self.send(&record, message, notes).await
     }

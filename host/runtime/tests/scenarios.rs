@@ -550,6 +550,45 @@ fn sk_a_parked_event_the_operator_skipped_stays_skipped_and_never_runs() {
 }
 
 #[test]
+fn rs_a_parked_event_resubmitted_out_of_turn_runs_once_not_again_on_replay() {
+    on_host(|host| async move {
+        let s = "rs-6";
+        echo(host, s, "rs-6-e1", traced("rs-6-e1", fails("EchoError"))).await;
+        for id in ["rs-6-e2", "rs-6-e3"] {
+            echo(host, s, id, traced(id, ok())).await;
+        }
+        let blocker = status(host, s, "rs-6-e1", Status::Failed).await;
+        let parked = status(host, s, "rs-6-e3", Status::Deferred).await;
+        let sent = manager(host)
+            .resubmit(&parked.event_id, Some(ECHO), None)
+            .await
+            .expect("resubmit the parked event");
+        assert!(
+            sent.notes
+                .iter()
+                .any(|n| n.contains("ahead of the events parked before it")),
+            "{:?}",
+            sent.notes
+        );
+        // It runs now, out of turn; the block stays.
+        wait_traces(s, &["rs-6-e3"]).await;
+        status(host, s, "rs-6-e3", Status::Completed).await;
+        let fixed = traced("rs-6-e1", ok()).to_string();
+        manager(host)
+            .resubmit(&blocker.event_id, Some(ECHO), Some(&fixed))
+            .await
+            .expect("resubmit the blocker");
+        echo(host, s, "rs-6-e4", traced("rs-6-e4", ok())).await;
+        wait_traces(s, &["rs-6-e3", "rs-6-e1", "rs-6-e2", "rs-6-e4"]).await;
+        status(host, s, "rs-6-e4", Status::Completed).await;
+        let once = status(host, s, "rs-6-e3", Status::Completed).await;
+        assert_eq!(count_in_history(host, &once, "ResolutionResponse"), 1);
+        let state = session_state(host.broker(), ECHO, s).await;
+        assert_eq!(state, nimbus_wire::SessionState::default());
+    });
+}
+
+#[test]
 fn dr_a_replayed_event_that_fails_blocks_again_and_the_rest_stay_parked_in_order() {
     on_host(|host| async move {
         let s = "dr-1";

@@ -7,9 +7,9 @@
 //! counts what is parked *now* — [`SessionState::unpark`] lowers it when a
 //! parked message leaves the Deferred subscription — so a session with
 //! nothing blocked and nothing parked is written as zero bytes again. One
-//! addition: `SkippedParkedEventIds`, the parked events the operator
-//! skipped (written only while it has any), so a skip of a parked event is
-//! not undone by its replay.
+//! addition: `SettledParkedEventIds`, the parked events the operator
+//! settled out of turn (written only while it has any), so a skip or a
+//! completed resubmission of a parked event is not undone by its replay.
 
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -41,19 +41,19 @@ pub struct SessionState {
         deserialize_with = "null_as_default"
     )]
     pub next_deferral_sequence: u32,
-    /// Parked events the operator skipped before their parked copy came
-    /// back: when it does, it is completed without running the handler.
-    /// A nimbus addition (upstream ran the parked copy anyway, so a skip
-    /// of a parked event was undone by the replay); written only while not
-    /// empty, so upstream's blob is unchanged, and upstream readers ignore
-    /// the key.
+    /// Parked events the operator settled before their parked copy came
+    /// back (skipped, or resubmitted and completed): when it does, it is
+    /// completed without running the handler. A nimbus addition (upstream
+    /// ran the parked copy anyway, so the handler ran again on an event the
+    /// operator had settled); written only while not empty, so upstream's
+    /// blob is otherwise unchanged, and upstream readers ignore the key.
     #[serde(
-        rename = "SkippedParkedEventIds",
+        rename = "SettledParkedEventIds",
         default,
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub skipped_parked_event_ids: Vec<String>,
+    pub settled_parked_event_ids: Vec<String>,
 }
 
 fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -98,8 +98,8 @@ impl SessionState {
 
     /// Not blocked, nothing parked, no legacy entries. Ignores
     /// `NextDeferralSequence`, as upstream: with nothing parked the sequence
-    /// can safely start again at 0; and remembered skips, which only apply
-    /// to parked messages.
+    /// can safely start again at 0; and remembered settlements, which only
+    /// apply to parked messages.
     pub fn is_empty(&self) -> bool {
         self.blocked_by_event_id.is_none()
             && self.deferred_sequence_numbers.is_empty()
@@ -149,35 +149,37 @@ impl SessionState {
     }
 
     /// One parked message left the Deferred subscription (replayed). With
-    /// nothing parked any more, no remembered skip can still apply.
+    /// nothing parked any more, no remembered settlement can still apply.
     pub fn unpark(&mut self) {
         self.deferred_count = self.deferred_count.saturating_sub(1);
         if self.deferred_count == 0 {
-            self.skipped_parked_event_ids.clear();
+            self.settled_parked_event_ids.clear();
         }
     }
 
-    /// Remembers that the operator skipped `event_id` while messages are
-    /// parked, so its parked copy, if it is one of them, is not run when it
-    /// comes back. Nothing to remember when nothing is parked.
-    pub fn remember_skip(&mut self, event_id: &str) {
-        if self.has_parked() && !self.was_skipped_while_parked(event_id) {
-            self.skipped_parked_event_ids.push(event_id.to_owned());
+    /// Remembers that the operator settled `event_id` (skipped it, or
+    /// resubmitted it and it completed) while messages are parked, so its
+    /// parked copy, if it is one of them, is not run when it comes back.
+    /// Nothing to remember when nothing is parked.
+    pub fn remember_settled(&mut self, event_id: &str) {
+        if self.has_parked() && !self.was_settled_while_parked(event_id) {
+            self.settled_parked_event_ids.push(event_id.to_owned());
         }
     }
 
-    /// Whether the operator skipped `event_id` while it was parked (ignoring
-    /// case).
-    pub fn was_skipped_while_parked(&self, event_id: &str) -> bool {
-        self.skipped_parked_event_ids
+    /// Whether the operator settled `event_id` while it was parked
+    /// (ignoring case).
+    pub fn was_settled_while_parked(&self, event_id: &str) -> bool {
+        self.settled_parked_event_ids
             .iter()
             .any(|skipped| same_event(skipped, event_id))
     }
 
-    /// Forgets the skip of `event_id`: its parked copy came back and was
-    /// dropped, so a later publish of the same event id runs as any other.
-    pub fn forget_skip(&mut self, event_id: &str) {
-        self.skipped_parked_event_ids
+    /// Forgets the settlement of `event_id`: its parked copy came back and
+    /// was dropped, so a later publish of the same event id runs as any
+    /// other.
+    pub fn forget_settled(&mut self, event_id: &str) {
+        self.settled_parked_event_ids
             .retain(|skipped| !same_event(skipped, event_id));
     }
 
@@ -224,31 +226,31 @@ mod tests {
     }
 
     #[test]
-    fn a_skip_is_remembered_only_while_something_is_parked() {
+    fn a_settlement_is_remembered_only_while_something_is_parked() {
         let mut state = SessionState::default();
         state.block("e1");
-        state.remember_skip("e2");
-        assert!(!state.was_skipped_while_parked("e2"), "nothing parked");
+        state.remember_settled("e2");
+        assert!(!state.was_settled_while_parked("e2"), "nothing parked");
         state.park();
         state.park();
-        state.remember_skip("E2");
-        state.remember_skip("e2");
-        assert_eq!(state.skipped_parked_event_ids, vec!["E2".to_owned()]);
-        assert!(state.was_skipped_while_parked("e2"), "ignoring case");
+        state.remember_settled("E2");
+        state.remember_settled("e2");
+        assert_eq!(state.settled_parked_event_ids, vec!["E2".to_owned()]);
+        assert!(state.was_settled_while_parked("e2"), "ignoring case");
         let bytes = state.to_bytes();
         assert_eq!(
             String::from_utf8(bytes.clone()).expect("utf8"),
-            r#"{"DeferredSequenceNumbers":[],"BlockedByEventId":"e1","DeferredCount":2,"NextDeferralSequence":2,"SkippedParkedEventIds":["E2"]}"#
+            r#"{"DeferredSequenceNumbers":[],"BlockedByEventId":"e1","DeferredCount":2,"NextDeferralSequence":2,"SettledParkedEventIds":["E2"]}"#
         );
         assert_eq!(SessionState::from_bytes(&bytes), Ok(state.clone()));
-        state.forget_skip("e2");
-        assert!(!state.was_skipped_while_parked("e2"));
-        state.remember_skip("e3");
+        state.forget_settled("e2");
+        assert!(!state.was_settled_while_parked("e2"));
+        state.remember_settled("e3");
         state.unblock();
         state.unpark();
-        assert!(state.was_skipped_while_parked("e3"), "one still parked");
+        assert!(state.was_settled_while_parked("e3"), "one still parked");
         state.unpark();
-        assert!(state.skipped_parked_event_ids.is_empty(), "nothing parked");
+        assert!(state.settled_parked_event_ids.is_empty(), "nothing parked");
         assert!(state.to_bytes().is_empty());
     }
 
@@ -262,9 +264,9 @@ mod tests {
                 .expect("reads");
         assert!(!state.is_blocked());
         let state =
-            SessionState::from_bytes(br#"{"DeferredCount":1,"SkippedParkedEventIds":null}"#)
+            SessionState::from_bytes(br#"{"DeferredCount":1,"SettledParkedEventIds":null}"#)
                 .expect("reads");
-        assert!(state.skipped_parked_event_ids.is_empty());
+        assert!(state.settled_parked_event_ids.is_empty());
         assert!(SessionState::from_bytes(b"{").is_err());
         assert!(SessionState::from_bytes(br#"{"DeferredCount":-1}"#).is_err());
     }

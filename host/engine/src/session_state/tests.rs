@@ -418,17 +418,17 @@ fn skipping_a_parked_event_drops_its_replayed_copy_without_running_it() {
     state.park();
     state.park();
     let plan = operator_request(Entry::SkipRequest, &state, "e3").expect("a skip plan");
-    assert!(plan.remember_skip);
+    assert!(plan.remember_settled);
     assert_eq!(plan.block, BlockChange::Keep);
     assert_eq!(plan.response, Some(Response::Skip));
     plan.apply(&mut state, "e3", false);
     assert!(state.is_blocked_by("e1"));
-    assert!(state.was_skipped_while_parked("e3"));
+    assert!(state.was_settled_while_parked("e3"));
     // Its replayed copy is dropped whether or not the session is blocked
     // again by then; a new arrival of the same id is guarded as any other.
     assert_eq!(
         guard(Entry::EventRequest, &state, "E3", Some(1)),
-        Guard::CompleteSilently(Silent::SkippedWhileParked)
+        Guard::CompleteSilently(Silent::SettledWhileParked)
     );
     assert!(matches!(
         guard(Entry::EventRequest, &state, "e3", None),
@@ -437,7 +437,7 @@ fn skipping_a_parked_event_drops_its_replayed_copy_without_running_it() {
     state.unblock();
     assert_eq!(
         guard(Entry::EventRequest, &state, "e3", Some(1)),
-        Guard::CompleteSilently(Silent::SkippedWhileParked)
+        Guard::CompleteSilently(Silent::SettledWhileParked)
     );
     assert_eq!(
         guard(Entry::EventRequest, &state, "e2", Some(0)),
@@ -450,10 +450,39 @@ fn skipping_a_parked_event_drops_its_replayed_copy_without_running_it() {
 fn a_skip_with_nothing_parked_or_of_the_blocker_remembers_nothing() {
     let state = blocked_by("e1");
     let plan = operator_request(Entry::SkipRequest, &state, "e2").expect("a skip plan");
-    assert!(!plan.remember_skip, "nothing parked");
+    assert!(!plan.remember_settled, "nothing parked");
     let mut parked = blocked_by("e1");
     parked.park();
     let plan = operator_request(Entry::SkipRequest, &parked, "e1").expect("a skip plan");
-    assert!(!plan.remember_skip, "the blocker is not parked");
+    assert!(!plan.remember_settled, "the blocker is not parked");
     assert_eq!(plan.block, BlockChange::Unblock);
+}
+
+#[test]
+fn a_completed_resubmission_of_a_parked_event_drops_its_parked_copy() {
+    let mut state = blocked_by("e1");
+    state.park();
+    let done = after_handler(Entry::ResubmissionRequest, &state, "e3", Outcome::Completed);
+    assert!(done.remember_settled);
+    assert_eq!(done.block, BlockChange::Keep, "e1 still owns the block");
+    let failed = after_handler(
+        Entry::ResubmissionRequest,
+        &state,
+        "e3",
+        Outcome::Failed(Disposition::Retry),
+    );
+    assert!(
+        !failed.remember_settled,
+        "its parked copy runs again in turn"
+    );
+    let blocker = after_handler(Entry::ResubmissionRequest, &state, "e1", Outcome::Completed);
+    assert!(!blocker.remember_settled, "the blocker is not parked");
+    assert_eq!(blocker.block, BlockChange::Unblock);
+    let replayed = after_handler(Entry::EventRequest, &free(), "e3", Outcome::Completed);
+    assert!(!replayed.remember_settled);
+    done.apply(&mut state, "e3", false);
+    assert_eq!(
+        guard(Entry::EventRequest, &state, "e3", Some(0)),
+        Guard::CompleteSilently(Silent::SettledWhileParked)
+    );
 }
