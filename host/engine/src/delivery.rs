@@ -20,9 +20,7 @@ use tracing::{debug, info, warn};
 
 use crate::handler::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
 use crate::policies::Policies;
-use crate::session_state::{
-    self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle, Silent,
-};
+use crate::session_state::{self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle};
 
 /// The application property nimbus adds to responses: the digest of the
 /// handler version that produced the outcome (SEMANTICS.md §10).
@@ -161,6 +159,10 @@ impl<T: Transport> Delivery<'_, T> {
         // `validate` guarantees an EventId on every entry point.
         let event_id = message.event_id.clone().unwrap_or_default();
         let replayed = message.replayed_sequence();
+        if session_state::settled_while_parked(entry, self.state, &event_id, replayed) {
+            info!(endpoint = %self.endpoint.name, %event_id, "the operator settled this parked event out of turn: its replayed copy is dropped without running");
+            return self.complete_silently(received, replayed.is_some()).await;
+        }
         let inbox_key = self.inbox_key(entry, &message);
         if let Some(key) = &inbox_key
             && self
@@ -194,16 +196,7 @@ impl<T: Transport> Delivery<'_, T> {
             }
             Guard::CompleteSilently(why) => {
                 debug!(endpoint = %self.endpoint.name, %event_id, ?why, "completed without a handler or a response");
-                let mut next = self.state.clone();
-                if why == Silent::SettledWhileParked {
-                    info!(endpoint = %self.endpoint.name, %event_id, "the operator settled this parked event (skip, or a completed resubmission): its replayed copy is dropped without running");
-                    next.forget_settled(&event_id);
-                }
-                if replayed.is_some() {
-                    next.unpark();
-                }
-                let settlement = self.with_state(Settlement::complete(received), &next);
-                self.commit(settlement, Some(next)).await
+                self.complete_silently(received, replayed.is_some()).await
             }
             Guard::Proceed => match session_state::operator_request(entry, self.state, &event_id) {
                 Some(plan) => {
@@ -226,6 +219,21 @@ impl<T: Transport> Delivery<'_, T> {
                 }
             },
         }
+    }
+
+    /// Completes `received` without a handler and without a response; a
+    /// replayed copy leaves the session's parked messages.
+    async fn complete_silently(
+        &mut self,
+        received: ReceivedMessage,
+        replayed: bool,
+    ) -> Result<(), DeliveryError> {
+        let mut next = self.state.clone();
+        if replayed {
+            next.unpark();
+        }
+        let settlement = self.with_state(Settlement::complete(received), &next);
+        self.commit(settlement, Some(next)).await
     }
 
     /// Runs the handler and settles by its outcome.

@@ -78,11 +78,6 @@ pub enum Silent {
     /// operator resubmitted or skipped it): stale (F14; upstream answered
     /// ResolutionResponse, which could flip a Skipped row to Completed).
     StaleRetry,
-    /// A replayed copy of a parked event the operator settled while it was
-    /// parked (skipped, or resubmitted and completed): that settled it (and
-    /// told the Resolver), so it leaves the parked set without running.
-    /// (Upstream ran it again, and its outcome replaced the operator's.)
-    SettledWhileParked,
 }
 
 /// Which `DeferralSequence` a parked message gets.
@@ -120,12 +115,6 @@ pub enum Guard {
 /// a new arrival may not.
 pub fn guard(entry: Entry, state: &SessionState, event_id: &str, replayed: Option<u32>) -> Guard {
     let sequence = replayed.map_or(ParkSequence::Next, ParkSequence::Keep);
-    if entry == Entry::EventRequest
-        && replayed.is_some()
-        && state.was_settled_while_parked(event_id)
-    {
-        return Guard::CompleteSilently(Silent::SettledWhileParked);
-    }
     match entry {
         Entry::EventRequest => match state.blocked_by() {
             Some(_) if state.is_blocked_by(event_id) => {
@@ -146,6 +135,21 @@ pub fn guard(entry: Entry, state: &SessionState, event_id: &str, replayed: Optio
         }
         _ => Guard::Proceed,
     }
+}
+
+/// Whether `event_id` arriving at `entry` is a replayed copy (parked under
+/// `replayed`) of an event the operator settled while it was parked: it is
+/// completed without a handler or a response, before any other check, the
+/// inbox's included (decision 0110). Upstream ran it again, and its outcome
+/// replaced the operator's.
+pub fn settled_while_parked(
+    entry: Entry,
+    state: &SessionState,
+    event_id: &str,
+    replayed: Option<u32>,
+) -> bool {
+    entry == Entry::EventRequest
+        && replayed.is_some_and(|sequence| state.was_settled_while_parked(event_id, sequence))
 }
 
 /// Parks one message in `state`: returns the `DeferralSequence` to send the
@@ -247,9 +251,9 @@ pub struct Plan {
     /// Record the message in the inbox (only after `completed`).
     pub record_inbox: bool,
     /// Remember the event as settled while parked, so its parked copy does
-    /// not run when it is replayed: an operator skip, or a completed
-    /// resubmission, of an event that does not own the block while messages
-    /// are parked.
+    /// not run when it is replayed: an operator skip, or a resubmission that
+    /// completes, hands off or discards it, of an event that does not own
+    /// the block while messages are parked.
     pub remember_settled: bool,
 }
 
@@ -298,17 +302,20 @@ pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, outcome
     let other = state.is_blocked_by_another(event_id);
     // Success-like outcomes release the block only if this event owns it.
     let release = if owns { Unblock } else { Keep };
+    // A resubmission of an event that may be parked, to an outcome that
+    // settles it (completed, handed off, discarded): its parked copy must
+    // not run the handler again (decision 0110).
+    let settles_parked = entry == Entry::ResubmissionRequest && !owns && state.has_parked();
     match outcome {
         Outcome::Completed => Plan {
             send_follow_ups: true,
             record_inbox: true,
-            // A resubmission of an event that may be parked has now run it:
-            // its parked copy must not run it again.
-            remember_settled: entry == Entry::ResubmissionRequest && !owns && state.has_parked(),
+            remember_settled: settles_parked,
             ..Plan::new(Some(Response::Resolution), release, Settle::Complete)
         },
         Outcome::PendingHandoff => Plan {
             send_follow_ups: true,
+            remember_settled: settles_parked,
             // A resubmission while another event owns the block reports the
             // handoff but leaves that block alone (upstream §4.4).
             ..Plan::new(
@@ -339,9 +346,10 @@ pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, outcome
                 Settle::DeadLetter,
             )
         }
-        Outcome::Failed(Disposition::Discard) => {
-            Plan::new(Some(Response::Discard), release, Settle::Complete)
-        }
+        Outcome::Failed(Disposition::Discard) => Plan {
+            remember_settled: settles_parked,
+            ..Plan::new(Some(Response::Discard), release, Settle::Complete)
+        },
         // F11: Unsupported on every entry point; a blocker's block stays until an operator acts.
         Outcome::Unsupported => Plan::new(Some(Response::Unsupported), Keep, Settle::Complete),
         Outcome::Transient => Plan::new(None, Keep, Settle::Abandon),

@@ -79,7 +79,7 @@ impl<T: Transport> Manager<T> {
         let notes = rerun_notes(
             &record,
             "resubmitting runs the handler on it again",
-            "resubmitting runs the handler on it now, ahead of the events parked before it; if that completes it, its parked copy is dropped without running when the session replays, else the parked copy runs again in its turn",
+            "resubmitting runs the handler on it now, ahead of the events parked before it; if that completes it, hands it off or discards it, its parked copy is dropped without running when the session replays, and if it fails, the parked copy runs again in its turn",
         );
         self.send(&record, message, notes).await
     }
@@ -302,7 +302,7 @@ fn rerun_notes(record: &EventRecord, consequence: &str, when_parked: &str) -> Ve
             ))
         }
         Status::Deferred => Some(format!(
-            "event '{}' is parked (Deferred) at '{}' behind its session's block: {when_parked}",
+            "event '{}' is parked (Deferred) at '{}' behind earlier events of its session: {when_parked}",
             record.event_id, record.endpoint
         )),
         Status::Pending => Some(format!(

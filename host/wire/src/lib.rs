@@ -35,5 +35,5 @@ pub use inbox_key::{InboxKey, MAX_ENDPOINT_UTF16, MAX_MESSAGE_ID_UTF16};
 pub use message::{DecodeError, Defect, NimbusMessage};
 pub use message_type::{MessageType, UnknownMessageType};
 pub use names::{addr, prop};
-pub use session_state::{SessionState, SessionStateError};
+pub use session_state::{SessionState, SessionStateError, SettledParked};
 pub use timestamp::{format_newtonsoft, format_round_trip, parse_timestamp};

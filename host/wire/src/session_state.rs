@@ -7,7 +7,7 @@
 //! counts what is parked *now* — [`SessionState::unpark`] lowers it when a
 //! parked message leaves the Deferred subscription — so a session with
 //! nothing blocked and nothing parked is written as zero bytes again. One
-//! addition: `SettledParkedEventIds`, the parked events the operator
+//! addition: `SettledParkedEvents`, the parked events the operator
 //! settled out of turn (written only while it has any), so a skip or a
 //! completed resubmission of a parked event is not undone by its replay.
 
@@ -41,19 +41,34 @@ pub struct SessionState {
         deserialize_with = "null_as_default"
     )]
     pub next_deferral_sequence: u32,
-    /// Parked events the operator settled before their parked copy came
-    /// back (skipped, or resubmitted and completed): when it does, it is
-    /// completed without running the handler. A nimbus addition (upstream
-    /// ran the parked copy anyway, so the handler ran again on an event the
-    /// operator had settled); written only while not empty, so upstream's
-    /// blob is otherwise unchanged, and upstream readers ignore the key.
+    /// Parked events the operator settled out of turn (skipped, or
+    /// resubmitted to an outcome that settles them): a replayed copy of one
+    /// that was parked before the settlement is completed without running
+    /// the handler. A nimbus addition (upstream ran the parked copy anyway,
+    /// so the handler ran again on an event the operator had settled);
+    /// written only while not empty, so upstream's blob is otherwise
+    /// unchanged, and upstream readers ignore the key.
     #[serde(
-        rename = "SettledParkedEventIds",
+        rename = "SettledParkedEvents",
         default,
         deserialize_with = "null_as_default",
         skip_serializing_if = "Vec::is_empty"
     )]
-    pub settled_parked_event_ids: Vec<String>,
+    pub settled_parked_events: Vec<SettledParked>,
+}
+
+/// One operator settlement of a possibly parked event: it applies to the
+/// copies of `event_id` parked before it, whose `DeferralSequence` is below
+/// `parked_before` (a copy keeps its sequence when it is parked again), and
+/// not to a copy of the same event id parked after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettledParked {
+    /// The settled event.
+    #[serde(rename = "EventId")]
+    pub event_id: String,
+    /// The session's `NextDeferralSequence` when it was settled.
+    #[serde(rename = "ParkedBefore")]
+    pub parked_before: u32,
 }
 
 fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
@@ -153,34 +168,37 @@ impl SessionState {
     pub fn unpark(&mut self) {
         self.deferred_count = self.deferred_count.saturating_sub(1);
         if self.deferred_count == 0 {
-            self.settled_parked_event_ids.clear();
+            self.settled_parked_events.clear();
         }
     }
 
-    /// Remembers that the operator settled `event_id` (skipped it, or
-    /// resubmitted it and it completed) while messages are parked, so its
-    /// parked copy, if it is one of them, is not run when it comes back.
-    /// Nothing to remember when nothing is parked.
+    /// Remembers that the operator settled `event_id` while messages are
+    /// parked, so a copy of it parked so far, if there is one, does not run
+    /// when it comes back. Nothing to remember when nothing is parked.
     pub fn remember_settled(&mut self, event_id: &str) {
-        if self.has_parked() && !self.was_settled_while_parked(event_id) {
-            self.settled_parked_event_ids.push(event_id.to_owned());
+        if !self.has_parked() {
+            return;
+        }
+        let parked_before = self.next_deferral_sequence;
+        match self
+            .settled_parked_events
+            .iter_mut()
+            .find(|settled| same_event(&settled.event_id, event_id))
+        {
+            Some(settled) => settled.parked_before = parked_before,
+            None => self.settled_parked_events.push(SettledParked {
+                event_id: event_id.to_owned(),
+                parked_before,
+            }),
         }
     }
 
-    /// Whether the operator settled `event_id` while it was parked
-    /// (ignoring case).
-    pub fn was_settled_while_parked(&self, event_id: &str) -> bool {
-        self.settled_parked_event_ids
-            .iter()
-            .any(|skipped| same_event(skipped, event_id))
-    }
-
-    /// Forgets the settlement of `event_id`: its parked copy came back and
-    /// was dropped, so a later publish of the same event id runs as any
-    /// other.
-    pub fn forget_settled(&mut self, event_id: &str) {
-        self.settled_parked_event_ids
-            .retain(|skipped| !same_event(skipped, event_id));
+    /// Whether the replayed copy of `event_id` parked under `sequence` is
+    /// one the operator settled while it was parked (ids ignoring case).
+    pub fn was_settled_while_parked(&self, event_id: &str, sequence: u32) -> bool {
+        self.settled_parked_events.iter().any(|settled| {
+            same_event(&settled.event_id, event_id) && sequence < settled.parked_before
+        })
     }
 
     /// Whether parked messages wait for a replay.
@@ -226,31 +244,32 @@ mod tests {
     }
 
     #[test]
-    fn a_settlement_is_remembered_only_while_something_is_parked() {
+    fn a_settlement_applies_to_the_copies_parked_before_it_while_any_are_parked() {
         let mut state = SessionState::default();
         state.block("e1");
         state.remember_settled("e2");
-        assert!(!state.was_settled_while_parked("e2"), "nothing parked");
-        state.park();
-        state.park();
+        assert!(state.settled_parked_events.is_empty(), "nothing parked");
+        assert_eq!(state.park(), 0);
+        assert_eq!(state.park(), 1);
         state.remember_settled("E2");
-        state.remember_settled("e2");
-        assert_eq!(state.settled_parked_event_ids, vec!["E2".to_owned()]);
-        assert!(state.was_settled_while_parked("e2"), "ignoring case");
+        assert!(state.was_settled_while_parked("e2", 0), "ignoring case");
+        assert!(state.was_settled_while_parked("e2", 1));
+        assert!(!state.was_settled_while_parked("e3", 0));
         let bytes = state.to_bytes();
         assert_eq!(
             String::from_utf8(bytes.clone()).expect("utf8"),
-            r#"{"DeferredSequenceNumbers":[],"BlockedByEventId":"e1","DeferredCount":2,"NextDeferralSequence":2,"SettledParkedEventIds":["E2"]}"#
+            r#"{"DeferredSequenceNumbers":[],"BlockedByEventId":"e1","DeferredCount":2,"NextDeferralSequence":2,"SettledParkedEvents":[{"EventId":"E2","ParkedBefore":2}]}"#
         );
         assert_eq!(SessionState::from_bytes(&bytes), Ok(state.clone()));
-        state.forget_settled("e2");
-        assert!(!state.was_settled_while_parked("e2"));
-        state.remember_settled("e3");
+        // A copy of the same id parked after the settlement is not covered.
+        assert_eq!(state.park(), 2);
+        assert!(!state.was_settled_while_parked("e2", 2));
         state.unblock();
         state.unpark();
-        assert!(state.was_settled_while_parked("e3"), "one still parked");
         state.unpark();
-        assert!(state.settled_parked_event_ids.is_empty(), "nothing parked");
+        assert!(state.was_settled_while_parked("e2", 0), "one still parked");
+        state.unpark();
+        assert!(state.settled_parked_events.is_empty(), "nothing parked");
         assert!(state.to_bytes().is_empty());
     }
 
@@ -266,7 +285,7 @@ mod tests {
         let state =
             SessionState::from_bytes(br#"{"DeferredCount":1,"SettledParkedEventIds":null}"#)
                 .expect("reads");
-        assert!(state.settled_parked_event_ids.is_empty());
+        assert!(state.settled_parked_events.is_empty());
         assert!(SessionState::from_bytes(b"{").is_err());
         assert!(SessionState::from_bytes(br#"{"DeferredCount":-1}"#).is_err());
     }

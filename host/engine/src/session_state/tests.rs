@@ -413,37 +413,58 @@ fn an_abandoned_replayed_copy_stays_counted() {
 }
 
 #[test]
-fn skipping_a_parked_event_drops_its_replayed_copy_without_running_it() {
+fn skipping_a_parked_event_drops_the_copies_parked_before_the_skip() {
     let mut state = blocked_by("e1");
-    state.park();
-    state.park();
+    assert_eq!(state.park(), 0); // e2
+    assert_eq!(state.park(), 1); // e3
+    assert_eq!(state.park(), 2); // e3 again: its publisher sent it twice
     let plan = operator_request(Entry::SkipRequest, &state, "e3").expect("a skip plan");
     assert!(plan.remember_settled);
     assert_eq!(plan.block, BlockChange::Keep);
     assert_eq!(plan.response, Some(Response::Skip));
     plan.apply(&mut state, "e3", false);
     assert!(state.is_blocked_by("e1"));
-    assert!(state.was_settled_while_parked("e3"));
-    // Its replayed copy is dropped whether or not the session is blocked
-    // again by then; a new arrival of the same id is guarded as any other.
-    assert_eq!(
-        guard(Entry::EventRequest, &state, "E3", Some(1)),
-        Guard::CompleteSilently(Silent::SettledWhileParked)
-    );
+    // Both of its parked copies are dropped, whether or not the session is
+    // blocked again by then.
+    for (id, sequence) in [("E3", 1), ("e3", 2)] {
+        assert!(settled_while_parked(
+            Entry::EventRequest,
+            &state,
+            id,
+            Some(sequence)
+        ));
+    }
+    // Not a new arrival, nor another parked event, nor a copy of the same
+    // event id parked after the skip: those are guarded as any other.
+    assert!(!settled_while_parked(
+        Entry::EventRequest,
+        &state,
+        "e3",
+        None
+    ));
+    assert!(!settled_while_parked(
+        Entry::EventRequest,
+        &state,
+        "e2",
+        Some(0)
+    ));
+    assert_eq!(state.park(), 3); // e3 published again after the skip
+    assert!(!settled_while_parked(
+        Entry::EventRequest,
+        &state,
+        "e3",
+        Some(3)
+    ));
+    assert!(!settled_while_parked(
+        Entry::RetryRequest,
+        &state,
+        "e3",
+        Some(1)
+    ));
     assert!(matches!(
         guard(Entry::EventRequest, &state, "e3", None),
         Guard::Park { .. }
     ));
-    state.unblock();
-    assert_eq!(
-        guard(Entry::EventRequest, &state, "e3", Some(1)),
-        Guard::CompleteSilently(Silent::SettledWhileParked)
-    );
-    assert_eq!(
-        guard(Entry::EventRequest, &state, "e2", Some(0)),
-        Guard::Proceed,
-        "another parked event still runs"
-    );
 }
 
 #[test]
@@ -459,30 +480,44 @@ fn a_skip_with_nothing_parked_or_of_the_blocker_remembers_nothing() {
 }
 
 #[test]
-fn a_completed_resubmission_of_a_parked_event_drops_its_parked_copy() {
+fn a_resubmission_of_a_parked_event_that_settles_it_drops_its_parked_copy() {
     let mut state = blocked_by("e1");
     state.park();
-    let done = after_handler(Entry::ResubmissionRequest, &state, "e3", Outcome::Completed);
-    assert!(done.remember_settled);
-    assert_eq!(done.block, BlockChange::Keep, "e1 still owns the block");
-    let failed = after_handler(
-        Entry::ResubmissionRequest,
-        &state,
-        "e3",
+    for settles in [
+        Outcome::Completed,
+        Outcome::PendingHandoff,
+        Outcome::Failed(Disposition::Discard),
+    ] {
+        let plan = after_handler(Entry::ResubmissionRequest, &state, "e3", settles);
+        assert!(plan.remember_settled, "{settles:?}");
+        assert_eq!(plan.block, BlockChange::Keep, "e1 still owns the block");
+    }
+    // Outcomes that leave the event to be run again: its parked copy runs
+    // in its turn.
+    for open in [
         Outcome::Failed(Disposition::Retry),
-    );
-    assert!(
-        !failed.remember_settled,
-        "its parked copy runs again in turn"
-    );
+        Outcome::Failed(Disposition::DeadLetter),
+        Outcome::Permanent,
+        Outcome::Transient,
+        Outcome::Unsupported,
+    ] {
+        let plan = after_handler(Entry::ResubmissionRequest, &state, "e3", open);
+        assert!(!plan.remember_settled, "{open:?}");
+    }
     let blocker = after_handler(Entry::ResubmissionRequest, &state, "e1", Outcome::Completed);
     assert!(!blocker.remember_settled, "the blocker is not parked");
     assert_eq!(blocker.block, BlockChange::Unblock);
-    let replayed = after_handler(Entry::EventRequest, &free(), "e3", Outcome::Completed);
-    assert!(!replayed.remember_settled);
-    done.apply(&mut state, "e3", false);
-    assert_eq!(
-        guard(Entry::EventRequest, &state, "e3", Some(0)),
-        Guard::CompleteSilently(Silent::SettledWhileParked)
+    let replayed = after_handler(Entry::EventRequest, &state, "e3", Outcome::Completed);
+    assert!(
+        !replayed.remember_settled,
+        "only an operator's resubmission"
     );
+    let done = after_handler(Entry::ResubmissionRequest, &state, "e3", Outcome::Completed);
+    done.apply(&mut state, "e3", false);
+    assert!(settled_while_parked(
+        Entry::EventRequest,
+        &state,
+        "e3",
+        Some(0)
+    ));
 }
