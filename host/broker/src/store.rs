@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nimbus_checkpointer::{BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError};
+use nimbus_checkpointer::{
+    BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError, interval as checkpoint_interval,
+};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{Notify, oneshot};
 
@@ -327,12 +329,16 @@ impl Store {
         writer
             .pragma_update(None, "wal_autocheckpoint", BACKSTOP_AUTOCHECKPOINT_PAGES)
             .map_err(db_error)?;
-        let checkpointer = Checkpointer::start(&path, "nimbus-broker-ckpt", "broker log").map_err(
-            |e| match e {
-                StartError::Open(source) => db_error(source),
-                StartError::Thread(e) => OpenError::Thread(e),
-            },
-        )?;
+        let checkpointer = Checkpointer::start(
+            &path,
+            "nimbus-broker-ckpt",
+            "broker log",
+            checkpoint_interval(durability == Durability::Fsync),
+        )
+        .map_err(|e| match e {
+            StartError::Open(source) => db_error(source),
+            StartError::Thread(e) => OpenError::Thread(e),
+        })?;
         let reader = Connection::open(&path).map_err(db_error)?;
         let (tx, rx) = mpsc::channel();
         let failure = Arc::new(Mutex::new(None));

@@ -14,7 +14,9 @@ use crate::store::{
     EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded, ResolverStore,
     StoreError,
 };
-use nimbus_checkpointer::{BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError};
+use nimbus_checkpointer::{
+    BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError, interval as checkpoint_interval,
+};
 
 /// The columns of `events` after its key, in the order the table declares
 /// them (an older store is copied into a new table column by column).
@@ -190,15 +192,19 @@ impl SqliteResolverStore {
         store.reader = Some(Mutex::new(reader));
         store.path = Some(path.to_owned());
         store._checkpointer = Some(
-            Checkpointer::start(path, "nimbus-resolver-ckpt", "resolver store").map_err(
-                |e| match e {
-                    StartError::Open(source) => StoreError::Database {
-                        context: "opening the checkpoint connection",
-                        source,
-                    },
-                    thread @ StartError::Thread(_) => StoreError::Panicked(thread.to_string()),
+            Checkpointer::start(
+                path,
+                "nimbus-resolver-ckpt",
+                "resolver store",
+                checkpoint_interval(durability == StoreDurability::PowerLoss),
+            )
+            .map_err(|e| match e {
+                StartError::Open(source) => StoreError::Database {
+                    context: "opening the checkpoint connection",
+                    source,
                 },
-            )?,
+                thread @ StartError::Thread(_) => StoreError::Panicked(thread.to_string()),
+            })?,
         );
         Ok(store)
     }
