@@ -32,6 +32,23 @@ fn retention_keeps_a_sessions_blocker_and_its_skipped_parked_event_until_they_ar
     let parked_record = host.wait_status("s-parked", &parked, "Deferred");
     host.cli(&["skip", &id(&parked_record)]).expect_code(0);
     host.wait_status("s-parked", &parked, "Skipped");
+    // The session still counts it parked, and says it will be dropped.
+    let sessions = host.cli_json(&["sessions", "--json"]);
+    let session = sessions
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["session_id"] == "s-parked")
+        .cloned()
+        .unwrap_or_else(|| panic!("s-parked is not listed: {sessions}"));
+    assert_eq!(session["parked"], 1, "{session}");
+    assert_eq!(
+        session["settled_while_parked"],
+        serde_json::json!([id(&parked_record)]),
+        "{session}"
+    );
+    let table = host.cli(&["sessions"]).expect_code(0).stdout();
+    assert!(table.contains("1 (1 settled, to drop)"), "{table}");
 
     // s-gone: a blocker whose handler is then deleted; resubmitted, it is
     // Unsupported and keeps the block (SEMANTICS.md §2.6).

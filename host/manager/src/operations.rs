@@ -91,9 +91,14 @@ impl<T: Transport> Manager<T> {
         let event = received_event(&record)?;
         let mut message = build::skip_request(&event, &record.endpoint);
         message.message_id = Some(fresh_id());
+        let consequence = if record.status == Status::Skipped {
+            "skipping it again only adds to its history"
+        } else {
+            "skipping records it as Skipped instead"
+        };
         let notes = rerun_notes(
             &record,
-            "skipping records it as Skipped instead",
+            consequence,
             "skipping records it as Skipped, and its parked copy is dropped without running when the session replays",
         );
         self.send(&record, message, notes).await

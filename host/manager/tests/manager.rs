@@ -529,6 +529,18 @@ async fn resubmit_and_skip_of_a_completed_event_are_sent_with_a_note() {
         "{:?}",
         sent.notes
     );
+    h.resolved(1).await;
+    let mut skipped = Observation::new("billing", EVENT_ID, MessageKind::SkipResponse, 10);
+    skipped.message_id = Some("skip-response".into());
+    h.store.record(&skipped).unwrap();
+    let sent = h.manager.skip(EVENT_ID, None).await.unwrap();
+    assert_eq!(sent.status_before, Status::Skipped);
+    assert!(
+        sent.notes.iter().any(|n| n.contains("already Skipped")
+            && n.contains("skipping it again only adds to its history")),
+        "{:?}",
+        sent.notes
+    );
     h.stop().await;
 }
 

@@ -270,7 +270,7 @@ impl Registry {
                 if let Some(version) = status.serving {
                     tracing::info!(
                         handler = %key,
-                        version = %version.digest().short(),
+                        version = %version.short_id(),
                         event_types = ?version.event_types(),
                         "component deleted; its event types are unregistered"
                     );
@@ -352,8 +352,8 @@ impl Registry {
         let version = Arc::new(version);
         tracing::info!(
             handler = %key,
-            version = %version.digest().short(),
-            previous = status.serving.as_ref().map(|v| v.digest().short()).as_deref(),
+            version = %version.short_id(),
+            previous = status.serving.as_ref().map(|v| v.short_id()).as_deref(),
             event_types = ?version.event_types(),
             artifact = ?version.artifact_source(),
             "handler version swapped in"
@@ -469,7 +469,7 @@ fn record_failure(
     if status.last_error.as_deref() != Some(message) {
         tracing::warn!(
             handler = %status.key,
-            serving = status.serving.as_ref().map(|v| v.digest().short()).as_deref(),
+            serving = status.serving.as_ref().map(|v| v.short_id()).as_deref(),
             "handler not loaded: {message}"
         );
     }

@@ -358,6 +358,17 @@ impl HandlerVersion {
         &self.id
     }
 
+    /// The version for a log line: the digest's short form, and the
+    /// settings suffix (`+…`) when there is one, which is what tells a
+    /// manifest-only fix from the version before it.
+    pub fn short_id(&self) -> String {
+        let short = self.digest.short();
+        match self.id.split_once('+') {
+            Some((_, settings)) => format!("{short}+{settings}"),
+            None => short,
+        }
+    }
+
     /// The event types the component declared, in its order.
     pub fn event_types(&self) -> &[String] {
         &self.event_types

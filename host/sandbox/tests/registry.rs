@@ -359,6 +359,15 @@ fn a_version_id_follows_the_settings_a_manifest_gives() {
     let fixed = id();
     assert!(fixed.starts_with(&format!("{plain}+")), "{fixed}");
     assert_ne!(fixed, configured, "a config fix is a new version");
+
+    // Log lines name it short, with the suffix that tells the two apart.
+    let short = registry.lookup("ep", "Swap").expect("served").short_id();
+    let (_, suffix) = fixed.split_once('+').expect("a settings suffix");
+    assert_eq!(
+        short,
+        format!("{}+{suffix}", digest_of("swap-v1").short()),
+        "{fixed}"
+    );
 }
 
 /// A version id covers what the handler's own files say, not the host's

@@ -444,14 +444,14 @@ fn sessions_table(sessions: &Value) -> String {
                 text(&s["endpoint"]),
                 text(&s["session_id"]),
                 text(&s["blocked_by"]),
-                text(&s["parked"]),
+                parked_cell(s),
                 text(&s["active_messages"]),
                 if s["locked"] == true { "yes" } else { "no" }.to_owned(),
             ]
         })
         .collect();
     if rows.is_empty() {
-        return "no sessions\n".to_owned();
+        return "no session is blocked, has parked events or holds messages\n".to_owned();
     }
     table(
         &[
@@ -464,6 +464,16 @@ fn sessions_table(sessions: &Value) -> String {
         ],
         &rows,
     )
+}
+
+/// The parked count, with how many of those the operator already settled
+/// (their copies are dropped, not run, when the session replays).
+fn parked_cell(session: &Value) -> String {
+    let parked = text(&session["parked"]);
+    match session["settled_while_parked"].as_array().map(Vec::len) {
+        Some(settled) if settled > 0 => format!("{parked} ({settled} settled, to drop)"),
+        _ => parked,
+    }
 }
 
 fn dead_letters_table(listed: &Value) -> String {

@@ -31,6 +31,10 @@ pub(crate) struct SessionView {
     blocked_by: Option<String>,
     /// How many events are parked behind the block.
     parked: u32,
+    /// Parked events the operator already settled (skipped, or resubmitted
+    /// out of turn): their parked copies, counted in `parked`, are dropped
+    /// without running when the session replays (decision 0110).
+    settled_while_parked: Vec<String>,
     /// Messages in the endpoint's subscription for this session.
     active_messages: u64,
     /// Whether a session processor holds the session now.
@@ -57,6 +61,11 @@ impl SessionView {
             session_id: info.session_id,
             blocked_by: state.blocked_by().map(str::to_owned),
             parked: state.deferred_count,
+            settled_while_parked: state
+                .settled_parked_events
+                .into_iter()
+                .map(|settled| settled.event_id)
+                .collect(),
             active_messages: info.active_messages,
             locked: info.locked,
             state_error,
