@@ -39,15 +39,19 @@ pub(crate) enum Command {
     /// Show one event (by event id or message id): status, error, handler version, full history.
     Event(EventArgs),
     /// Run the handler on an event again (its recorded or an edited payload).
+    /// A parked event runs now, out of turn; if that settles it, its parked
+    /// copy is dropped when the session replays.
     Resubmit(ResubmitArgs),
     /// Settle an event as Skipped without running the handler, unblocking
-    /// its session.
+    /// its session; a parked event's copy is dropped when the session
+    /// replays.
     Skip(SkipArgs),
     /// Complete or fail the external job of an event pending a handoff.
     #[command(subcommand)]
     Handoff(HandoffCommand),
     /// List sessions with their state: which event blocks them, how many
-    /// events are parked.
+    /// events are parked, and how many of those the operator already settled
+    /// (dropped, not run, when the session replays).
     Sessions(SessionsArgs),
     /// Dead-lettered messages: list and replay.
     #[command(subcommand)]
