@@ -171,7 +171,7 @@ fn write_phase(f: &mut fmt::Formatter<'_>, mode: Mode, phase: &PhaseReport) -> f
     };
     writeln!(
         f,
-        "{:<7}{label:<18}{:>10.0}{:>9}{:>9}{:>9}{:>9}{:>10.1}{:>8}{:>8}{kept_up}",
+        "{:<7}{label:<18}{:>10.0}{:>9}{:>9}{:>9}{:>9}{:>12.1}{:>8}{:>8}{kept_up}",
         mode.name(),
         phase.throughput,
         Ms(phase.completed.p50).to_string(),
@@ -227,7 +227,7 @@ impl fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "{:<7}{:<18}{:>10}{:>9}{:>9}{:>9}{:>9}{:>10}{:>8}{:>8}",
+            "{:<7}{:<18}{:>10}{:>9}{:>9}{:>9}{:>9}{:>12}{:>8}{:>8}",
             "run",
             "phase",
             "events/s",
@@ -270,5 +270,92 @@ impl fmt::Display for BenchReport {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    fn phase(offered_rate: Option<f64>) -> PhaseReport {
+        let latency = Percentiles {
+            count: 1000,
+            p50: Duration::from_micros(12_340),
+            p99: Duration::from_micros(123_450),
+            max: Duration::from_micros(1_234_560),
+        };
+        PhaseReport {
+            offered_rate,
+            ended: 1000,
+            elapsed: Duration::from_millis(100),
+            throughput: 12_345.0,
+            completed: latency,
+            skipped: Percentiles::default(),
+            blocked: 0,
+            parked: 0,
+            lost: 0,
+            queue_p50_ms: Some(1234),
+            processing_p50_ms: Some(1234),
+            handler_mean: Duration::from_nanos(123_456_700),
+            cpu_per_event: Some(Duration::from_micros(123_456)),
+        }
+    }
+
+    /// Where each whitespace-separated field of `line` ends, in characters
+    /// (labels such as "p50 ms" hold one space, so the header is split on
+    /// runs of two or more, after its first column).
+    fn field_ends(line: &str, separator: &str) -> Vec<usize> {
+        let mut ends = Vec::new();
+        let mut at = 0;
+        for field in line.split(separator) {
+            let width = field.chars().count();
+            if !field.trim().is_empty() {
+                ends.push(at + width);
+            }
+            at += width + separator.chars().count();
+        }
+        ends
+    }
+
+    /// Wide figures, in every column at once, still leave a space between
+    /// columns, and each figure ends under the end of its header label.
+    #[test]
+    fn every_figure_sits_under_its_header_with_a_space_between_columns() {
+        let report = BenchReport {
+            options: BenchOptions::default(),
+            machine: "test".into(),
+            modes: vec![ModeReport {
+                mode: Mode::Native,
+                closed: phase(None),
+                open: phase(Some(6172.0)),
+            }],
+        };
+        let text = report.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        let header = lines.iter().position(|l| l.starts_with("run ")).unwrap();
+        let header_line = lines[header];
+        // The right-aligned columns are the ones after "run" and "phase".
+        let header_ends = field_ends(header_line, "  ");
+        let numeric_header_ends = &header_ends[header_ends.len() - 8..];
+        for row in &lines[header + 1..header + 3] {
+            let label_end = "native ".len() + 18;
+            let figures = &row[label_end..];
+            let ends: Vec<usize> = field_ends(figures.trim_end_matches("  kept up"), " ")
+                .into_iter()
+                .map(|end| end + label_end)
+                .collect();
+            assert_eq!(
+                ends, numeric_header_ends,
+                "header:\n{header_line}\nrow:\n{row}"
+            );
+        }
+        for label in ["cpu µs", "handler µs", "queue", "proc"] {
+            assert!(
+                header_line.contains(&format!(" {label}")),
+                "{label:?} runs into the column before it: {header_line}"
+            );
+        }
     }
 }
