@@ -53,6 +53,18 @@ pub(crate) struct DirScan {
     /// files): the watcher watches their targets too, which may lie outside
     /// the directory it watches.
     pub(crate) links: Vec<PathBuf>,
+    /// Endpoints whose directory could not be listed (permissions, an I/O
+    /// error): what they serve stays as it is until it can be read again.
+    pub(crate) unreadable: BTreeSet<String>,
+}
+
+impl DirScan {
+    /// Adds what one endpoint's scan found.
+    fn absorb(&mut self, endpoint: DirScan) {
+        self.components.extend(endpoint.components);
+        self.problems.extend(endpoint.problems);
+        self.links.extend(endpoint.links);
+    }
 }
 
 /// Names a writer or a tool keeps for itself: temporary files renamed into
@@ -168,7 +180,21 @@ pub(crate) fn scan(dir: &Path, known: &BTreeSet<&str>) -> std::io::Result<DirSca
         }
     }
     for (name, path) in without_case_clashes(endpoints, known, &mut scan.problems) {
-        scan_endpoint(&name, &path, &mut scan)?;
+        // One endpoint's unreadable directory must not hold up the others'
+        // swaps, nor unregister its own handlers: a permissions slip while
+        // deploying is fixed in place, and the versions loaded keep serving.
+        let mut endpoint = DirScan::default();
+        match scan_endpoint(&name, &path, &mut endpoint) {
+            Ok(()) => scan.absorb(endpoint),
+            Err(error) => {
+                scan.problems.push(format!(
+                    "{}: cannot be read ({error}); endpoint '{name}' keeps serving the \
+                     handlers it had until it can be read again",
+                    path.display()
+                ));
+                scan.unreadable.insert(name);
+            }
+        }
     }
     Ok(scan)
 }

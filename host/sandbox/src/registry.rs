@@ -261,7 +261,9 @@ impl Registry {
         let removed: Vec<HandlerKey> = next
             .handlers
             .keys()
-            .filter(|key| !scan.components.contains_key(*key))
+            .filter(|key| {
+                !scan.components.contains_key(*key) && !scan.unreadable.contains(&key.endpoint)
+            })
             .cloned()
             .collect();
         for key in removed {

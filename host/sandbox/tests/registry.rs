@@ -101,6 +101,88 @@ fn an_invalid_file_dropped_in_leaves_the_old_version_serving() {
     assert_eq!(invocation.result, Ok(Outcome::Completed));
 }
 
+/// Runs `f` on a thread of its own that cannot bypass file permissions:
+/// these tests run as root, whose DAC override (a per-thread capability)
+/// would read a mode-000 directory anyway. Dropping it for one thread leaves
+/// the rest of the test binary as it was.
+fn without_permission_override<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                for capability in [
+                    caps::Capability::CAP_DAC_OVERRIDE,
+                    caps::Capability::CAP_DAC_READ_SEARCH,
+                ] {
+                    // Not held (not root, or already dropped): nothing to drop.
+                    if caps::has_cap(None, caps::CapSet::Effective, capability).unwrap_or(false) {
+                        caps::drop(None, caps::CapSet::Effective, capability)
+                            .expect("drop a capability this thread holds");
+                    }
+                }
+                f()
+            })
+            .join()
+            .expect("the thread without the override panicked")
+    })
+}
+
+#[test]
+fn an_unreadable_endpoint_directory_keeps_its_handlers_and_holds_up_no_other_endpoint() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let dir = HandlersDir::new();
+    dir.install("billing", "noop", &guest("noop"));
+    dir.install("warehouse", "swap", &guest("swap-v1"));
+    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let billing = dir.path().join("billing");
+    std::fs::set_permissions(&billing, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    dir.install("warehouse", "swap", &guest("swap-v2"));
+
+    let reconciled = without_permission_override(|| {
+        assert!(
+            std::fs::read_dir(&billing).is_err(),
+            "the test cannot make a directory unreadable here"
+        );
+        registry.reconcile()
+    });
+    std::fs::set_permissions(&billing, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    reconciled.expect("one endpoint's directory does not fail the reconcile");
+
+    let snapshot = registry.snapshot();
+    assert_eq!(
+        snapshot
+            .lookup("warehouse", "Swap")
+            .expect("served")
+            .digest(),
+        digest_of("swap-v2"),
+        "the other endpoint's swap went ahead"
+    );
+    assert_eq!(
+        snapshot
+            .lookup("billing", "Noop")
+            .expect("still served")
+            .digest(),
+        digest_of("noop"),
+        "the unreadable endpoint's handler was unregistered"
+    );
+    let problem = snapshot
+        .problems()
+        .iter()
+        .find(|p| p.contains("billing"))
+        .expect("the unreadable directory is reported");
+    assert!(
+        problem.contains("cannot be read") && problem.contains("keeps serving"),
+        "{problem}"
+    );
+
+    // Readable again: the problem goes, and what it holds is read.
+    dir.remove("billing", "noop");
+    registry.reconcile().expect("reconcile");
+    let snapshot = registry.snapshot();
+    assert!(snapshot.lookup("billing", "Noop").is_none());
+    assert!(snapshot.problems().is_empty(), "{:?}", snapshot.problems());
+}
+
 #[test]
 fn a_half_written_file_is_never_loaded_and_the_finished_one_is() {
     let dir = HandlersDir::new();
