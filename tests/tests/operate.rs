@@ -94,6 +94,17 @@ fn a_published_event_completes_a_failed_one_blocks_until_skipped_and_sigterm_exi
         blocked_sessions(&host, "billing"),
         vec![("s-block".to_owned(), id(&failed), 1)]
     );
+    // The log at its default level (warn) tells the operator on call what
+    // blocked which session, and why.
+    let log = host.stderr();
+    assert!(
+        log.lines().any(|line| line.contains("WARN")
+            && line.contains("event failed: its session is blocked")
+            && line.contains("session=s-block")
+            && line.contains(&id(&failed))
+            && line.contains("error_type=OrderRejected")),
+        "{log}"
+    );
     let sessions = host.cli(&["sessions", "--blocked"]);
     sessions.expect_code(0);
     assert!(
@@ -386,7 +397,16 @@ fn a_dead_lettered_event_is_listed_with_its_message_id_and_replayed_by_it() {
     let host = RunningHost::start(&scratch, "");
     let empty = json!({"OrderId": "o-9", "Customer": "acme", "Total": 0.0, "Lines": []});
     let published = publish(&host, "OrderPlaced", "s-dl", &empty.to_string());
-    host.wait_status("s-dl", &published, "DeadLettered");
+    let dead = host.wait_status("s-dl", &published, "DeadLettered");
+    let log = host.stderr();
+    assert!(
+        log.lines().any(|line| line.contains("WARN")
+            && line.contains("event dead-lettered")
+            && line.contains("session=s-dl")
+            && line.contains(&id(&dead))
+            && line.contains("Permanent failure")),
+        "{log}"
+    );
 
     let listed = host.cli_json(&["dlq", "list", "--endpoint", "billing", "--json"]);
     let own = listed

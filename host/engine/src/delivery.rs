@@ -444,6 +444,18 @@ impl<T: Transport> Delivery<'_, T> {
                     received.delivery_count,
                     self.endpoint.max_delivery_count,
                 );
+                // What an operator on call looks for in the log, at the
+                // default level: the event, where it is, and why.
+                warn!(
+                    endpoint = %topic,
+                    session = %settled.message.session_id.as_deref().unwrap_or(""),
+                    event_id = %settled.event_id,
+                    event_type = %settled.message.event_type().unwrap_or(""),
+                    %reason,
+                    // A permanent failure's reason already holds its text.
+                    description = (!reason.contains(&description)).then_some(description.as_str()),
+                    "event dead-lettered (`nimbus dlq list`; `nimbus dlq replay` once fixed)"
+                );
                 Disposition::DeadLetter {
                     reason,
                     description,
@@ -452,7 +464,7 @@ impl<T: Transport> Delivery<'_, T> {
         };
         let settlement = settlement.with_outcome(received, disposition);
         if plan.block == BlockChange::BlockByThis {
-            info!(endpoint = %topic, event_id = settled.event_id, "session blocked");
+            log_block(&topic, &settled);
         }
         self.commit(settlement, Some(next)).await
     }
@@ -674,6 +686,43 @@ struct Settled<'a> {
     decided_by: Option<&'a str>,
     timing: Timing,
     inbox_key: Option<InboxKey>,
+}
+
+/// Says why a session is now blocked: a failure at warn (the default level
+/// shows it; the operator has to act), a handoff at info (the job settles it).
+fn log_block(endpoint: &str, settled: &Settled<'_>) {
+    let session = settled.message.session_id.as_deref().unwrap_or("");
+    let event_type = settled.message.event_type().unwrap_or("");
+    if let Some(HandlerResult::PendingHandoff {
+        reason,
+        external_job_id,
+        ..
+    }) = settled.report.map(|r| &r.result)
+    {
+        info!(
+            endpoint,
+            %session,
+            event_id = %settled.event_id,
+            %event_type,
+            %reason,
+            job = %external_job_id.as_deref().unwrap_or(""),
+            "event handed off: its session waits until the handoff is completed or failed"
+        );
+        return;
+    }
+    let (error_type, error) = settled.failure.map_or(("", String::new()), |f| {
+        (f.error_type.as_str(), f.message.clone())
+    });
+    warn!(
+        endpoint,
+        %session,
+        event_id = %settled.event_id,
+        %event_type,
+        %error_type,
+        %error,
+        "event failed: its session is blocked and its later events are parked until a retry \
+         succeeds or it is resubmitted or skipped (`nimbus event ID`)"
+    );
 }
 
 /// The dead-letter reason and description of a failure: upstream's

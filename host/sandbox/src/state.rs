@@ -17,6 +17,8 @@ use crate::stdio::CapturedOutput;
 pub(crate) struct InvocationTags {
     pub(crate) handler: Arc<str>,
     pub(crate) digest: Digest,
+    /// The whole version id (digest and settings), for log lines.
+    pub(crate) version_id: Arc<str>,
     pub(crate) event_id: String,
     pub(crate) session_id: String,
 }

@@ -46,6 +46,26 @@ pub struct HandlerVersion {
     pre_async: AsyncHandlerPre<InvocationState>,
 }
 
+/// A version as log lines name it: the digest's short form and the
+/// settings suffix (`+…`) when there is one, which is what tells a
+/// manifest-only fix from the version before it. Formatted only when a
+/// line is written.
+pub(crate) struct ShortId<'a> {
+    pub(crate) digest: &'a Digest,
+    /// The whole version id ([`HandlerVersion::id`]).
+    pub(crate) id: &'a str,
+}
+
+impl fmt::Display for ShortId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.digest.short())?;
+        match self.id.split_once('+') {
+            Some((_, settings)) => write!(f, "+{settings}"),
+            None => Ok(()),
+        }
+    }
+}
+
 impl fmt::Debug for HandlerVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HandlerVersion")
@@ -149,6 +169,7 @@ impl HandlerVersion {
             InvocationTags {
                 handler: Arc::clone(&self.name),
                 digest: self.digest,
+                version_id: Arc::clone(&self.id),
                 event_id: String::new(),
                 session_id: String::new(),
             },
@@ -289,6 +310,7 @@ impl HandlerVersion {
         InvocationTags {
             handler: Arc::clone(&self.name),
             digest: self.digest,
+            version_id: Arc::clone(&self.id),
             event_id: event.event_id.clone(),
             session_id: event.session_id.clone(),
         }
@@ -322,7 +344,7 @@ impl HandlerVersion {
         if let Err(error) = &result {
             tracing::debug!(
                 handler = &*self.name,
-                version = %self.digest.short(),
+                version = %ShortId { digest: &self.digest, id: &self.id },
                 event_id = %state.log.tags.event_id,
                 %error,
                 "handler returned an error"
@@ -362,11 +384,11 @@ impl HandlerVersion {
     /// settings suffix (`+…`) when there is one, which is what tells a
     /// manifest-only fix from the version before it.
     pub fn short_id(&self) -> String {
-        let short = self.digest.short();
-        match self.id.split_once('+') {
-            Some((_, settings)) => format!("{short}+{settings}"),
-            None => short,
+        ShortId {
+            digest: &self.digest,
+            id: &self.id,
         }
+        .to_string()
     }
 
     /// The event types the component declared, in its order.

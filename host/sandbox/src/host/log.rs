@@ -5,6 +5,7 @@
 use crate::bindings::log::{Host, Level};
 use crate::event::{LogLevel, LogRecord, LogSource};
 use crate::state::{InvocationTags, LogCapture, LogView};
+use crate::version::ShortId;
 
 /// Longest kept log message, in bytes; longer ones are truncated, never
 /// refused (the WIT promises the handler that).
@@ -96,7 +97,7 @@ pub(crate) fn emit(tags: &InvocationTags, record: &LogRecord) {
                 target: "nimbus::handler",
                 $level,
                 handler,
-                version = %tags.digest.short(),
+                version = %ShortId { digest: &tags.digest, id: &tags.version_id },
                 event_id,
                 session_id,
                 source,
@@ -190,6 +191,7 @@ mod tests {
         let tags = InvocationTags {
             handler: Arc::from("orders"),
             digest,
+            version_id: Arc::from(format!("{digest}+0123456789ab").as_str()),
             event_id: "e-1".to_owned(),
             session_id: "s-1".to_owned(),
         };
@@ -200,12 +202,14 @@ mod tests {
         });
         let events = recorder.0.lock().expect("recorder lock").clone();
         assert_eq!(events.len(), 2);
-        assert_eq!(events[0]["version"], digest.short());
+        // A manifest-only fix is told from the version before it.
+        let short = format!("{}+0123456789ab", digest.short());
+        assert_eq!(events[0]["version"], short);
         assert_eq!(events[0]["handler"], "orders");
         assert_eq!(events[0]["event_id"], "e-1");
         assert_eq!(events[0]["message"], "order accepted");
         assert!(events[0]["fields"].contains("o-1"), "{events:?}");
-        assert_eq!(events[1]["version"], digest.short());
+        assert_eq!(events[1]["version"], short);
         assert!(!events[1].contains_key("fields"), "{events:?}");
     }
 
