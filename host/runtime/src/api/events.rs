@@ -5,7 +5,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue};
-use nimbus_manager::Sent;
+use nimbus_manager::{ManagerError, Sent};
 use nimbus_resolver::{EventDetail, EventFilter, EventRecord, ResolverStore as _, Status};
 use nimbus_transport::{Admin as _, AdminError, SubscriptionPath};
 use serde::{Deserialize, Serialize};
@@ -172,8 +172,33 @@ fn pruned_hint(retention: Retention) -> String {
         Retention::For(period) => format!(
             "; an event that needs nothing more (Completed, Skipped, Unsupported) is removed \
              {} after its last update ([resolver] retention)",
-            humantime::format_duration(period)
+            period_text(period)
         ),
+    }
+}
+
+/// A Manager refusal as the API answers it; an unknown event id gets the
+/// same hint as `GET /api/events/{id}`, since the operator may hold an id
+/// the Resolver has since pruned.
+fn or_pruned(state: &ApiState, error: ManagerError) -> ApiError {
+    match error {
+        ManagerError::UnknownEvent { .. } => {
+            ApiError::not_found(format!("{error}{}", pruned_hint(state.retention)))
+        }
+        other => other.into(),
+    }
+}
+
+/// A retention period as an operator reads it: whole days as days
+/// (humantime writes `30days`, and `90d` as months, hours and seconds).
+fn period_text(period: std::time::Duration) -> String {
+    const DAY: u64 = 24 * 60 * 60;
+    match period.as_secs() {
+        secs if secs >= DAY && secs % DAY == 0 && period.subsec_nanos() == 0 => {
+            let days = secs / DAY;
+            format!("{days} day{}", if days == 1 { "" } else { "s" })
+        }
+        _ => humantime::format_duration(period).to_string(),
     }
 }
 
@@ -200,7 +225,8 @@ pub(crate) async fn resubmit(
             given(request.endpoint).as_deref(),
             edited.as_deref(),
         )
-        .await?;
+        .await
+        .map_err(|e| or_pruned(&state, e))?;
     Ok(Json(sent))
 }
 
@@ -220,7 +246,8 @@ pub(crate) async fn skip(
     let sent = state
         .manager
         .skip(&event_id, given(request.endpoint).as_deref())
-        .await?;
+        .await
+        .map_err(|e| or_pruned(&state, e))?;
     Ok(Json(sent))
 }
 
@@ -247,7 +274,8 @@ pub(crate) async fn complete_handoff(
             given(request.endpoint).as_deref(),
             details.as_deref(),
         )
-        .await?;
+        .await
+        .map_err(|e| or_pruned(&state, e))?;
     Ok(Json(sent))
 }
 
@@ -279,6 +307,23 @@ pub(crate) async fn fail_handoff(
             &error,
             given(request.error_type).as_deref(),
         )
-        .await?;
+        .await
+        .map_err(|e| or_pruned(&state, e))?;
     Ok(Json(sent))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::period_text;
+
+    #[test]
+    fn a_retention_period_reads_as_days_or_as_written() {
+        assert_eq!(period_text(Duration::from_secs(30 * 86_400)), "30 days");
+        assert_eq!(period_text(Duration::from_secs(90 * 86_400)), "90 days");
+        assert_eq!(period_text(Duration::from_secs(86_400)), "1 day");
+        assert_eq!(period_text(Duration::from_secs(12 * 3_600)), "12h");
+        assert_eq!(period_text(Duration::from_secs(36 * 3_600)), "1day 12h");
+    }
 }

@@ -851,6 +851,21 @@ async fn an_unknown_event_id_names_the_retention_period_unless_events_are_kept_f
             && error.contains("removed 12h after its last update ([resolver] retention)"),
         "{error}"
     );
+    // The operations on an event say the same.
+    for (path, body) in [
+        ("/api/events/gone/skip", "{}"),
+        ("/api/events/gone/resubmit", "{}"),
+        ("/api/events/gone/handoff/complete", "{}"),
+        ("/api/events/gone/handoff/fail", r#"{"error": "job lost"}"#),
+    ] {
+        let (status, value) = api.call(Method::POST, path, Some(body)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {value}");
+        let error = value["error"].as_str().unwrap();
+        assert!(
+            error.contains("no event 'gone'") && error.contains("removed 12h after"),
+            "{path}: {error}"
+        );
+    }
     host.shutdown().await;
 
     let root = tempfile::tempdir().unwrap();
