@@ -53,8 +53,9 @@ pub enum ManagerError {
     },
     /// A handoff operation on an event that is not pending a handoff.
     #[error(
-        "event '{event_id}' at '{endpoint}' is not pending a handoff (status {status}{}); only an event handed off by its handler can be completed or failed",
-        sub_status.as_deref().map(|s| format!(", sub-status {s}")).unwrap_or_default()
+        "event '{event_id}' at '{endpoint}' is not pending a handoff (status {status}{}); {}",
+        sub_status.as_deref().map(|s| format!(", sub-status {s}")).unwrap_or_default(),
+        not_pending_advice(*status)
     )]
     NotPendingHandoff {
         /// The event id.
@@ -230,4 +231,22 @@ pub enum ManagerError {
         #[source]
         source: SettleError,
     },
+}
+
+/// What to do about a handoff operation refused in `status`: the status
+/// says whether the handoff was settled already, or a request for the event
+/// is on its way (a second `complete` racing the first), or it never was a
+/// handoff.
+fn not_pending_advice(status: Status) -> &'static str {
+    match status {
+        Status::Pending => {
+            "a request for it is on its way (a completion or failure already sent, or a \
+             resubmission): wait for its outcome with `nimbus event`"
+        }
+        Status::Completed => "its handoff, if it had one, is already settled: nothing to do",
+        Status::Failed => {
+            "it failed (a failed handoff, or its handler): resubmit or skip it to settle it"
+        }
+        _ => "only an event handed off by its handler can be completed or failed",
+    }
 }

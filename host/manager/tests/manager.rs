@@ -449,7 +449,8 @@ async fn refusals_name_the_problem_and_send_nothing() {
     assert!(
         error
             .to_string()
-            .contains("not pending a handoff (status Failed)"),
+            .contains("not pending a handoff (status Failed)")
+            && error.to_string().contains("resubmit or skip it"),
         "{error}"
     );
 
@@ -466,6 +467,12 @@ async fn refusals_name_the_problem_and_send_nothing() {
                 ..
             }
         ),
+        "{error}"
+    );
+    // Pending without the handoff sub-status: a request for it is on its
+    // way, e.g. a second `complete` racing the first.
+    assert!(
+        error.to_string().contains("a request for it is on its way"),
         "{error}"
     );
 
