@@ -187,6 +187,30 @@ fn a_failed_event_is_fixed_by_dropping_in_a_new_version_and_resubmitting() {
     assert_eq!(after["handler_version"], v2);
 }
 
+/// What each history entry of `event_id` said about a handoff, by message
+/// type, once the entry of `awaited` is recorded (the Resolver may record
+/// the request's copy after the engine's answer to it).
+fn handoff_history(host: &RunningHost, event_id: &str, awaited: &str) -> serde_json::Value {
+    host.eventually(&format!("{awaited} is in the history"), || {
+        let event = host.cli_json(&["event", event_id, "--json"]);
+        let history = event["endpoints"][0]["history"].as_array()?.clone();
+        history
+            .iter()
+            .any(|h| h["message_type"] == awaited)
+            .then(|| {
+                history
+                    .iter()
+                    .map(|h| (text_of(&h["message_type"]), h["handoff"].clone()))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into()
+            })
+    })
+}
+
+fn text_of(value: &serde_json::Value) -> String {
+    value.as_str().unwrap_or_default().to_owned()
+}
+
 #[test]
 fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
     let scratch = Scratch::new();
@@ -215,7 +239,32 @@ fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
         r#"{"RowsImported":10}"#,
     ]);
     complete.expect_code(0);
-    host.wait_status("s-erp-1", &first, "Completed");
+    let done = host.wait_status("s-erp-1", &first, "Completed");
+    // The event's handoff fields clear once it settles; its history keeps
+    // the job the handler named and the details the operator sent.
+    let job = handed["external_job_id"]
+        .as_str()
+        .expect("a job id while handed off")
+        .to_owned();
+    assert!(done["external_job_id"].is_null(), "{done}");
+    let history = handoff_history(&host, &id(&done), "HandoffCompletedRequest");
+    assert_eq!(
+        history["PendingHandoffResponse"]["external_job_id"],
+        job.as_str(),
+        "{history:#}"
+    );
+    assert_eq!(
+        history["HandoffCompletedRequest"]["details"], r#"{"RowsImported":10}"#,
+        "{history:#}"
+    );
+    let text = host.cli(&["event", &id(&done)]);
+    text.expect_code(0);
+    assert!(
+        text.stdout().contains(&format!("job {job} (expected by "))
+            && text.stdout().contains(r#"details {"RowsImported":10}"#),
+        "{}",
+        text.stdout()
+    );
 
     let second = publish(&host, "ErpImportRequested", "s-erp-2", import);
     let handed = host.eventually("the second import is handed off", || {
@@ -238,6 +287,12 @@ fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
             .as_str()
             .is_some_and(|t| t.contains("DMF job failed: 3 rows rejected")),
         "{failed}"
+    );
+    // Which job failed stays readable in the history.
+    let history = handoff_history(&host, &id(&failed), "HandoffFailedRequest");
+    assert_eq!(
+        history["PendingHandoffResponse"]["external_job_id"], handed["external_job_id"],
+        "{history:#}"
     );
     assert_eq!(
         blocked_sessions(&host, "erp"),
@@ -844,7 +899,7 @@ fn an_unknown_event_names_the_retention_period_and_forever_is_case_insensitive()
         run.stderr().contains("no event 'gone'")
             && run
                 .stderr()
-                .contains("removed 30days after its last update ([resolver] retention)"),
+                .contains("removed 30 days after its last update ([resolver] retention)"),
         "{}",
         run.stderr()
     );
@@ -880,4 +935,91 @@ fn events_of_an_endpoint_whose_handler_does_not_load_are_listed_not_refused() {
     let run = host.cli(&["events", "--endpoint", "shipping"]);
     run.expect_code(0);
     assert_eq!(run.stdout(), "no events\n");
+}
+
+/// A dead letter whose event a resubmission fixed is removed with
+/// `dlq remove --settled`; while the event is still open it is kept, and
+/// the command says why.
+#[test]
+fn a_dead_letter_is_removed_once_its_event_is_fixed_and_kept_while_it_is_open() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    let published = publish(&host, "OrderPlaced", "s-rm", &empty_order("o-7"));
+    let event = host.wait_status("s-rm", &published, "DeadLettered");
+
+    let kept = host.cli(&["dlq", "remove", "--endpoint", "billing", "--settled"]);
+    kept.expect_code(0);
+    assert!(
+        kept.stdout().contains("removed 0, kept 1"),
+        "{}",
+        kept.stdout()
+    );
+    assert!(
+        kept.stderr().contains("is DeadLettered, not settled")
+            && kept.stderr().contains(&id(&event)),
+        "{}",
+        kept.stderr()
+    );
+    let one = host.cli_json(&["dlq", "list", "--endpoint", "billing", "--json"]);
+    assert_eq!(one[0]["event_status"], "DeadLettered", "{one:#}");
+    let sequence = one[0]["sequence_number"]
+        .as_i64()
+        .expect("a sequence number");
+    let refused = host.cli(&[
+        "dlq",
+        "remove",
+        "--endpoint",
+        "billing",
+        "--sequence",
+        &sequence.to_string(),
+    ]);
+    refused.expect_code(1);
+    assert!(
+        refused.stderr().contains("force removes it anyway"),
+        "{}",
+        refused.stderr()
+    );
+
+    host.cli(&["resubmit", &id(&event), "--data", &order("o-7", false)])
+        .expect_code(0);
+    host.wait_status("s-rm", &published, "Completed");
+    // The listing tells a fixed event's dead letter from a live problem.
+    let fixed = host.cli(&["dlq", "list", "--endpoint", "billing"]);
+    fixed.expect_code(0);
+    assert!(
+        fixed.stdout().contains("EVENT NOW") && fixed.stdout().contains("Completed"),
+        "{}",
+        fixed.stdout()
+    );
+    let removed = host.cli_json(&[
+        "dlq",
+        "remove",
+        "--endpoint",
+        "billing",
+        "--settled",
+        "--json",
+    ]);
+    assert_eq!(
+        removed["removed"][0]["sequence_number"], sequence,
+        "{removed:#}"
+    );
+    assert_eq!(removed["kept"], json!([]), "{removed:#}");
+    assert_eq!(
+        host.cli_json(&["dlq", "list", "--endpoint", "billing", "--json"]),
+        json!([])
+    );
+    // Removed, not run again: the event is still the resubmission's.
+    let after = host.cli_json(&["event", &id(&event), "--json"]);
+    let history = after["endpoints"][0]["history"]
+        .as_array()
+        .expect("history");
+    assert_eq!(
+        history
+            .iter()
+            .filter(|h| h["status"] == "Completed")
+            .count(),
+        1,
+        "{history:#?}"
+    );
 }

@@ -53,7 +53,8 @@ pub(crate) enum Command {
     /// events are parked, and how many of those the operator already settled
     /// (dropped, not run, when the session replays).
     Sessions(SessionsArgs),
-    /// Dead-lettered messages: list and replay.
+    /// Dead-lettered messages: list, replay, and remove those whose event
+    /// has since been settled.
     #[command(subcommand)]
     Dlq(DlqCommand),
     /// The running host's handlers (versions serving, last swap, load

@@ -174,6 +174,10 @@ pub(crate) enum DlqCommand {
     List(DlqListArgs),
     /// Move dead-lettered messages back to their subscription.
     Replay(DlqReplayArgs),
+    /// Remove dead-lettered messages for good: those whose event has since
+    /// been fixed by a resubmission or skipped (`--settled`), or one named
+    /// message. A message whose event is still open is kept unless forced.
+    Remove(DlqRemoveArgs),
 }
 
 #[derive(Debug, Args)]
@@ -186,6 +190,35 @@ pub(crate) struct DlqListArgs {
     #[arg(long, value_name = "N")]
     pub(crate) limit: Option<usize>,
     /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["sequence", "message_id", "settled"])))]
+pub(crate) struct DlqRemoveArgs {
+    /// The endpoint.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) endpoint: String,
+    /// The dead-lettered message's sequence number (see `nimbus dlq list`).
+    #[arg(long, value_name = "N")]
+    pub(crate) sequence: Option<i64>,
+    /// The dead-lettered message's message id.
+    #[arg(long, value_name = "ID")]
+    pub(crate) message_id: Option<String>,
+    /// Every message of the endpoint's own dead-letter queue whose event the
+    /// Resolver shows Completed or Skipped; the others are kept, and named.
+    #[arg(long, conflicts_with_all = ["force", "subscription"])]
+    pub(crate) settled: bool,
+    /// Only this subscription's dead-letter queue (the endpoint's own, or
+    /// `Resolver`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) subscription: Option<String>,
+    /// Remove the named message even if its event is not settled, or it is
+    /// the Resolver's copy: it is gone for good.
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
 }

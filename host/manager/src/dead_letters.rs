@@ -1,4 +1,5 @@
-//! The endpoint's dead-letter queues: list without losing, replay one.
+//! The endpoint's dead-letter queues: list without losing, replay one or
+//! all, remove the ones whose event has since been settled.
 //!
 //! The transport has no browse (peek) operation, so listing receives every
 //! dead-lettered message under a peek-lock and then closes the receiver,
@@ -58,6 +59,12 @@ pub struct DeadLetter {
     /// writes times.
     #[serde(serialize_with = "iso_8601")]
     pub enqueued_time: SystemTime,
+    /// The status the Resolver shows now for the message's event at the
+    /// endpoint, in a listing of the endpoint's own queue: `Completed` or
+    /// `Skipped` means it was fixed since, and the message can go (`dlq
+    /// remove --settled`). `None` elsewhere, or when the Resolver does not
+    /// know the event.
+    pub event_status: Option<Status>,
 }
 
 fn iso_8601<S: serde::Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
@@ -110,6 +117,19 @@ pub struct ReplayedAll {
     pub stopped: Option<ManagerError>,
 }
 
+/// What [`Manager::remove_settled_dead_letters`] did.
+#[derive(Debug, Default)]
+pub struct RemovedAll {
+    /// The messages removed, as they were in the dead-letter queue.
+    pub removed: Vec<DeadLetter>,
+    /// The messages kept, each with why (most often: its event is still
+    /// open, so the message may be what fixes it).
+    pub kept: Vec<(DeadLetter, ManagerError)>,
+    /// Why the pass stopped before the end, if it did: what it removed
+    /// until then is in `removed`.
+    pub stopped: Option<ManagerError>,
+}
+
 /// The subscriptions of endpoint `E` whose dead-letter queues the Manager
 /// reads: its own session subscription, then the forwarding one to the
 /// Resolver.
@@ -157,7 +177,11 @@ impl<T: Transport> Manager<T> {
             let held = read_all(&receiver, &path, limit.saturating_sub(listed.len())).await;
             // Closing releases every held message without counting a delivery.
             receiver.close().await;
-            listed.extend(held?.iter().map(|m| describe(endpoint, &path, m)));
+            for message in held? {
+                let mut described = describe(endpoint, &path, &message);
+                described.event_status = self.event_status_now(endpoint, &path, &described).await;
+                listed.push(described);
+            }
             if listed.len() >= limit {
                 break;
             }
@@ -184,42 +208,7 @@ impl<T: Transport> Manager<T> {
         which: &DeadLetterId,
         force: bool,
     ) -> Result<Replayed, ManagerError> {
-        if let Some(subscription) = subscription {
-            check_dead_letter_queue(endpoint, subscription)?;
-        }
-        let mut found: Vec<(SubscriptionPath, T::Receiver, ReceivedMessage)> = Vec::new();
-        let mut searched = Vec::new();
-        for path in subscriptions(endpoint) {
-            if subscription.is_some_and(|s| s != path.subscription) {
-                continue;
-            }
-            let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
-                continue;
-            };
-            searched.push(path.to_string());
-            // Every message received before the match stays locked by this
-            // receiver until it closes, so the scan sees each message once.
-            if let Some(message) = find(&receiver, &path, which).await? {
-                found.push((path, receiver, message));
-            }
-        }
-        if found.len() > 1 {
-            return Err(ManagerError::AmbiguousDeadLetter {
-                endpoint: endpoint.to_owned(),
-                which: which.to_string(),
-                subscriptions: found
-                    .iter()
-                    .map(|(p, _, _)| p.subscription.clone())
-                    .collect(),
-            });
-        }
-        let Some((path, receiver, message)) = found.pop() else {
-            return Err(ManagerError::DeadLetterNotFound {
-                endpoint: endpoint.to_owned(),
-                which: which.to_string(),
-                searched,
-            });
-        };
+        let (path, receiver, message) = self.locate(endpoint, subscription, which).await?;
         let described = describe(endpoint, &path, &message);
         if !force {
             let refusal = match self.refusal(endpoint, &path, &described, which).await {
@@ -249,6 +238,191 @@ impl<T: Transport> Manager<T> {
             "manager: dead-lettered message replayed"
         );
         Ok(Replayed { message: described })
+    }
+
+    /// Removes one dead-lettered message of `endpoint` for good: for a
+    /// message whose event has since been settled (fixed by a resubmission,
+    /// or skipped), which `dlq list` and the dead-letter gauge would show
+    /// for ever otherwise.
+    ///
+    /// Unless `force`, only a message of the endpoint's own queue whose
+    /// event the Resolver shows Completed or Skipped is removed; any other
+    /// is kept ([`ManagerError::DeadLetterStillNeeded`]), since it may be
+    /// the only copy of an event still open, or what the Resolver's history
+    /// of the event lacks.
+    pub async fn remove_dead_letter(
+        &self,
+        endpoint: &str,
+        subscription: Option<&str>,
+        which: &DeadLetterId,
+        force: bool,
+    ) -> Result<DeadLetter, ManagerError> {
+        let (path, receiver, message) = self.locate(endpoint, subscription, which).await?;
+        let described = describe(endpoint, &path, &message);
+        if !force {
+            let keep = match self
+                .removal_refusal(endpoint, &path, &described, which)
+                .await
+            {
+                Ok(keep) => keep,
+                Err(e) => {
+                    receiver.close().await;
+                    return Err(e);
+                }
+            };
+            if let Some(keep) = keep {
+                // Closing releases the message without counting a delivery.
+                receiver.close().await;
+                return Err(keep);
+            }
+        }
+        let removed = receiver.complete(message).await;
+        // Releases what the search held before the match.
+        receiver.close().await;
+        removed.map_err(|source| ManagerError::Remove {
+            which: which.to_string(),
+            subscription: path.to_string(),
+            source,
+        })?;
+        tracing::info!(
+            subscription = %path,
+            sequence_number = described.sequence_number,
+            event_id = described.event_id.as_deref().unwrap_or(""),
+            forced = force,
+            "manager: dead-lettered message removed"
+        );
+        Ok(described)
+    }
+
+    /// Removes every message of `endpoint`'s own dead-letter queue whose
+    /// event the Resolver shows Completed or Skipped, and keeps the rest
+    /// (named in [`RemovedAll::kept`] with why). The Resolver forwarding
+    /// subscription's queue is not touched: a message there is removed
+    /// only by name, with force.
+    pub async fn remove_settled_dead_letters(
+        &self,
+        endpoint: &str,
+    ) -> Result<RemovedAll, ManagerError> {
+        let path = SubscriptionPath::new(endpoint, endpoint);
+        let mut done = RemovedAll::default();
+        let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
+            return Ok(done);
+        };
+        let pass = self
+            .remove_settled_in(endpoint, &path, &receiver, &mut done)
+            .await;
+        // Closing releases the messages kept without counting a delivery.
+        receiver.close().await;
+        if let Err(stopped) = pass {
+            done.stopped = Some(stopped);
+        }
+        tracing::info!(
+            endpoint,
+            removed = done.removed.len(),
+            kept = done.kept.len(),
+            "manager: dead letters of settled events removed"
+        );
+        Ok(done)
+    }
+
+    async fn remove_settled_in(
+        &self,
+        endpoint: &str,
+        path: &SubscriptionPath,
+        receiver: &T::Receiver,
+        done: &mut RemovedAll,
+    ) -> Result<(), ManagerError> {
+        let mut seen_sequence_numbers = HashSet::new();
+        loop {
+            let message = match receiver.receive(END_OF_QUEUE_WAIT).await {
+                Ok(Some(message)) => message,
+                Ok(None) => return Ok(()),
+                Err(source) => {
+                    return Err(ManagerError::ReadDeadLetters {
+                        subscription: path.to_string(),
+                        source,
+                    });
+                }
+            };
+            // The same entry again: a kept message whose lock lapsed.
+            if !seen_sequence_numbers.insert(message.sequence_number) {
+                continue;
+            }
+            let described = describe(endpoint, path, &message);
+            let which = DeadLetterId::SequenceNumber(message.sequence_number);
+            if let Some(keep) = self
+                .removal_refusal(endpoint, path, &described, &which)
+                .await?
+            {
+                done.kept.push((described, keep));
+                continue;
+            }
+            match receiver.complete(message).await {
+                Ok(()) => done.removed.push(described),
+                // Still dead-lettered; another pass will find it.
+                Err(source) if source.kind() == ErrorKind::LockLost => {
+                    let why = ManagerError::Remove {
+                        which: which.to_string(),
+                        subscription: path.to_string(),
+                        source,
+                    };
+                    done.kept.push((described, why));
+                }
+                Err(source) => {
+                    return Err(ManagerError::Remove {
+                        which: which.to_string(),
+                        subscription: path.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Finds `which` in `endpoint`'s dead-letter queues (`subscription`
+    /// narrows the search to one), held by the receiver returned with it,
+    /// which also holds every message received before it until it closes.
+    /// A message found in both queues is an error rather than a guess.
+    async fn locate(
+        &self,
+        endpoint: &str,
+        subscription: Option<&str>,
+        which: &DeadLetterId,
+    ) -> Result<(SubscriptionPath, T::Receiver, ReceivedMessage), ManagerError> {
+        if let Some(subscription) = subscription {
+            check_dead_letter_queue(endpoint, subscription)?;
+        }
+        let mut found: Vec<(SubscriptionPath, T::Receiver, ReceivedMessage)> = Vec::new();
+        let mut searched = Vec::new();
+        for path in subscriptions(endpoint) {
+            if subscription.is_some_and(|s| s != path.subscription) {
+                continue;
+            }
+            let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
+                continue;
+            };
+            searched.push(path.to_string());
+            // Every message received before the match stays locked by this
+            // receiver until it closes, so the scan sees each message once.
+            if let Some(message) = find(&receiver, &path, which).await? {
+                found.push((path, receiver, message));
+            }
+        }
+        if found.len() > 1 {
+            return Err(ManagerError::AmbiguousDeadLetter {
+                endpoint: endpoint.to_owned(),
+                which: which.to_string(),
+                subscriptions: found
+                    .iter()
+                    .map(|(p, _, _)| p.subscription.clone())
+                    .collect(),
+            });
+        }
+        found.pop().ok_or_else(|| ManagerError::DeadLetterNotFound {
+            endpoint: endpoint.to_owned(),
+            which: which.to_string(),
+            searched,
+        })
     }
 
     /// Moves every message dead-lettered on `endpoint` back to the end of
@@ -413,6 +587,69 @@ impl<T: Transport> Manager<T> {
         }
     }
 
+    /// The Resolver's status now of a message's event, for a message of
+    /// the endpoint's own queue. A listing is for reading: a lookup that
+    /// fails leaves the status out rather than failing the listing.
+    async fn event_status_now(
+        &self,
+        endpoint: &str,
+        path: &SubscriptionPath,
+        message: &DeadLetter,
+    ) -> Option<Status> {
+        if path.subscription != endpoint {
+            return None;
+        }
+        let event_id = message.event_id.as_deref()?;
+        self.find(event_id, Some(endpoint))
+            .await
+            .ok()
+            .map(|record| record.status)
+    }
+
+    /// Why a dead-lettered message should be kept rather than removed
+    /// (without `force`), if it should: removing is safe only for a message
+    /// of the endpoint's own queue whose event is settled.
+    async fn removal_refusal(
+        &self,
+        endpoint: &str,
+        path: &SubscriptionPath,
+        message: &DeadLetter,
+        which: &DeadLetterId,
+    ) -> Result<Option<ManagerError>, ManagerError> {
+        let keep = |why: String| {
+            Ok(Some(ManagerError::DeadLetterStillNeeded {
+                which: which.to_string(),
+                subscription: path.to_string(),
+                why,
+            }))
+        };
+        if path.subscription != endpoint {
+            return keep(
+                "it is a copy the Resolver could not record: removing it loses what it \
+                 adds to the event's history (replay it to record it)"
+                    .to_owned(),
+            );
+        }
+        let Some(event_id) = message.event_id.as_deref() else {
+            return keep("it names no event, so nothing shows it was dealt with".to_owned());
+        };
+        match self.find(event_id, Some(endpoint)).await {
+            Ok(record) if matches!(record.status, Status::Completed | Status::Skipped) => Ok(None),
+            Ok(record) => keep(format!(
+                "its event '{event_id}' is {}, not settled: it may be what fixes it (replay \
+                 it), or resubmit or skip the event first",
+                record.status
+            )),
+            Err(ManagerError::UnknownEvent { .. } | ManagerError::NotAtEndpoint { .. }) => {
+                keep(format!(
+                    "the Resolver has no record of its event '{event_id}' at '{endpoint}', so \
+                     nothing shows it was settled"
+                ))
+            }
+            Err(other) => Err(other),
+        }
+    }
+
     /// A receiver on the dead-letter queue of `path`; `None` for a missing
     /// Resolver forwarding subscription (an endpoint need not have one), an
     /// error for a missing endpoint subscription.
@@ -501,5 +738,6 @@ fn describe(endpoint: &str, path: &SubscriptionPath, message: &ReceivedMessage) 
         description: message.dead_letter_description.clone(),
         delivery_count: message.delivery_count,
         enqueued_time: message.enqueued_time,
+        event_status: None,
     }
 }

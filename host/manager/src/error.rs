@@ -51,6 +51,19 @@ pub enum ManagerError {
         /// Where the event is.
         known: Vec<String>,
     },
+    /// A dead-lettered message the Manager keeps unless forced: removing it
+    /// could lose an event still open, or what its history lacks.
+    #[error(
+        "kept the dead-lettered message {which} in {subscription}: {why} (force removes it anyway)"
+    )]
+    DeadLetterStillNeeded {
+        /// The message asked for.
+        which: String,
+        /// The subscription whose dead-letter queue holds it.
+        subscription: String,
+        /// Why it is kept.
+        why: String,
+    },
     /// A handoff operation on an event that is not pending a handoff.
     #[error(
         "event '{event_id}' at '{endpoint}' is not pending a handoff (status {status}{}); {}",
@@ -223,6 +236,17 @@ pub enum ManagerError {
     /// Moving the dead-lettered message back failed; it stays dead-lettered.
     #[error("replaying dead-lettered message {which} of {subscription}: {source}")]
     Replay {
+        /// The message.
+        which: String,
+        /// The subscription.
+        subscription: String,
+        /// The transport's answer.
+        #[source]
+        source: SettleError,
+    },
+    /// Removing the dead-lettered message failed; it stays dead-lettered.
+    #[error("removing dead-lettered message {which} of {subscription}: {source}")]
+    Remove {
         /// The message.
         which: String,
         /// The subscription.

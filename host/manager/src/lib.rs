@@ -3,7 +3,8 @@
 //!
 //! The HTTP API and the CLI call it to resubmit an event (with its recorded
 //! payload or an edited one), skip it, complete or fail its pending
-//! handoff, and to list and replay an endpoint's dead-lettered messages.
+//! handoff, and to list, replay and remove an endpoint's dead-lettered
+//! messages.
 //! Like upstream's ManagerClient it never touches an endpoint's session or
 //! state: it publishes a `ResubmissionRequest`, `SkipRequest`,
 //! `HandoffCompletedRequest` or `HandoffFailedRequest` with `From = Manager`
@@ -26,7 +27,7 @@ mod error;
 mod operations;
 
 pub use dead_letters::{
-    DEFAULT_DEAD_LETTER_LIMIT, DeadLetter, DeadLetterId, Replayed, ReplayedAll,
+    DEFAULT_DEAD_LETTER_LIMIT, DeadLetter, DeadLetterId, RemovedAll, Replayed, ReplayedAll,
     check_dead_letter_queue,
 };
 pub use error::ManagerError;

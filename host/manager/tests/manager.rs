@@ -818,6 +818,108 @@ async fn a_dead_letter_whose_event_is_since_completed_is_replayed_only_when_forc
     h.stop().await;
 }
 
+/// A dead letter whose event was since fixed is clutter an operator
+/// removes; one whose event is still open may be the only copy of it, so it
+/// is kept unless forced, and nothing removed is ever run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_dead_letters_of_settled_events_are_removed_unless_forced() {
+    let mut h = Harness::start(&["billing"]).await;
+    h.send_and_record("billing", &forwarded("billing")).await;
+    let mut open = forwarded("billing");
+    open.message_id = Some("msg-pub-2".into());
+    open.session_id = Some("order-o-1002".into());
+    open.event_id = Some("open-event".into());
+    h.send_and_record("billing", &open).await;
+    dead_letter_one(&h, SESSION, "Failed to handle message.").await;
+    dead_letter_one(&h, "order-o-1002", "Failed to handle message.").await;
+
+    let open_one = DeadLetterId::MessageId("msg-pub-2".into());
+    let error = h
+        .manager
+        .remove_dead_letter("billing", None, &open_one, false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ManagerError::DeadLetterStillNeeded { why, .. }
+            if why.contains("'open-event' is Pending")),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("force removes it anyway"),
+        "{error}"
+    );
+    let listed = h.manager.dead_letters("billing", None).await.unwrap();
+    assert_eq!(listed.len(), 2, "kept");
+    assert!(
+        listed.iter().all(|d| d.delivery_count == 1),
+        "no delivery counted"
+    );
+    assert!(
+        listed
+            .iter()
+            .all(|d| d.event_status == Some(Status::Pending)),
+        "{listed:?}"
+    );
+
+    // The first event is fixed (say, by a resubmission): its dead letter
+    // goes, the open one stays.
+    let mut completed = Observation::new("billing", EVENT_ID, MessageKind::ResolutionResponse, 9);
+    completed.message_id = Some("resolution-later".into());
+    h.store.record(&completed).unwrap();
+    let fixed = h.manager.dead_letters("billing", None).await.unwrap();
+    assert!(
+        fixed.iter().any(|d| d.event_id.as_deref() == Some(EVENT_ID)
+            && d.event_status == Some(Status::Completed)),
+        "{fixed:?}"
+    );
+    let done = h
+        .manager
+        .remove_settled_dead_letters("billing")
+        .await
+        .unwrap();
+    assert!(done.stopped.is_none());
+    assert_eq!(done.removed.len(), 1);
+    assert_eq!(done.removed[0].event_id.as_deref(), Some(EVENT_ID));
+    assert_eq!(done.kept.len(), 1);
+    assert_eq!(done.kept[0].0.event_id.as_deref(), Some("open-event"));
+    let left = h.manager.dead_letters("billing", None).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].message_id.as_deref(), Some("msg-pub-2"));
+    assert_eq!(left[0].delivery_count, 1, "kept without a delivery counted");
+
+    // Forced, the open one goes too; nothing reaches the endpoint.
+    let removed = h
+        .manager
+        .remove_dead_letter("billing", Some("billing"), &open_one, true)
+        .await
+        .unwrap();
+    assert_eq!(removed.event_id.as_deref(), Some("open-event"));
+    assert!(
+        h.manager
+            .dead_letters("billing", None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(h.endpoint_receives("billing", SESSION).await.is_empty());
+    assert!(
+        h.endpoint_receives("billing", "order-o-1002")
+            .await
+            .is_empty()
+    );
+
+    let error = h
+        .manager
+        .remove_dead_letter("billing", None, &open_one, true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ManagerError::DeadLetterNotFound { .. }),
+        "{error}"
+    );
+    h.stop().await;
+}
+
 /// Replaying a whole queue has no cap (more than a listing's default
 /// limit), moves the messages back in their order, and leaves in place,
 /// with the reason, one whose event has since been settled.

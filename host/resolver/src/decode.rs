@@ -96,12 +96,23 @@ pub(crate) fn decode(received: &ReceivedMessage) -> Result<Decoded, Unrecordable
     }
     obs.dead_letter_reason = message.dead_letter_reason.clone();
     obs.dead_letter_description = message.dead_letter_error_description.clone();
-    if kind == MessageKind::PendingHandoffResponse {
-        obs.handoff = Some(HandoffDetails {
-            reason: message.handoff_reason.clone(),
-            external_job_id: message.external_job_id.clone(),
-            expected_by: message.expected_by.map(nimbus_wire::format_round_trip),
-        });
+    match kind {
+        MessageKind::PendingHandoffResponse => {
+            obs.handoff = Some(HandoffDetails {
+                reason: message.handoff_reason.clone(),
+                external_job_id: message.external_job_id.clone(),
+                expected_by: message.expected_by.map(nimbus_wire::format_round_trip),
+                details: None,
+            });
+        }
+        // The details go to the history only (see `carries_event` below).
+        MessageKind::HandoffCompletedRequest => {
+            obs.handoff = message.event_json().map(|details| HandoffDetails {
+                details: Some(details.to_owned()),
+                ..HandoffDetails::default()
+            });
+        }
+        _ => {}
     }
     obs.handler_version = message
         .properties
@@ -262,6 +273,17 @@ mod tests {
         let obs = event(decode(&received(request.to_transport())));
         assert_eq!(obs.kind, MessageKind::HandoffCompletedRequest);
         assert_eq!(obs.payload, None);
+        // They are kept for the request's history entry instead.
+        assert_eq!(
+            obs.handoff,
+            Some(HandoffDetails {
+                details: Some(r#"{"done":true}"#.into()),
+                ..HandoffDetails::default()
+            })
+        );
+
+        let bare = build::handoff_completed_request(&forwarded(), "billing", None, None);
+        assert_eq!(event(decode(&received(bare.to_transport()))).handoff, None);
     }
 
     #[test]

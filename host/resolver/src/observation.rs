@@ -1,17 +1,38 @@
 //! One message as the Resolver sees it: what the engine's Resolver consumer
 //! decodes from a NimBus message before recording it.
 
+use serde::{Deserialize, Serialize};
+
 use crate::status::{HANDOFF_SUB_STATUS, MessageKind, Status};
 
-/// The handoff details of a `PendingHandoffResponse`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What one message says about a handoff: a `PendingHandoffResponse` names
+/// the external job (reason, id, deadline); a `HandoffCompletedRequest`
+/// carries the job's details. The history keeps it per message, so the job
+/// stays readable after the handoff is settled and the event's own handoff
+/// columns are cleared. Absent fields are left out of the JSON (the history
+/// column and the API alike): each message says only its part.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandoffDetails {
     /// Why the event is pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The external job's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_job_id: Option<String>,
     /// The deadline, as the wire carries it (ISO-8601).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_by: Option<String>,
+    /// A `HandoffCompletedRequest`'s details: the external job's result,
+    /// JSON text as received (never the event's payload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<String>,
+}
+
+impl HandoffDetails {
+    /// Whether it says nothing (not worth a history note).
+    pub fn is_empty(&self) -> bool {
+        *self == HandoffDetails::default()
+    }
 }
 
 /// One message about one event at one endpoint.
@@ -51,7 +72,8 @@ pub struct Observation {
     /// `DeadLetterErrorDescription`: its presence makes the status
     /// DeadLettered, whatever the message type.
     pub dead_letter_description: Option<String>,
-    /// Handoff details of a `PendingHandoffResponse`.
+    /// What a `PendingHandoffResponse` or a `HandoffCompletedRequest` says
+    /// about the handoff.
     pub handoff: Option<HandoffDetails>,
     /// The digest of the handler version that produced a response.
     pub handler_version: Option<String>,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{Connection, OptionalExtension, Row as SqlRow, params};
 
 use crate::guard::{self, Row, Verdict};
-use crate::observation::Observation;
+use crate::observation::{HandoffDetails, Observation};
 use crate::status::{MessageKind, Status};
 use crate::store::{
     EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded, ResolverStore,
@@ -71,7 +71,7 @@ fn events_table(name: &str) -> String {
 /// them (a store of an older build is copied column by column).
 const HISTORY_COLUMNS: &str =
     "endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count,
-    error_type, error_text, handler_version, refused, event_ref";
+    error_type, error_text, handler_version, refused, event_ref, handoff";
 
 /// `CREATE TABLE` for `history` under `name`.
 ///
@@ -83,6 +83,15 @@ const HISTORY_COLUMNS: &str =
 /// that is harmless. `AUTOINCREMENT` would cost a write of `sqlite_sequence`,
 /// one more WAL page per commit (~4 % of the store's pages in `nimbus
 /// bench`).
+///
+/// `handoff` is one column holding a small JSON object
+/// ([`HandoffDetails`]) rather than a column per fact: the facts differ by
+/// message (job id, reason and deadline on a `PendingHandoffResponse`,
+/// details on a `HandoffCompletedRequest`) and nearly every row has none.
+/// Every declared column costs each new row a byte even when NULL (SQLite
+/// does not trim trailing NULLs), so one column costs the hot path a byte
+/// a row where four would cost four; encoding happens only for the rare
+/// handoff message; and a later handoff fact needs no migration.
 fn history_table(name: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {name} (
@@ -99,7 +108,8 @@ fn history_table(name: &str) -> String {
             error_text TEXT,
             handler_version TEXT,
             refused TEXT,
-            event_ref INTEGER
+            event_ref INTEGER,
+            handoff TEXT
         )"
     )
 }
@@ -410,8 +420,9 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     }
     let events_current = events.iter().any(|c| c == "id");
     let history_current = history.is_empty() || history.iter().any(|c| c == "event_ref");
+    let history_has_handoff = history.is_empty() || history.iter().any(|c| c == "handoff");
     let history_autoincrement = !history.is_empty() && autoincrement(conn, "history")?;
-    if events_current && history_current && !history_autoincrement {
+    if events_current && history_current && history_has_handoff && !history_autoincrement {
         return Ok(());
     }
     let mut script = String::from("BEGIN IMMEDIATE;");
@@ -436,6 +447,11 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
              UPDATE history SET event_ref =
                  (SELECT id FROM events WHERE events.event_id = history.event_id AND events.endpoint = history.endpoint);",
         );
+    }
+    // Before the rebuild below, which copies every column of the current
+    // table. Rows of the older build read as saying nothing of a handoff.
+    if !history_has_handoff {
+        script.push_str("ALTER TABLE history ADD COLUMN handoff TEXT;");
     }
     if history_autoincrement {
         // Every row keeps its `seq`, so the order of each event's history
@@ -671,7 +687,7 @@ struct Current {
 }
 
 /// An event's history, oldest first.
-const HISTORY_OF_EVENT_SQL: &str = "SELECT message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused
+const HISTORY_OF_EVENT_SQL: &str = "SELECT message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused, handoff
      FROM history WHERE event_ref = ?1 ORDER BY seq";
 
 /// Records one message inside `tx`: the guarded status write, the history
@@ -738,10 +754,20 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
             Recorded::Refused { reason, .. } => Some(reason.as_str()),
             _ => None,
         };
+        let handoff = obs
+            .handoff
+            .as_ref()
+            .filter(|h| !h.is_empty())
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|source| StoreError::Encode {
+                context: "a history entry's handoff",
+                source,
+            })?;
         exec(
             tx,
-            "INSERT INTO history (event_ref, endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            "INSERT INTO history (event_ref, endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused, handoff)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 event_ref,
                 obs.endpoint,
@@ -756,6 +782,7 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
                 obs.error_text,
                 obs.handler_version,
                 refused,
+                handoff,
             ],
         )
         .map_err(db("appending history"))?;
@@ -819,6 +846,9 @@ fn write_status(
     status: Status,
     sub_status: Option<&str>,
 ) -> Result<i64, StoreError> {
+    // The row's handoff columns describe a handoff in flight only, so any
+    // later message clears them (a settled event showing a job would read
+    // as still waiting on it); each park's history entry keeps its job.
     let handoff = obs.handoff.clone().unwrap_or_default();
     // Error columns describe the current status only.
     let carries_error = matches!(
@@ -1039,6 +1069,19 @@ fn event_record(r: &SqlRow<'_>) -> rusqlite::Result<Result<EventRecord, StoreErr
 
 fn history_entry(r: &SqlRow<'_>) -> rusqlite::Result<Result<HistoryEntry, StoreError>> {
     let status: String = r.get(2)?;
+    let handoff: Option<String> = r.get(10)?;
+    let handoff = match handoff
+        .as_deref()
+        .map(serde_json::from_str::<HandoffDetails>)
+        .transpose()
+    {
+        Ok(handoff) => handoff,
+        Err(e) => {
+            return Ok(Err(StoreError::Corrupt(format!(
+                "a history entry's handoff is not readable: {e}"
+            ))));
+        }
+    };
     let entry = HistoryEntry {
         message_id: r.get(0)?,
         message_type: r.get(1)?,
@@ -1050,6 +1093,7 @@ fn history_entry(r: &SqlRow<'_>) -> rusqlite::Result<Result<HistoryEntry, StoreE
         error_text: r.get(7)?,
         handler_version: r.get(8)?,
         refused: r.get(9)?,
+        handoff,
     };
     Ok(parse_status(status).map(|status| HistoryEntry { status, ..entry }))
 }

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::observation::Observation;
+use crate::observation::{HandoffDetails, Observation};
 use crate::status::Status;
 
 /// The current projection of one event at one endpoint.
@@ -90,6 +90,12 @@ pub struct HistoryEntry {
     pub handler_version: Option<String>,
     /// Set when its status write was refused as stale: why.
     pub refused: Option<String>,
+    /// What it said about a handoff: a `PendingHandoffResponse`'s job id,
+    /// reason and deadline, a `HandoffCompletedRequest`'s details. Kept
+    /// after the handoff settles, when the event's own handoff fields are
+    /// cleared. (A `HandoffFailedRequest`'s error is in `error_type` and
+    /// `error_text`.)
+    pub handoff: Option<HandoffDetails>,
 }
 
 /// An event with its full history.
@@ -163,6 +169,15 @@ pub enum StoreError {
     /// The database holds a value this version cannot read.
     #[error("resolver store: corrupt row: {0}")]
     Corrupt(String),
+    /// A value could not be encoded for the database.
+    #[error("resolver store: encoding {context}: {source}")]
+    Encode {
+        /// What was being encoded.
+        context: &'static str,
+        /// The encoder's error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// A store call panicked (its transaction rolled back).
     #[error("resolver store: a store call panicked: {0}")]
     Panicked(String),

@@ -166,6 +166,7 @@ fn handoff_is_pending_with_sub_status_until_completed() {
         reason: Some("DMF import in flight".into()),
         external_job_id: Some("dmf-42".into()),
         expected_by: Some("2026-11-30T10:15:00.0000000Z".into()),
+        details: None,
     });
     store.record(&park).unwrap();
     let record = &store.event("e1").unwrap()[0].record;
@@ -193,6 +194,114 @@ fn handoff_is_pending_with_sub_status_until_completed() {
             .unwrap(),
         Recorded::Refused { .. }
     ));
+}
+
+/// The event's handoff fields describe the handoff in flight only; each
+/// message's history entry keeps what it said, so the job that ran (and
+/// what it reported) stays readable once the handoff is settled.
+#[test]
+fn the_history_keeps_each_messages_handoff_after_it_settles() {
+    let (_dir, store) = open();
+    let park = |message_id: &str, job: &str, at_ms: i64| {
+        let mut park = obs(MessageKind::PendingHandoffResponse, message_id, at_ms);
+        park.handoff = Some(HandoffDetails {
+            reason: Some("DMF import in flight".into()),
+            external_job_id: Some(job.into()),
+            expected_by: Some("2026-11-30T10:15:00.0000000Z".into()),
+            details: None,
+        });
+        park
+    };
+    store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    store.record(&park("r1", "dmf-42", 2)).unwrap();
+    let mut completed = obs(MessageKind::HandoffCompletedRequest, "m2", 3);
+    completed.handoff = Some(HandoffDetails {
+        details: Some(r#"{"RowsImported":1200}"#.into()),
+        ..HandoffDetails::default()
+    });
+    store.record(&completed).unwrap();
+    store
+        .record(&obs(MessageKind::ResolutionResponse, "r2", 4))
+        .unwrap();
+
+    let detail = &store.event("e1").unwrap()[0];
+    assert_eq!(detail.record.status, Status::Completed);
+    assert_eq!(detail.record.external_job_id, None, "no handoff in flight");
+    let handoffs: Vec<(&str, Option<&HandoffDetails>)> = detail
+        .history
+        .iter()
+        .map(|h| (h.message_type.as_str(), h.handoff.as_ref()))
+        .collect();
+    let parked = park("r1", "dmf-42", 2).handoff;
+    assert_eq!(
+        handoffs,
+        [
+            ("EventRequest", None),
+            ("PendingHandoffResponse", parked.as_ref()),
+            ("HandoffCompletedRequest", completed.handoff.as_ref()),
+            ("ResolutionResponse", None),
+        ]
+    );
+    // The details are the job's, not the event's.
+    assert_eq!(detail.record.payload, None);
+
+    // A failed handoff: the job is in the park's entry, the failure in the
+    // request's error fields.
+    store
+        .record(&obs(MessageKind::ResubmissionRequest, "m3", 5))
+        .unwrap();
+    store.record(&park("r3", "dmf-43", 6)).unwrap();
+    let mut failed = obs(MessageKind::HandoffFailedRequest, "m4", 7);
+    failed.error_type = Some("DmfRejected".into());
+    failed.error_text = Some("3 rows rejected".into());
+    store.record(&failed).unwrap();
+    let mut error = obs(MessageKind::ErrorResponse, "r4", 8);
+    error.error_type = Some("DmfRejected".into());
+    error.error_text = Some("3 rows rejected".into());
+    store.record(&error).unwrap();
+
+    let detail = &store.event("e1").unwrap()[0];
+    assert_eq!(detail.record.status, Status::Failed);
+    assert_eq!(detail.record.external_job_id, None);
+    let jobs: Vec<&str> = detail
+        .history
+        .iter()
+        .filter_map(|h| h.handoff.as_ref()?.external_job_id.as_deref())
+        .collect();
+    assert_eq!(jobs, ["dmf-42", "dmf-43"]);
+    let request = detail
+        .history
+        .iter()
+        .find(|h| h.message_type == "HandoffFailedRequest")
+        .unwrap();
+    assert_eq!(
+        (
+            request.error_type.as_deref(),
+            request.error_text.as_deref(),
+            request.handoff.as_ref()
+        ),
+        (Some("DmfRejected"), Some("3 rows rejected"), None)
+    );
+
+    // What the history column holds: a small object of the facts given.
+    drop(store);
+    let conn = rusqlite::Connection::open(_dir.path().join("resolver.db")).unwrap();
+    let stored: Vec<Option<String>> = conn
+        .prepare("SELECT handoff FROM history WHERE message_id IN ('m1', 'm2') ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        stored,
+        [
+            None,
+            Some(r#"{"details":"{\"RowsImported\":1200}"}"#.to_owned())
+        ]
+    );
 }
 
 #[test]
@@ -669,6 +778,64 @@ fn an_autoincrement_history_is_rebuilt_keeping_every_row_and_number() {
     let store = SqliteResolverStore::open(&path).unwrap();
     assert_eq!(history_rows(&path), after);
     assert_eq!(store.event("e1").unwrap()[0].history.len(), 3);
+}
+
+/// A store of the build before the history kept handoffs: its history has
+/// no `handoff` column. It opens with every row kept (saying nothing of a
+/// handoff), and new messages record theirs.
+#[test]
+fn a_history_from_before_the_handoff_column_is_upgraded_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("resolver.db");
+    autoincrement_layout(&path);
+    {
+        // The layout of the build before: as above, without AUTOINCREMENT.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE history_plain (
+                seq INTEGER PRIMARY KEY, endpoint TEXT NOT NULL, event_id TEXT NOT NULL,
+                message_id TEXT, message_type TEXT NOT NULL, status TEXT NOT NULL, at_ms INTEGER NOT NULL,
+                from_endpoint TEXT, retry_count INTEGER NOT NULL, error_type TEXT, error_text TEXT,
+                handler_version TEXT, refused TEXT, event_ref INTEGER);
+             INSERT INTO history_plain SELECT * FROM history;
+             DROP TABLE history;
+             ALTER TABLE history_plain RENAME TO history;
+             CREATE UNIQUE INDEX history_by_ref ON history (event_ref, message_id, message_type);",
+        )
+        .unwrap();
+    }
+    assert!(!table_sql(&path, "history").contains("handoff"));
+    let before = history_rows(&path);
+
+    let store = SqliteResolverStore::open(&path).unwrap();
+    assert!(table_sql(&path, "history").contains("handoff"));
+    assert_eq!(history_rows(&path), before);
+    assert_eq!(index_names(&path), ["history_by_ref"]);
+    let e1 = &store.event("e1").unwrap()[0];
+    assert_eq!(e1.record.status, Status::Failed);
+    assert_eq!(e1.history.len(), 2);
+    assert_eq!(
+        e1.history[1].error_text.as_deref(),
+        Some("credit check said 503")
+    );
+    assert!(e1.history.iter().all(|h| h.handoff.is_none()));
+
+    let mut park = obs(MessageKind::PendingHandoffResponse, "r2", 3);
+    park.handoff = Some(HandoffDetails {
+        external_job_id: Some("dmf-7".into()),
+        ..HandoffDetails::default()
+    });
+    store
+        .record(&obs(MessageKind::ResubmissionRequest, "m2", 2))
+        .unwrap();
+    store.record(&park).unwrap();
+    drop(store);
+    // A second open finds nothing to upgrade and loses nothing.
+    let store = SqliteResolverStore::open(&path).unwrap();
+    let e1 = &store.event("e1").unwrap()[0];
+    assert_eq!(e1.history.len(), 4);
+    assert_eq!(e1.history[3].handoff, park.handoff);
+    assert_eq!(history_rows(&path)[..before.len()], before[..]);
 }
 
 /// The session is written apart from the status (so a status write leaves

@@ -206,6 +206,46 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
+        Command::Dlq(DlqCommand::Remove(args)) => {
+            let answer = client.post(
+                "/api/dlq/remove",
+                &json!({
+                    "endpoint": args.endpoint,
+                    "subscription": args.subscription,
+                    "sequence_number": args.sequence,
+                    "message_id": args.message_id,
+                    "settled": args.settled,
+                    "force": args.force,
+                }),
+            )?;
+            if args.json {
+                print_json(&answer)?;
+            } else {
+                let removed = answer["removed"].as_array().map_or(0, Vec::len);
+                let kept: Vec<&Value> = answer["kept"].as_array().into_iter().flatten().collect();
+                outln!("removed {removed} dead-lettered message(s)");
+                if removed > 0 {
+                    out!("{}", dead_letters_table(&answer["removed"]));
+                }
+                for kept in &kept {
+                    eprintln!(
+                        "kept: {}{}",
+                        text(&kept["why"]),
+                        left_hint(kept["reason"].as_str().unwrap_or_default())
+                    );
+                }
+                if !kept.is_empty() {
+                    outln!("removed {removed}, kept {} (see above)", kept.len());
+                }
+            }
+            if let Some(stopped) = answer["stopped"].as_str() {
+                eprintln!(
+                    "error: the removal stopped part-way, after removing {} message(s): {stopped}",
+                    answer["removed"].as_array().map_or(0, Vec::len)
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+        }
         other => bail!("{other:?} is not a client command"),
     }
     Ok(ExitCode::SUCCESS)
@@ -408,9 +448,13 @@ fn event_text(event: &Value) -> String {
             .into_iter()
             .flatten()
             .map(|h| {
-                let mut error = text(&h["error_text"]);
+                let mut note = match (handoff_note(&h["handoff"]), h["error_text"].as_str()) {
+                    (Some(handoff), Some(error)) => format!("{handoff}; {error}"),
+                    (Some(handoff), None) => handoff,
+                    (None, _) => text(&h["error_text"]),
+                };
                 if let Some(refused) = h["refused"].as_str() {
-                    error = format!("(refused: {refused}) {error}");
+                    note = format!("(refused: {refused}) {note}");
                 }
                 vec![
                     time_ms(&h["at_ms"]),
@@ -419,19 +463,54 @@ fn event_text(event: &Value) -> String {
                     text(&h["from"]),
                     text(&h["retry_count"]),
                     short_version(&h["handler_version"]),
-                    error,
+                    note,
                 ]
             })
             .collect();
+        // The last column is what the message said beyond its type: its
+        // error, what it said about a handoff, why its write was refused.
         out.push_str(&table(
             &[
-                "AT", "MESSAGE", "STATUS", "FROM", "RETRY", "HANDLER", "ERROR",
+                "AT", "MESSAGE", "STATUS", "FROM", "RETRY", "HANDLER", "NOTE",
             ],
             &rows,
         ));
         out.push('\n');
     }
     out
+}
+
+/// How much of a handoff's details the history table shows; `--json` has
+/// them whole.
+const DETAILS_SHOWN: usize = 200;
+
+/// What a history entry said about a handoff, on one line: the job a
+/// `PendingHandoffResponse` named (`job dmf-1 (expected by …): reason`),
+/// the details a `HandoffCompletedRequest` carried (`details {…}`).
+fn handoff_note(handoff: &Value) -> Option<String> {
+    let mut note = String::new();
+    if let Some(job) = handoff["external_job_id"].as_str() {
+        let _ = write!(note, "job {job}");
+    }
+    if let Some(by) = handoff["expected_by"].as_str() {
+        let space = if note.is_empty() { "" } else { " " };
+        let _ = write!(note, "{space}(expected by {by})");
+    }
+    if let Some(reason) = handoff["reason"].as_str() {
+        let colon = if note.is_empty() { "" } else { ": " };
+        let _ = write!(note, "{colon}{reason}");
+    }
+    if let Some(details) = handoff["details"].as_str() {
+        let semicolon = if note.is_empty() { "" } else { "; " };
+        // A table row is one line, whatever the peer sent.
+        let flat: String = details.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut shown: String = flat.chars().take(DETAILS_SHOWN).collect();
+        if shown.len() < flat.len() {
+            shown.push('…');
+        }
+        let _ = write!(note, "{semicolon}details {shown}");
+    }
+    (!note.is_empty()).then_some(note)
 }
 
 fn sessions_table(sessions: &Value) -> String {
@@ -489,6 +568,7 @@ fn dead_letters_table(listed: &Value) -> String {
                 text(&d["message_id"]),
                 text(&d["message_type"]),
                 text(&d["event_id"]),
+                text(&d["event_status"]),
                 text(&d["session_id"]),
                 text(&d["delivery_count"]),
                 text(&d["reason"]),
@@ -506,6 +586,7 @@ fn dead_letters_table(listed: &Value) -> String {
             "MESSAGE ID",
             "TYPE",
             "EVENT",
+            "EVENT NOW",
             "SESSION",
             "DELIVERIES",
             "REASON",
@@ -565,7 +646,7 @@ fn handlers_table(handlers: &Value) -> String {
 /// would change nothing.
 fn left_hint(reason: &str) -> &'static str {
     match reason {
-        "lock_lost" => " (its lock lapsed during the pass; run the replay again)",
+        "lock_lost" => " (its lock lapsed during the pass; run the command again)",
         _ => "",
     }
 }
@@ -629,16 +710,87 @@ fn publish_note(event_type: &str, answer: &Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::left_hint;
+    use serde_json::json;
+
+    use super::{event_text, left_hint};
+
+    /// A settled handoff: the event's own handoff fields are empty, and the
+    /// history shows the job the park named and the details the completion
+    /// carried, each on its own row.
+    #[test]
+    fn the_history_shows_each_messages_handoff() {
+        let entry = |message_type: &str, at_ms: u64, handoff: serde_json::Value| {
+            json!({
+                "message_id": format!("m-{at_ms}"), "message_type": message_type,
+                "status": "Pending", "at_ms": at_ms, "from": "erp", "retry_count": 0,
+                "error_type": null, "error_text": null, "handler_version": null,
+                "refused": null, "handoff": handoff,
+            })
+        };
+        let event = json!({
+            "event_id": "ev-1",
+            "endpoints": [{
+                "record": {
+                    "event_id": "ev-1", "endpoint": "erp", "status": "Completed",
+                    "sub_status": null, "external_job_id": null, "expected_by": null,
+                    "handoff_reason": null, "retry_count": 0, "payload": "{}",
+                },
+                "history": [
+                    entry("EventRequest", 1_000, json!(null)),
+                    entry("PendingHandoffResponse", 2_000, json!({
+                        "external_job_id": "dmf-ev-1",
+                        "expected_by": "2026-11-30T10:15:00.0000000Z",
+                        "reason": "DMF import in flight",
+                    })),
+                    entry("HandoffCompletedRequest", 3_000, json!({
+                        "details": "{\"RowsImported\":\n 1200}",
+                    })),
+                ],
+            }],
+        });
+        let text = event_text(&event);
+        let lines: Vec<&str> = text.lines().collect();
+        let row = |message_type: &str| {
+            lines
+                .iter()
+                .find(|l| l.contains(message_type))
+                .unwrap_or_else(|| panic!("no {message_type} row in\n{text}"))
+                .to_owned()
+        };
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("AT") && l.ends_with("NOTE")),
+            "{text}"
+        );
+        assert!(
+            row("PendingHandoffResponse").ends_with(
+                "job dmf-ev-1 (expected by 2026-11-30T10:15:00.0000000Z): DMF import in flight"
+            ),
+            "{text}"
+        );
+        assert!(
+            row("HandoffCompletedRequest").ends_with(r#"details {"RowsImported": 1200}"#),
+            "{text}"
+        );
+        assert!(row("EventRequest").ends_with(" -"), "{text}");
+        assert!(!text.contains("handoff     job"), "none in flight: {text}");
+    }
 
     /// By the API's machine-readable reason, not the English text.
     #[test]
     fn a_lapsed_lock_is_advised_another_pass_and_the_others_no_second_hint() {
         assert_eq!(
             left_hint("lock_lost"),
-            " (its lock lapsed during the pass; run the replay again)"
+            " (its lock lapsed during the pass; run the command again)"
         );
-        for reason in ["settled", "not_recorded", "replayed_in_this_pass", "other"] {
+        for reason in [
+            "settled",
+            "not_recorded",
+            "replayed_in_this_pass",
+            "still_needed",
+            "other",
+        ] {
             assert_eq!(left_hint(reason), "", "{reason}");
         }
     }

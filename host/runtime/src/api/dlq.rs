@@ -1,4 +1,5 @@
-//! Dead letters: list an endpoint's, replay one or all.
+//! Dead letters: list an endpoint's, replay one or all, remove one or those
+//! of settled events.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -98,8 +99,10 @@ pub(crate) struct ReplayedView {
 pub(crate) struct LeftView {
     message: DeadLetter,
     why: String,
-    /// `why` for programs: `settled` and `not_recorded` (forcing replays
-    /// it), `replayed_in_this_pass`, `lock_lost` (another pass may move it).
+    /// `why` for programs. A replay leaves `settled` and `not_recorded`
+    /// (forcing replays it) and `replayed_in_this_pass`; a removal keeps
+    /// `still_needed` (its event is not settled, or it is the Resolver's
+    /// copy); either leaves `lock_lost` (another pass may move it).
     reason: &'static str,
 }
 
@@ -109,7 +112,8 @@ fn reason(why: &ManagerError) -> &'static str {
         ManagerError::EventAlreadySettled { .. } => "settled",
         ManagerError::EventNotRecorded { .. } => "not_recorded",
         ManagerError::SeenInThisPass { .. } => "replayed_in_this_pass",
-        ManagerError::Replay { .. } => "lock_lost",
+        ManagerError::Replay { .. } | ManagerError::Remove { .. } => "lock_lost",
+        ManagerError::DeadLetterStillNeeded { .. } => "still_needed",
         _ => "other",
     }
 }
@@ -164,6 +168,109 @@ pub(crate) async fn replay(
                 replayed: done.replayed,
                 left: done
                     .left
+                    .into_iter()
+                    .map(|(message, why)| LeftView {
+                        message,
+                        reason: reason(&why),
+                        why: why.to_string(),
+                    })
+                    .collect(),
+                stopped: done.stopped.map(|e| e.to_string()),
+            }
+        }
+    };
+    Ok(Json(view))
+}
+
+/// `POST /api/dlq/remove`: one message (by sequence number or message id),
+/// or with `settled: true` every message of the endpoint's own queue whose
+/// event has since been Completed or Skipped.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RemoveRequest {
+    endpoint: Option<String>,
+    /// `E` (the endpoint's own queue) or `Resolver`; needed only when the
+    /// message is in both.
+    subscription: Option<String>,
+    sequence_number: Option<i64>,
+    message_id: Option<String>,
+    #[serde(default)]
+    settled: bool,
+    /// Remove a message even if its event is not settled (one message
+    /// only).
+    #[serde(default)]
+    force: bool,
+}
+
+/// What was removed, and (with `settled`) what was kept and why.
+#[derive(Debug, Serialize)]
+pub(crate) struct RemovedView {
+    removed: Vec<DeadLetter>,
+    kept: Vec<LeftView>,
+    /// Why a `settled` pass stopped before the end (what it removed until
+    /// then is in `removed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stopped: Option<String>,
+}
+
+pub(crate) async fn remove(
+    State(state): State<ApiState>,
+    body: Bytes,
+) -> Result<Json<RemovedView>, ApiError> {
+    let request: RemoveRequest = json(&body, false)?;
+    let Some(endpoint) = given(request.endpoint) else {
+        return Err(ApiError::bad_request("endpoint is missing"));
+    };
+    let subscription = given(request.subscription);
+    if let Some(subscription) = &subscription {
+        nimbus_manager::check_dead_letter_queue(&endpoint, subscription)?;
+    }
+    let which = match (
+        request.sequence_number,
+        given(request.message_id),
+        request.settled,
+    ) {
+        (Some(n), None, false) => Some(DeadLetterId::SequenceNumber(n)),
+        (None, Some(id), false) => Some(DeadLetterId::MessageId(id)),
+        (None, None, true) => None,
+        _ => {
+            return Err(ApiError::bad_request(
+                "name exactly one of sequence_number, message_id or settled: true",
+            ));
+        }
+    };
+    let view = match which {
+        Some(which) => {
+            let removed = state
+                .manager
+                .remove_dead_letter(&endpoint, subscription.as_deref(), &which, request.force)
+                .await?;
+            RemovedView {
+                removed: vec![removed],
+                kept: Vec::new(),
+                stopped: None,
+            }
+        }
+        None => {
+            if request.force {
+                return Err(ApiError::bad_request(
+                    "force removes one named message; settled: true removes only what is settled",
+                ));
+            }
+            if subscription.as_deref().is_some_and(|s| s != endpoint) {
+                return Err(ApiError::bad_request(format!(
+                    "settled: true reads only the endpoint's own queue ('{endpoint}'); a message \
+                     of the Resolver's is removed by name, with force"
+                )));
+            }
+            let done = state.manager.remove_settled_dead_letters(&endpoint).await?;
+            if let Some(stopped) = &done.stopped {
+                tracing::warn!(%endpoint, error = %stopped, removed = done.removed.len(), "dlq remove --settled stopped part-way");
+            }
+            RemovedView {
+                removed: done.removed,
+                kept: done
+                    .kept
                     .into_iter()
                     .map(|(message, why)| LeftView {
                         message,

@@ -75,6 +75,7 @@ impl From<ManagerError> for ApiError {
             ManagerError::NotPendingHandoff { .. }
             | ManagerError::EventAlreadySettled { .. }
             | ManagerError::EventNotRecorded { .. }
+            | ManagerError::DeadLetterStillNeeded { .. }
             | ManagerError::SeenInThisPass { .. }
             | ManagerError::MissingCoordinate { .. }
             | ManagerError::MissingPayload { .. } => ApiError::conflict(message),

@@ -50,6 +50,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/sessions", get(sessions::list))
         .route("/api/dlq", get(dlq::list))
         .route("/api/dlq/replay", post(dlq::replay))
+        .route("/api/dlq/remove", post(dlq::remove))
         .route("/api/handlers", get(handler_status::list))
         .route("/metrics", get(metrics::metrics))
         .fallback(error::not_found)
