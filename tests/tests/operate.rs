@@ -1014,6 +1014,24 @@ fn a_dead_letter_is_removed_once_its_event_is_fixed_and_kept_while_it_is_open() 
     let history = after["endpoints"][0]["history"]
         .as_array()
         .expect("history");
+    // The edit replaced the payload that failed; the history keeps it.
+    let resubmission = history
+        .iter()
+        .find(|h| h["message_type"] == "ResubmissionRequest")
+        .expect("the resubmission is in the history");
+    let before: serde_json::Value = serde_json::from_str(
+        resubmission["replaced_payload"]
+            .as_str()
+            .expect("the replaced payload"),
+    )
+    .expect("JSON");
+    assert_eq!(before["Lines"], json!([]), "{before:#}");
+    let shown = host.cli(&["event", &id(&event)]);
+    assert!(
+        shown.stdout().contains("payload edited; before: "),
+        "{}",
+        shown.stdout()
+    );
     assert_eq!(
         history
             .iter()

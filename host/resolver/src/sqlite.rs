@@ -71,7 +71,7 @@ fn events_table(name: &str) -> String {
 /// them (a store of an older build is copied column by column).
 const HISTORY_COLUMNS: &str =
     "endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count,
-    error_type, error_text, handler_version, refused, event_ref, handoff";
+    error_type, error_text, handler_version, refused, event_ref, handoff, replaced_payload";
 
 /// `CREATE TABLE` for `history` under `name`.
 ///
@@ -92,6 +92,12 @@ const HISTORY_COLUMNS: &str =
 /// does not trim trailing NULLs), so one column costs the hot path a byte
 /// a row where four would cost four; encoding happens only for the rare
 /// handoff message; and a later handoff fact needs no migration.
+///
+/// `replaced_payload` is set only on a `ResubmissionRequest` whose edited
+/// payload replaced another: the event's row keeps only the latest
+/// payload, and the history keeps no payloads (that would double the bytes
+/// each event writes), so without it an edit would erase the payload that
+/// failed.
 fn history_table(name: &str) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {name} (
@@ -109,7 +115,8 @@ fn history_table(name: &str) -> String {
             handler_version TEXT,
             refused TEXT,
             event_ref INTEGER,
-            handoff TEXT
+            handoff TEXT,
+            replaced_payload TEXT
         )"
     )
 }
@@ -421,8 +428,15 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     let events_current = events.iter().any(|c| c == "id");
     let history_current = history.is_empty() || history.iter().any(|c| c == "event_ref");
     let history_has_handoff = history.is_empty() || history.iter().any(|c| c == "handoff");
+    let history_has_replaced_payload =
+        history.is_empty() || history.iter().any(|c| c == "replaced_payload");
     let history_autoincrement = !history.is_empty() && autoincrement(conn, "history")?;
-    if events_current && history_current && history_has_handoff && !history_autoincrement {
+    if events_current
+        && history_current
+        && history_has_handoff
+        && history_has_replaced_payload
+        && !history_autoincrement
+    {
         return Ok(());
     }
     let mut script = String::from("BEGIN IMMEDIATE;");
@@ -452,6 +466,9 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
     // table. Rows of the older build read as saying nothing of a handoff.
     if !history_has_handoff {
         script.push_str("ALTER TABLE history ADD COLUMN handoff TEXT;");
+    }
+    if !history_has_replaced_payload {
+        script.push_str("ALTER TABLE history ADD COLUMN replaced_payload TEXT;");
     }
     if history_autoincrement {
         // Every row keeps its `seq`, so the order of each event's history
@@ -687,8 +704,11 @@ struct Current {
 }
 
 /// An event's history, oldest first.
-const HISTORY_OF_EVENT_SQL: &str = "SELECT message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused, handoff
+const HISTORY_OF_EVENT_SQL: &str = "SELECT message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused, handoff, replaced_payload
      FROM history WHERE event_ref = ?1 ORDER BY seq";
+
+/// An event's payload now, read before a resubmission may replace it.
+const PAYLOAD_SQL: &str = "SELECT payload FROM events WHERE id = ?1";
 
 /// Records one message inside `tx`: the guarded status write, the history
 /// row (keyed by the event's `id`), then the request coordinates.
@@ -714,6 +734,19 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
     let row = current.as_ref().map(|c| c.row);
     let (status, sub_status) = obs.status();
     let verdict = guard::judge(row, obs.kind, already_recorded);
+    // Read only for a resubmission that carries a payload (rare), before
+    // the write below replaces it.
+    let replaced_payload = match (&current, obs.kind, &obs.payload) {
+        (Some(Current { id, .. }), MessageKind::ResubmissionRequest, Some(payload))
+            if !already_recorded && matches!(verdict, Verdict::Apply) =>
+        {
+            tx.prepare_cached(PAYLOAD_SQL)
+                .and_then(|mut stmt| stmt.query_row(params![id], |r| r.get::<_, Option<String>>(0)))
+                .map_err(db("reading the payload"))?
+                .filter(|before| before != payload)
+        }
+        _ => None,
+    };
     let (event_ref, outcome) = match verdict {
         Verdict::Apply => (
             write_status(tx, current.as_ref(), obs, status, sub_status)?,
@@ -766,8 +799,8 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
             })?;
         exec(
             tx,
-            "INSERT INTO history (event_ref, endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused, handoff)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            "INSERT INTO history (event_ref, endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused, handoff, replaced_payload)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             params![
                 event_ref,
                 obs.endpoint,
@@ -783,6 +816,7 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
                 obs.handler_version,
                 refused,
                 handoff,
+                replaced_payload,
             ],
         )
         .map_err(db("appending history"))?;
@@ -1094,6 +1128,7 @@ fn history_entry(r: &SqlRow<'_>) -> rusqlite::Result<Result<HistoryEntry, StoreE
         handler_version: r.get(8)?,
         refused: r.get(9)?,
         handoff,
+        replaced_payload: r.get(11)?,
     };
     Ok(parse_status(status).map(|status| HistoryEntry { status, ..entry }))
 }

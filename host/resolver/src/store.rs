@@ -96,6 +96,9 @@ pub struct HistoryEntry {
     /// cleared. (A `HandoffFailedRequest`'s error is in `error_type` and
     /// `error_text`.)
     pub handoff: Option<HandoffDetails>,
+    /// On a `ResubmissionRequest` with an edited payload: the payload it
+    /// replaced (the event keeps only the latest).
+    pub replaced_payload: Option<String>,
 }
 
 /// An event with its full history.

@@ -1056,3 +1056,77 @@ fn pruning_removes_only_old_events_that_need_nothing_more() {
     );
     assert_eq!(store.event("old-failed").unwrap()[0].history.len(), 2);
 }
+
+/// The event keeps only its latest payload; a resubmission with an edited
+/// one keeps the payload it replaced in its history entry, so the payload
+/// that failed is not lost. A resubmission of the same payload, or one
+/// without a payload, keeps nothing.
+#[test]
+fn an_edited_resubmission_keeps_the_payload_it_replaced() {
+    let (_dir, store) = open();
+    let with_payload = |kind, message_id: &str, at_ms, payload: Option<&str>| {
+        let mut o = obs(kind, message_id, at_ms);
+        o.payload = payload.map(str::to_owned);
+        o
+    };
+    let failing = r#"{"Lines":[]}"#;
+    let fixed = r#"{"Lines":[{"Sku":"B"}]}"#;
+    store
+        .record(&with_payload(
+            MessageKind::EventRequest,
+            "m1",
+            1,
+            Some(failing),
+        ))
+        .unwrap();
+    store
+        .record(&obs(MessageKind::ErrorResponse, "r1", 2))
+        .unwrap();
+    store
+        .record(&with_payload(
+            MessageKind::ResubmissionRequest,
+            "m2",
+            3,
+            Some(failing),
+        ))
+        .unwrap();
+    store
+        .record(&with_payload(
+            MessageKind::ResubmissionRequest,
+            "m3",
+            4,
+            Some(fixed),
+        ))
+        .unwrap();
+    store
+        .record(&with_payload(
+            MessageKind::ResubmissionRequest,
+            "m4",
+            5,
+            None,
+        ))
+        .unwrap();
+
+    let detail = &store.event("e1").unwrap()[0];
+    assert_eq!(detail.record.payload.as_deref(), Some(fixed));
+    let replaced: Vec<(&str, Option<&str>)> = detail
+        .history
+        .iter()
+        .map(|h| {
+            (
+                h.message_id.as_deref().unwrap_or(""),
+                h.replaced_payload.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        replaced,
+        [
+            ("m1", None),
+            ("r1", None),
+            ("m2", None),
+            ("m3", Some(failing)),
+            ("m4", None),
+        ]
+    );
+}

@@ -453,6 +453,14 @@ fn event_text(event: &Value) -> String {
                     (Some(handoff), None) => handoff,
                     (None, _) => text(&h["error_text"]),
                 };
+                if let Some(before) = h["replaced_payload"].as_str() {
+                    let edited = format!("payload edited; before: {}", one_line(before));
+                    note = if note == "-" {
+                        edited
+                    } else {
+                        format!("{edited}; {note}")
+                    };
+                }
                 if let Some(refused) = h["refused"].as_str() {
                     note = format!("(refused: {refused}) {note}");
                 }
@@ -502,15 +510,21 @@ fn handoff_note(handoff: &Value) -> Option<String> {
     }
     if let Some(details) = handoff["details"].as_str() {
         let semicolon = if note.is_empty() { "" } else { "; " };
-        // A table row is one line, whatever the peer sent.
-        let flat: String = details.split_whitespace().collect::<Vec<_>>().join(" ");
-        let mut shown: String = flat.chars().take(DETAILS_SHOWN).collect();
-        if shown.len() < flat.len() {
-            shown.push('…');
-        }
-        let _ = write!(note, "{semicolon}details {shown}");
+        let _ = write!(note, "{semicolon}details {}", one_line(details));
     }
     (!note.is_empty()).then_some(note)
+}
+
+/// JSON a peer or an operator sent, for one table cell: one line (a row is
+/// one line, whatever was sent), cut at [`DETAILS_SHOWN`] characters
+/// (`--json` has it whole).
+fn one_line(json: &str) -> String {
+    let flat: String = json.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut shown: String = flat.chars().take(DETAILS_SHOWN).collect();
+    if shown.len() < flat.len() {
+        shown.push('…');
+    }
+    shown
 }
 
 fn sessions_table(sessions: &Value) -> String {
@@ -775,6 +789,30 @@ mod tests {
         );
         assert!(row("EventRequest").ends_with(" -"), "{text}");
         assert!(!text.contains("handoff     job"), "none in flight: {text}");
+    }
+
+    #[test]
+    fn the_history_shows_the_payload_an_edited_resubmission_replaced() {
+        let event = json!({
+            "event_id": "ev-1",
+            "endpoints": [{
+                "record": {"event_id": "ev-1", "endpoint": "sales", "status": "Completed",
+                           "payload": "{\"Lines\": [1]}"},
+                "history": [{
+                    "message_id": "m-1", "message_type": "ResubmissionRequest",
+                    "status": "Pending", "at_ms": 1_000, "from": "Manager", "retry_count": 0,
+                    "error_type": null, "error_text": null, "handler_version": null,
+                    "refused": null, "handoff": null,
+                    "replaced_payload": "{\"Lines\":\n []}",
+                }],
+            }],
+        });
+        let text = event_text(&event);
+        assert!(
+            text.lines().any(|l| l.contains("ResubmissionRequest")
+                && l.ends_with(r#"payload edited; before: {"Lines": []}"#)),
+            "{text}"
+        );
     }
 
     /// By the API's machine-readable reason, not the English text.
