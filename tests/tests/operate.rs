@@ -223,6 +223,15 @@ fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
         let r = host.wait_status("s-erp-1", &first, "Pending");
         (r["sub_status"] == "Handoff").then_some(r)
     });
+    // The operator finds what waits on an external job by its status.
+    let waiting = host.cli_json(&["events", "--status", "Pending/Handoff", "--json"]);
+    assert_eq!(
+        waiting
+            .as_array()
+            .map(|w| w.iter().map(|r| r["event_id"].clone()).collect::<Vec<_>>()),
+        Some(vec![handed["event_id"].clone()]),
+        "{waiting:#}"
+    );
     // A handoff operation on the wrong event is refused with the reason.
     let wrong = host.cli(&["handoff", "fail", "no-such-event", "--error", "x"]);
     wrong.expect_code(1);

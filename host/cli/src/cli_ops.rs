@@ -62,7 +62,8 @@ pub(crate) struct EventsArgs {
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
     /// Only events with this status (Pending, Completed, Failed, Deferred,
-    /// Skipped, Unsupported, DeadLettered).
+    /// Skipped, Unsupported, DeadLettered), or Pending/Handoff for the
+    /// events waiting on an external job.
     #[arg(long, value_name = "STATUS")]
     pub(crate) status: Option<String>,
     /// Only events of this session.
@@ -185,8 +186,9 @@ pub(crate) struct DlqListArgs {
     /// Only this endpoint's dead letters.
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
-    /// At most this many dead letters per endpoint, oldest first [default:
-    /// 1000]; a note on stderr names an endpoint that has more.
+    /// At most this many dead letters per endpoint, in queue order (a
+    /// replayed message dead-lettered again comes after the others)
+    /// [default: 1000]; a note on stderr names an endpoint that has more.
     #[arg(long, value_name = "N")]
     pub(crate) limit: Option<usize>,
     /// Print JSON instead of a table.

@@ -160,8 +160,9 @@ pub fn check_dead_letter_queue(endpoint: &str, subscription: &str) -> Result<(),
 
 impl<T: Transport> Manager<T> {
     /// The dead-lettered messages of `endpoint` (its own subscription's
-    /// queue, then the Resolver forwarding subscription's), oldest first in
-    /// each, at most `limit` (default [`DEFAULT_DEAD_LETTER_LIMIT`]). Nothing
+    /// queue, then the Resolver forwarding subscription's), in queue order
+    /// in each (a replayed message keeps the place it was given when it
+    /// went back, so one dead-lettered again comes after the others), at most `limit` (default [`DEFAULT_DEAD_LETTER_LIMIT`]). Nothing
     /// is removed and no delivery is counted.
     pub async fn dead_letters(
         &self,

@@ -669,6 +669,7 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<rusqlite::types::Value>) {
     };
     add("endpoint", filter.endpoint.as_deref());
     add("status", filter.status.map(Status::as_str));
+    add("sub_status", filter.sub_status.as_deref());
     add("session_id", filter.session_id.as_deref());
     let filters = if conditions.is_empty() {
         String::new()

@@ -117,6 +117,8 @@ pub struct EventFilter {
     pub endpoint: Option<String>,
     /// Only this status.
     pub status: Option<Status>,
+    /// Only this sub-status (`Handoff`: events waiting on an external job).
+    pub sub_status: Option<String>,
     /// Only this session.
     pub session_id: Option<String>,
     /// At most this many (most recently updated first); `None` for a default

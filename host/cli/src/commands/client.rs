@@ -425,12 +425,14 @@ fn event_text(event: &Value) -> String {
             );
         }
         if !r["dead_letter_reason"].is_null() {
-            let _ = writeln!(
-                out,
-                "dead-letter {}: {}",
-                text(&r["dead_letter_reason"]),
-                text(&r["dead_letter_description"])
-            );
+            let reason = text(&r["dead_letter_reason"]);
+            let description = text(&r["dead_letter_description"]);
+            // A permanent failure's reason already ends with its text.
+            if reason.ends_with(&description) {
+                let _ = writeln!(out, "dead-letter {reason}");
+            } else {
+                let _ = writeln!(out, "dead-letter {reason}: {description}");
+            }
         }
         if !r["external_job_id"].is_null() {
             let _ = writeln!(
@@ -789,6 +791,39 @@ mod tests {
         );
         assert!(row("EventRequest").ends_with(" -"), "{text}");
         assert!(!text.contains("handoff     job"), "none in flight: {text}");
+    }
+
+    #[test]
+    fn a_dead_letter_reason_that_holds_its_description_is_shown_once() {
+        let event = |reason: &str, description: &str| {
+            json!({
+                "event_id": "ev-1",
+                "endpoints": [{
+                    "record": {"event_id": "ev-1", "endpoint": "sales", "status": "DeadLettered",
+                               "dead_letter_reason": reason,
+                               "dead_letter_description": description},
+                    "history": [],
+                }],
+            })
+        };
+        let permanent = event_text(&event(
+            "Permanent failure: EmptyOrder: no lines",
+            "EmptyOrder: no lines",
+        ));
+        assert!(
+            permanent.contains("dead-letter Permanent failure: EmptyOrder: no lines\n"),
+            "{permanent}"
+        );
+        let exhausted = event_text(&event(
+            "MaxDeliveryCountExceeded",
+            "Transient failure on delivery 10 of 10: Timeout: ERP down",
+        ));
+        assert!(
+            exhausted.contains(
+                "dead-letter MaxDeliveryCountExceeded: Transient failure on delivery 10 of 10"
+            ),
+            "{exhausted}"
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue};
 use nimbus_manager::{ManagerError, Sent};
-use nimbus_resolver::{EventDetail, EventFilter, EventRecord, ResolverStore as _, Status};
+use nimbus_resolver::{
+    EventDetail, EventFilter, EventRecord, HANDOFF_SUB_STATUS, ResolverStore as _, Status,
+};
 use nimbus_transport::{Admin as _, AdminError, SubscriptionPath};
 use serde::{Deserialize, Serialize};
 
@@ -37,10 +39,14 @@ pub(crate) async fn list(
     State(state): State<ApiState>,
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<(HeaderMap, Json<Vec<EventRecord>>), ApiError> {
-    let status = given(query.status)
-        .map(|s| s.parse::<Status>())
-        .transpose()
-        .map_err(|e| ApiError::bad_request(format!("status: {e}")))?;
+    let (status, sub_status) = match given(query.status) {
+        None => (None, None),
+        Some(asked) => {
+            let (status, sub_status) =
+                status_filter(&asked).map_err(|e| ApiError::bad_request(format!("status: {e}")))?;
+            (Some(status), sub_status)
+        }
+    };
     if query.limit == Some(0) {
         return Err(ApiError::bad_request("limit: must be at least 1"));
     }
@@ -49,6 +55,7 @@ pub(crate) async fn list(
     let filter = EventFilter {
         endpoint: endpoint.clone(),
         status,
+        sub_status,
         session_id: given(query.session),
         // One more than the limit tells "exactly the limit" from "more".
         limit: Some(limit.saturating_add(1)),
@@ -65,6 +72,20 @@ pub(crate) async fn list(
         check_endpoint_exists(&state, &endpoint).await?;
     }
     Ok((headers, Json(records)))
+}
+
+/// A status filter as the table shows statuses: a status, or
+/// `Pending/Handoff` (also `Handoff`) for the events waiting on an external
+/// job, which `nimbus events` shows as `Pending/Handoff`.
+fn status_filter(asked: &str) -> Result<(Status, Option<String>), String> {
+    let handoff = format!("Pending/{HANDOFF_SUB_STATUS}");
+    if asked.eq_ignore_ascii_case(&handoff) || asked.eq_ignore_ascii_case(HANDOFF_SUB_STATUS) {
+        return Ok((Status::Pending, Some(HANDOFF_SUB_STATUS.to_owned())));
+    }
+    asked
+        .parse::<Status>()
+        .map(|status| (status, None))
+        .map_err(|e| format!("{e}, or {handoff} for events waiting on a handoff"))
 }
 
 /// Tells a mistyped endpoint from one with nothing to list: an endpoint
@@ -316,7 +337,20 @@ pub(crate) async fn fail_handoff(
 mod tests {
     use std::time::Duration;
 
-    use super::period_text;
+    use super::{Status, period_text, status_filter};
+
+    #[test]
+    fn a_status_filter_takes_the_handoff_sub_status_as_the_table_shows_it() {
+        let handoff = (Status::Pending, Some("Handoff".to_owned()));
+        assert_eq!(status_filter("Pending/Handoff"), Ok(handoff.clone()));
+        assert_eq!(status_filter("handoff"), Ok(handoff));
+        assert_eq!(status_filter("pending"), Ok((Status::Pending, None)));
+        let error = status_filter("Done").expect_err("Done is no status");
+        assert!(
+            error.contains("unknown status 'Done'") && error.contains("Pending/Handoff"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn a_retention_period_reads_as_days_or_as_written() {
