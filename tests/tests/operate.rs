@@ -108,7 +108,9 @@ fn a_published_event_completes_a_failed_one_blocks_until_skipped_and_sigterm_exi
     let sessions = host.cli(&["sessions", "--blocked"]);
     sessions.expect_code(0);
     assert!(
-        sessions.stdout().contains(&id(&failed)),
+        sessions
+            .stdout()
+            .contains(&format!("{} (Failed)", id(&failed))),
         "{}",
         sessions.stdout()
     );
@@ -223,6 +225,16 @@ fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
         let r = host.wait_status("s-erp-1", &first, "Pending");
         (r["sub_status"] == "Handoff").then_some(r)
     });
+    // Its session says why it is blocked: a handoff, not a failure.
+    let sessions = host.cli_json(&["sessions", "--blocked", "--json"]);
+    assert_eq!(
+        sessions[0]["blocked_by"], handed["event_id"],
+        "{sessions:#}"
+    );
+    assert_eq!(
+        sessions[0]["blocker_status"], "Pending/Handoff",
+        "{sessions:#}"
+    );
     // The operator finds what waits on an external job by its status.
     let waiting = host.cli_json(&["events", "--status", "Pending/Handoff", "--json"]);
     assert_eq!(

@@ -49,8 +49,8 @@ pub(crate) enum Command {
     /// Complete or fail the external job of an event pending a handoff.
     #[command(subcommand)]
     Handoff(HandoffCommand),
-    /// List sessions with their state: which event blocks them, how many
-    /// events are parked, and how many of those the operator already settled
+    /// List sessions with their state: which event blocks them and why
+    /// (Failed, or Pending/Handoff), how many events are parked, and how many of those the operator already settled
     /// (dropped, not run, when the session replays).
     Sessions(SessionsArgs),
     /// Dead-lettered messages: list, replay, and remove those whose event

@@ -538,7 +538,10 @@ fn sessions_table(sessions: &Value) -> String {
             vec![
                 text(&s["endpoint"]),
                 text(&s["session_id"]),
-                text(&s["blocked_by"]),
+                match s["blocker_status"].as_str() {
+                    Some(status) => format!("{} ({status})", text(&s["blocked_by"])),
+                    None => text(&s["blocked_by"]),
+                },
                 parked_cell(s),
                 text(&s["active_messages"]),
                 if s["locked"] == true { "yes" } else { "no" }.to_owned(),

@@ -3,6 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use nimbus_resolver::ResolverStore as _;
 use nimbus_transport::{Admin as _, AdminError, SessionInfo, SubscriptionPath};
 use nimbus_wire::SessionState;
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,9 @@ pub(crate) struct SessionView {
     /// The event that blocks the session (its owner: resubmit or skip it to
     /// unblock), or `None`.
     blocked_by: Option<String>,
+    /// The blocker's status as the Resolver shows it (`Failed`: resubmit
+    /// or skip it; `Pending/Handoff`: an external job has it), when known.
+    blocker_status: Option<String>,
     /// How many events are parked behind the block.
     parked: u32,
     /// Parked events the operator already settled (skipped, or resubmitted
@@ -60,6 +64,7 @@ impl SessionView {
             endpoint: endpoint.to_owned(),
             session_id: info.session_id,
             blocked_by: state.blocked_by().map(str::to_owned),
+            blocker_status: None,
             parked: state.deferred_count,
             settled_while_parked: state
                 .settled_parked_events
@@ -101,6 +106,23 @@ pub(crate) async fn list(
                 .map(|info| SessionView::new(&endpoint, info))
                 .filter(|s| !only_blocked || s.blocked_by.is_some()),
         );
+    }
+    // Why each session is blocked: a failure the operator must act on, or
+    // a handoff an external job will settle. One lookup per blocked session.
+    for session in &mut sessions {
+        let Some(blocker) = session.blocked_by.clone() else {
+            continue;
+        };
+        let endpoint = session.endpoint.clone();
+        session.blocker_status = state
+            .read_store(move |store| store.event(&blocker))
+            .await?
+            .into_iter()
+            .find(|detail| detail.record.endpoint == endpoint)
+            .map(|detail| match detail.record.sub_status {
+                Some(sub) => format!("{}/{sub}", detail.record.status),
+                None => detail.record.status.to_string(),
+            });
     }
     Ok(Json(sessions))
 }
