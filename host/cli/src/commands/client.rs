@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
@@ -360,6 +360,7 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 fn events_table(events: &Value) -> String {
+    let now = SystemTime::now();
     let rows: Vec<Vec<String>> = events
         .as_array()
         .into_iter()
@@ -368,6 +369,9 @@ fn events_table(events: &Value) -> String {
             let mut status = text(&e["status"]);
             if let Some(sub) = e["sub_status"].as_str() {
                 let _ = write!(status, "/{sub}");
+            }
+            if let Some(late) = overdue(&e["expected_by"], now) {
+                let _ = write!(status, " (overdue {late})");
             }
             vec![
                 text(&e["event_id"]),
@@ -435,9 +439,12 @@ fn event_text(event: &Value) -> String {
             }
         }
         if !r["external_job_id"].is_null() {
+            let late = overdue(&r["expected_by"], SystemTime::now())
+                .map(|late| format!(", overdue by {late}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "handoff     job {} (expected by {}): {}",
+                "handoff     job {} (expected by {}{late}): {}",
                 text(&r["external_job_id"]),
                 text(&r["expected_by"]),
                 text(&r["handoff_reason"])
@@ -515,6 +522,20 @@ fn handoff_note(handoff: &Value) -> Option<String> {
         let _ = write!(note, "{semicolon}details {}", one_line(details));
     }
     (!note.is_empty()).then_some(note)
+}
+
+/// How long past its expected-by time a handoff in flight is, at `now`,
+/// to the second (to the minute past an hour): an external job that has
+/// not reported by then may be stuck, and the operator may have to ask
+/// its system, or fail the handoff. `None` when not past, or no time.
+fn overdue(expected_by: &Value, now: SystemTime) -> Option<String> {
+    let expected = humantime::parse_rfc3339_weak(expected_by.as_str()?).ok()?;
+    let late = now.duration_since(expected).ok()?.as_secs();
+    if late == 0 {
+        return None;
+    }
+    let shown = if late >= 3600 { late - late % 60 } else { late };
+    Some(humantime::format_duration(Duration::from_secs(shown)).to_string())
 }
 
 /// JSON a peer or an operator sent, for one table cell: one line (a row is
@@ -731,7 +752,7 @@ fn publish_note(event_type: &str, answer: &Value) {
 mod tests {
     use serde_json::json;
 
-    use super::{event_text, left_hint};
+    use super::{event_text, events_table, left_hint, overdue};
 
     /// A settled handoff: the event's own handoff fields are empty, and the
     /// history shows the job the park named and the details the completion
@@ -794,6 +815,33 @@ mod tests {
         );
         assert!(row("EventRequest").ends_with(" -"), "{text}");
         assert!(!text.contains("handoff     job"), "none in flight: {text}");
+    }
+
+    #[test]
+    fn a_handoff_past_its_expected_time_is_overdue() {
+        let expected = json!("2026-12-01T10:00:00.0000000Z");
+        let at = |s: &str| humantime::parse_rfc3339(s).expect("a time");
+        assert_eq!(overdue(&expected, at("2026-12-01T09:59:00Z")), None);
+        assert_eq!(overdue(&expected, at("2026-12-01T10:00:00Z")), None);
+        assert_eq!(
+            overdue(&expected, at("2026-12-01T10:05:30Z")).as_deref(),
+            Some("5m 30s")
+        );
+        assert_eq!(
+            overdue(&expected, at("2026-12-01T12:05:30Z")).as_deref(),
+            Some("2h 5m")
+        );
+        assert_eq!(overdue(&json!(null), at("2026-12-01T12:00:00Z")), None);
+        assert_eq!(overdue(&json!("soon"), at("2026-12-01T12:00:00Z")), None);
+
+        let events = json!([{
+            "event_id": "ev-1", "endpoint": "erp", "session_id": "s", "status": "Pending",
+            "sub_status": "Handoff", "event_type": "Import", "retry_count": 0,
+            "updated_ms": 0, "error_type": null,
+            "expected_by": "2000-01-01T00:00:00.0000000Z",
+        }]);
+        let table = events_table(&events);
+        assert!(table.contains("Pending/Handoff (overdue "), "{table}");
     }
 
     #[test]
