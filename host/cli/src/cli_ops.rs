@@ -212,8 +212,8 @@ pub(crate) struct DlqRemoveArgs {
     /// Resolver shows Completed or Skipped; the others are kept, and named.
     #[arg(long, conflicts_with_all = ["force", "subscription"])]
     pub(crate) settled: bool,
-    /// Only this subscription's dead-letter queue (the endpoint's own, or
-    /// `Resolver`).
+    /// Only this subscription's dead-letter queue (the endpoint's own,
+    /// `Resolver`, `Deferred` or `DeferredProcessor`).
     #[arg(long, value_name = "NAME")]
     pub(crate) subscription: Option<String>,
     /// Remove the named message even if its event is not settled, or it is
@@ -240,8 +240,8 @@ pub(crate) struct DlqReplayArgs {
     /// Every dead-lettered message of the endpoint.
     #[arg(long)]
     pub(crate) all: bool,
-    /// Only this subscription's dead-letter queue (the endpoint's own, or
-    /// `Resolver`).
+    /// Only this subscription's dead-letter queue (the endpoint's own,
+    /// `Resolver`, `Deferred` or `DeferredProcessor`).
     #[arg(long, value_name = "NAME")]
     pub(crate) subscription: Option<String>,
     /// Replay even a message whose event the Resolver has since recorded as

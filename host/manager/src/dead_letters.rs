@@ -131,13 +131,31 @@ pub struct RemovedAll {
 }
 
 /// The subscriptions of endpoint `E` whose dead-letter queues the Manager
-/// reads: its own session subscription, then the forwarding one to the
-/// Resolver.
-fn subscriptions(endpoint: &str) -> [SubscriptionPath; 2] {
+/// reads: its own session subscription, the forwarding one to the
+/// Resolver, the parking one (`Deferred`) and the replay triggers'
+/// (`DeferredProcessor`). A message dead-letters in the last two only when
+/// the replayer failed it over and over, or it carried a TTL of its own;
+/// rare, but an operator must see it, since it is a parked event.
+fn subscriptions(endpoint: &str) -> [SubscriptionPath; 4] {
     [
         SubscriptionPath::new(endpoint, endpoint),
         SubscriptionPath::new(endpoint, nimbus_wire::addr::RESOLVER),
+        SubscriptionPath::new(endpoint, nimbus_wire::addr::DEFERRED),
+        SubscriptionPath::new(endpoint, nimbus_wire::addr::DEFERRED_PROCESSOR),
     ]
+}
+
+/// Why a dead-lettered parked copy is not replayed: it would go back to
+/// the `Deferred` subscription, where nothing replays it unless its
+/// session is blocked again.
+fn parked_copy_not_replayable(
+    path: &SubscriptionPath,
+    which: &DeadLetterId,
+) -> Option<ManagerError> {
+    (path.subscription == nimbus_wire::addr::DEFERRED).then(|| ManagerError::NotReplayable {
+        which: which.to_string(),
+        subscription: path.to_string(),
+    })
 }
 
 /// Checks that `subscription` names one of `endpoint`'s dead-letter queues.
@@ -211,6 +229,10 @@ impl<T: Transport> Manager<T> {
     ) -> Result<Replayed, ManagerError> {
         let (path, receiver, message) = self.locate(endpoint, subscription, which).await?;
         let described = describe(endpoint, &path, &message);
+        if let Some(refusal) = parked_copy_not_replayable(&path, which) {
+            receiver.close().await;
+            return Err(refusal);
+        }
         if !force {
             let refusal = match self.refusal(endpoint, &path, &described, which).await {
                 Ok(refusal) => refusal,
@@ -295,27 +317,33 @@ impl<T: Transport> Manager<T> {
         Ok(described)
     }
 
-    /// Removes every message of `endpoint`'s own dead-letter queue whose
-    /// event the Resolver shows Completed or Skipped, and keeps the rest
-    /// (named in [`RemovedAll::kept`] with why). The Resolver forwarding
+    /// Removes every message of `endpoint`'s event-bearing dead-letter
+    /// queues (its own, `Deferred`, `DeferredProcessor`) whose event the
+    /// Resolver shows Completed or Skipped, and keeps the rest (named in
+    /// [`RemovedAll::kept`] with why). The Resolver forwarding
     /// subscription's queue is not touched: a message there is removed
     /// only by name, with force.
     pub async fn remove_settled_dead_letters(
         &self,
         endpoint: &str,
     ) -> Result<RemovedAll, ManagerError> {
-        let path = SubscriptionPath::new(endpoint, endpoint);
         let mut done = RemovedAll::default();
-        let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
-            return Ok(done);
-        };
-        let pass = self
-            .remove_settled_in(endpoint, &path, &receiver, &mut done)
-            .await;
-        // Closing releases the messages kept without counting a delivery.
-        receiver.close().await;
-        if let Err(stopped) = pass {
-            done.stopped = Some(stopped);
+        for path in subscriptions(endpoint) {
+            if path.subscription == nimbus_wire::addr::RESOLVER {
+                continue;
+            }
+            let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
+                continue;
+            };
+            let pass = self
+                .remove_settled_in(endpoint, &path, &receiver, &mut done)
+                .await;
+            // Closing releases the messages kept without counting a delivery.
+            receiver.close().await;
+            if let Err(stopped) = pass {
+                done.stopped = Some(stopped);
+                break;
+            }
         }
         tracing::info!(
             endpoint,
@@ -504,6 +532,10 @@ impl<T: Transport> Manager<T> {
             }
             let described = describe(endpoint, path, &message);
             let which = DeadLetterId::SequenceNumber(message.sequence_number);
+            if let Some(refusal) = parked_copy_not_replayable(path, &which) {
+                done.left.push((described, refusal));
+                continue;
+            }
             // Another entry with a message id this pass replayed: most often
             // the message itself, which failed and came back. Held (so not
             // received again), left, and said so.
@@ -597,7 +629,7 @@ impl<T: Transport> Manager<T> {
         path: &SubscriptionPath,
         message: &DeadLetter,
     ) -> Option<Status> {
-        if path.subscription != endpoint {
+        if path.subscription == nimbus_wire::addr::RESOLVER {
             return None;
         }
         let event_id = message.event_id.as_deref()?;
@@ -624,7 +656,7 @@ impl<T: Transport> Manager<T> {
                 why,
             }))
         };
-        if path.subscription != endpoint {
+        if path.subscription == nimbus_wire::addr::RESOLVER {
             return keep(
                 "it is a copy the Resolver could not record: removing it loses what it \
                  adds to the event's history (replay it to record it)"

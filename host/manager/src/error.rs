@@ -51,6 +51,21 @@ pub enum ManagerError {
         /// Where the event is.
         known: Vec<String>,
     },
+    /// A dead-lettered parked copy: replaying it would put it back among
+    /// the parked messages, where nothing replays it unless its session is
+    /// blocked again.
+    #[error(
+        "the dead-lettered message {which} in {subscription} is a parked copy of an event: \
+         replayed, it would wait among the parked messages with nothing to replay it; resubmit or \
+         skip its event instead (`nimbus resubmit` / `nimbus skip` with its event id), then remove \
+         this copy (`nimbus dlq remove --settled`)"
+    )]
+    NotReplayable {
+        /// The message.
+        which: String,
+        /// The subscription whose dead-letter queue holds it.
+        subscription: String,
+    },
     /// A dead-lettered message the Manager keeps unless forced: removing it
     /// could lose an event still open, or what its history lacks.
     #[error(
@@ -170,7 +185,7 @@ pub enum ManagerError {
     },
     /// A dead-letter queue was named that the endpoint does not have.
     #[error(
-        "endpoint '{endpoint}' has no subscription '{subscription}' with a dead-letter queue: name '{endpoint}' (its own) or 'Resolver'"
+        "endpoint '{endpoint}' has no subscription '{subscription}' with a dead-letter queue: name '{endpoint}' (its own), 'Resolver', 'Deferred' or 'DeferredProcessor'"
     )]
     UnknownDeadLetterQueue {
         /// The endpoint.

@@ -83,6 +83,23 @@ async fn provision(broker: &Broker, endpoints: &[&str]) {
             )
             .await
             .unwrap();
+        // Parking, as the topology provisions it.
+        let deferred = SubscriptionPath::new(*endpoint, "Deferred");
+        broker
+            .create_subscription(&deferred, SubscriptionSettings::sessions())
+            .await
+            .unwrap();
+        broker.delete_rule(&deferred, "$Default").await.unwrap();
+        broker
+            .create_rule(
+                &deferred,
+                RuleDescription::new(
+                    "DeferredFilter",
+                    "user.To = 'Deferred' AND user.OriginalSessionId IS NOT NULL",
+                ),
+            )
+            .await
+            .unwrap();
     }
 }
 
@@ -916,6 +933,100 @@ async fn only_dead_letters_of_settled_events_are_removed_unless_forced() {
     assert!(
         matches!(error, ManagerError::DeadLetterNotFound { .. }),
         "{error}"
+    );
+    h.stop().await;
+}
+
+/// A parked copy the replayer dead-lettered (it failed it over and over) is
+/// an event an operator must see: it is listed with its event's status, but
+/// not replayed, even forced (it would wait among the parked messages with
+/// nothing to replay it); once its event is settled it is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_parked_copy_is_listed_not_replayed_and_removed_once_settled() {
+    let mut h = Harness::start(&["billing"]).await;
+    h.send_and_record("billing", &forwarded("billing")).await;
+    let parked = build::parked_copy(&forwarded("billing"), 1);
+    h.broker
+        .publish("billing", vec![parked.to_transport()])
+        .await
+        .unwrap();
+    let lock = h
+        .broker
+        .accept_session(
+            &SubscriptionPath::new("billing", "Deferred"),
+            SessionSelector::Named(SESSION.into()),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    let message = lock.receive(PATIENCE).await.unwrap().unwrap();
+    lock.dead_letter(
+        message,
+        "MaxDeliveryCountExceeded".into(),
+        "the replayer kept failing".into(),
+    )
+    .await
+    .unwrap();
+    lock.close().await;
+
+    let listed = h.manager.dead_letters("billing", None).await.unwrap();
+    let copy = listed
+        .iter()
+        .find(|d| d.subscription == "Deferred")
+        .unwrap_or_else(|| panic!("the parked copy is listed: {listed:?}"));
+    assert_eq!(copy.event_id.as_deref(), Some(EVENT_ID));
+    assert_eq!(copy.event_status, Some(Status::Pending));
+    let which = DeadLetterId::SequenceNumber(copy.sequence_number);
+    let error = h
+        .manager
+        .replay_dead_letter("billing", None, &which, true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ManagerError::NotReplayable { .. }),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("resubmit or skip its event"),
+        "{error}"
+    );
+    let all = h
+        .manager
+        .replay_all_dead_letters("billing", None, true)
+        .await
+        .unwrap();
+    assert!(all.replayed.is_empty(), "{:?}", all.replayed);
+    assert!(
+        matches!(
+            all.left.as_slice(),
+            [(_, ManagerError::NotReplayable { .. })]
+        ),
+        "{:?}",
+        all.left
+    );
+
+    let kept = h
+        .manager
+        .remove_settled_dead_letters("billing")
+        .await
+        .unwrap();
+    assert!(kept.removed.is_empty() && kept.kept.len() == 1, "{kept:?}");
+    let mut skipped = Observation::new("billing", EVENT_ID, MessageKind::SkipResponse, 9);
+    skipped.message_id = Some("skip-response".into());
+    h.store.record(&skipped).unwrap();
+    let done = h
+        .manager
+        .remove_settled_dead_letters("billing")
+        .await
+        .unwrap();
+    assert_eq!(done.removed.len(), 1, "{done:?}");
+    assert_eq!(done.removed[0].subscription, "Deferred");
+    assert!(
+        h.manager
+            .dead_letters("billing", None)
+            .await
+            .unwrap()
+            .is_empty()
     );
     h.stop().await;
 }

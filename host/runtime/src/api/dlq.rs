@@ -69,7 +69,8 @@ pub(crate) async fn list(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReplayRequest {
     endpoint: Option<String>,
-    /// `E` (the endpoint's own queue) or `Resolver`; needed only when the
+    /// `E` (the endpoint's own queue), `Resolver`, `Deferred` or
+    /// `DeferredProcessor`; needed only when the
     /// message is in both.
     subscription: Option<String>,
     sequence_number: Option<i64>,
@@ -100,7 +101,8 @@ pub(crate) struct LeftView {
     message: DeadLetter,
     why: String,
     /// `why` for programs. A replay leaves `settled` and `not_recorded`
-    /// (forcing replays it) and `replayed_in_this_pass`; a removal keeps
+    /// (forcing replays it), `replayed_in_this_pass` and `parked_copy` (a
+    /// parked event: resubmit or skip it); a removal keeps
     /// `still_needed` (its event is not settled, or it is the Resolver's
     /// copy); either leaves `lock_lost` (another pass may move it).
     reason: &'static str,
@@ -114,6 +116,7 @@ fn reason(why: &ManagerError) -> &'static str {
         ManagerError::SeenInThisPass { .. } => "replayed_in_this_pass",
         ManagerError::Replay { .. } | ManagerError::Remove { .. } => "lock_lost",
         ManagerError::DeadLetterStillNeeded { .. } => "still_needed",
+        ManagerError::NotReplayable { .. } => "parked_copy",
         _ => "other",
     }
 }
@@ -189,7 +192,8 @@ pub(crate) async fn replay(
 #[serde(deny_unknown_fields)]
 pub(crate) struct RemoveRequest {
     endpoint: Option<String>,
-    /// `E` (the endpoint's own queue) or `Resolver`; needed only when the
+    /// `E` (the endpoint's own queue), `Resolver`, `Deferred` or
+    /// `DeferredProcessor`; needed only when the
     /// message is in both.
     subscription: Option<String>,
     sequence_number: Option<i64>,
@@ -257,10 +261,11 @@ pub(crate) async fn remove(
                     "force removes one named message; settled: true removes only what is settled",
                 ));
             }
-            if subscription.as_deref().is_some_and(|s| s != endpoint) {
+            if subscription.is_some() {
                 return Err(ApiError::bad_request(format!(
-                    "settled: true reads only the endpoint's own queue ('{endpoint}'); a message \
-                     of the Resolver's is removed by name, with force"
+                    "settled: true reads the endpoint's own queue ('{endpoint}'), 'Deferred' and \
+                     'DeferredProcessor', and names no subscription; a message of the \
+                     Resolver's is removed by name, with force"
                 )));
             }
             let done = state.manager.remove_settled_dead_letters(&endpoint).await?;

@@ -76,6 +76,7 @@ impl From<ManagerError> for ApiError {
             | ManagerError::EventAlreadySettled { .. }
             | ManagerError::EventNotRecorded { .. }
             | ManagerError::DeadLetterStillNeeded { .. }
+            | ManagerError::NotReplayable { .. }
             | ManagerError::SeenInThisPass { .. }
             | ManagerError::MissingCoordinate { .. }
             | ManagerError::MissingPayload { .. } => ApiError::conflict(message),

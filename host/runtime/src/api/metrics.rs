@@ -37,6 +37,23 @@ async fn depths(state: &ApiState, endpoint: &str) -> Result<Depths, ApiError> {
         depths.active = subscription.active_message_count;
         depths.dead_letter = subscription.dead_letter_message_count;
     }
+    // Every dead-letter queue `nimbus dlq list` reads: a Resolver copy or a
+    // parked event dead-lettered elsewhere must not be missed by an alert.
+    for other in [
+        nimbus_wire::addr::RESOLVER,
+        nimbus_wire::addr::DEFERRED,
+        nimbus_wire::addr::DEFERRED_PROCESSOR,
+    ] {
+        let other = SubscriptionPath::new(endpoint, other);
+        if let Some(subscription) = state
+            .broker
+            .get_subscription(&other)
+            .await
+            .map_err(|e| ApiError::internal(format!("reading the subscription {other}: {e}")))?
+        {
+            depths.dead_letter += subscription.dead_letter_message_count;
+        }
+    }
     let sessions = match state.broker.list_sessions(&path).await {
         Ok(sessions) => sessions,
         Err(AdminError::NotFound { .. }) => Vec::new(),
@@ -77,7 +94,7 @@ pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoRe
         ),
         (
             "nimbus_dead_letter_messages",
-            "Messages in the endpoint's dead-letter queue.",
+            "Messages in the endpoint's dead-letter queues (its own, Resolver, Deferred, DeferredProcessor).",
             |d| d.dead_letter,
         ),
         (

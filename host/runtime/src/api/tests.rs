@@ -592,7 +592,7 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
             "/api/dlq/replay",
             Some(r#"{"endpoint": "billing", "sequence_number": 1, "subscription": "Bogus"}"#),
             StatusCode::BAD_REQUEST,
-            "name 'billing' (its own) or 'Resolver'",
+            "name 'billing' (its own), 'Resolver', 'Deferred' or 'DeferredProcessor'",
         ),
         (
             Method::POST,
@@ -620,7 +620,7 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
             "/api/dlq/remove",
             Some(r#"{"endpoint": "billing", "settled": true, "subscription": "Resolver"}"#),
             StatusCode::BAD_REQUEST,
-            "only the endpoint's own queue",
+            "names no subscription",
         ),
         (
             Method::POST,
@@ -946,6 +946,9 @@ async fn metrics_count_outcomes_and_show_blocked_sessions_and_handlers() {
         .await;
     api.wait_status("billing", "s-block", &failing, "Failed")
         .await;
+    // A parked copy the replayer dead-lettered counts as a dead letter of
+    // the endpoint, though it is not in the endpoint's own queue.
+    dead_letter_a_parked_copy(&host, "s-parked").await;
 
     let wanted = [
         "nimbus_events_recorded_total{endpoint=\"billing\",status=\"Completed\"}",
@@ -981,8 +984,9 @@ async fn metrics_count_outcomes_and_show_blocked_sessions_and_handlers() {
         Some(1.0),
         "{text}"
     );
-    assert!(
-        sample(&text, "nimbus_dead_letter_messages{endpoint=\"billing\"}").is_some(),
+    assert_eq!(
+        sample(&text, "nimbus_dead_letter_messages{endpoint=\"billing\"}"),
+        Some(1.0),
         "{text}"
     );
     assert_eq!(
@@ -1002,4 +1006,38 @@ async fn metrics_count_outcomes_and_show_blocked_sessions_and_handlers() {
         "{text}"
     );
     host.shutdown().await;
+}
+
+/// Parks a message of `session` in billing's `Deferred` subscription and
+/// dead-letters it there, as a replayer failing it over and over would.
+async fn dead_letter_a_parked_copy(host: &Host, session: &str) {
+    use nimbus_transport::{
+        Message, PropertyValue, SessionLock as _, SessionSelector, SubscriptionPath, Transport as _,
+    };
+    let mut parked = Message::new(b"{}".to_vec());
+    parked.session_id = Some(session.to_owned());
+    for (name, value) in [("To", "Deferred"), ("OriginalSessionId", session)] {
+        parked
+            .properties
+            .insert(name.to_owned(), PropertyValue::String(value.to_owned()));
+    }
+    let broker = host.broker();
+    broker.publish("billing", vec![parked]).await.unwrap();
+    let lock = broker
+        .accept_session(
+            &SubscriptionPath::new("billing", "Deferred"),
+            SessionSelector::Named(session.to_owned()),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let message = lock
+        .receive(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    lock.dead_letter(message, "MaxDeliveryCountExceeded".into(), "test".into())
+        .await
+        .unwrap();
+    lock.close().await;
 }
