@@ -1062,3 +1062,66 @@ fn a_dead_letter_is_removed_once_its_event_is_fixed_and_kept_while_it_is_open() 
         "{history:#?}"
     );
 }
+
+/// An endpoint runs while one of its handlers does not load (another
+/// does): an event of the broken handler's type must not be settled for
+/// good as Unsupported. It fails, naming the handler, and blocks its
+/// session; fixed and resubmitted, it completes.
+#[test]
+fn an_event_of_a_handler_that_stopped_loading_waits_for_the_fix_not_unsupported() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    scratch.install("billing", "noop", "noop");
+    let host = RunningHost::start(&scratch, "");
+    let first = publish(&host, "Noop", "s-noop", "{}");
+    host.wait_status("s-noop", &first, "Completed");
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+
+    // Broken while the host was down: it starts without it, the forwarding
+    // of `Noop` to billing kept as it was.
+    scratch.write("handlers/billing/noop.wasm", b"\0asm not a component");
+    let host = RunningHost::start(&scratch, "");
+    let said = host.cli(&[
+        "publish",
+        "--event-type",
+        "Noop",
+        "--session",
+        "s-noop-2",
+        "--data",
+        "{}",
+    ]);
+    said.expect_code(0);
+    assert!(
+        said.stderr()
+            .contains("the event fails there (HandlerNotLoaded)"),
+        "{}",
+        said.stderr()
+    );
+    let waiting = said.stdout().trim().to_owned();
+    let failed = host.wait_status("s-noop-2", &waiting, "Failed");
+    assert_eq!(failed["error_type"], "HandlerNotLoaded", "{failed:#}");
+    assert!(
+        failed["error_text"]
+            .as_str()
+            .is_some_and(|e| e.contains("'noop'") && e.contains("resubmit")),
+        "{failed:#}"
+    );
+    let sessions = host.cli_json(&["sessions", "--blocked", "--json"]);
+    assert_eq!(
+        sessions[0]["blocked_by"], failed["event_id"],
+        "{sessions:#}"
+    );
+
+    scratch.install("billing", "noop", "noop");
+    host.eventually("the fixed handler serves", || {
+        let handlers = host.cli_json(&["handlers", "--json"]);
+        handlers["handlers"]
+            .as_array()?
+            .iter()
+            .any(|h| h["handler"] == "noop" && h["status"] == "serving")
+            .then_some(())
+    });
+    host.cli(&["resubmit", &id(&failed)]).expect_code(0);
+    host.wait_status("s-noop-2", &waiting, "Completed");
+}

@@ -528,7 +528,8 @@ impl<T: Transport> Delivery<'_, T> {
                 )
             }
         };
-        if let Some(report) = settled.report {
+        // No version ran when the handler did not load.
+        if let Some(report) = settled.report.filter(|r| !r.version.is_empty()) {
             response.properties.insert(
                 HANDLER_VERSION_PROPERTY.to_owned(),
                 PropertyValue::String(report.version.clone()),

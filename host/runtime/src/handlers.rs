@@ -27,9 +27,58 @@ impl SandboxHandlers {
 impl Handlers for SandboxHandlers {
     fn invoke<'a>(&'a self, endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
         Box::pin(async move {
-            let version = self.registry.lookup(endpoint, &event.event_type)?;
+            let Some(version) = self.registry.lookup(endpoint, &event.event_type) else {
+                return self.not_loaded(endpoint, &event.event_type);
+            };
             let invocation = version.invoke_async(to_sandbox_event(event)).await;
             Some(report(invocation, version.id()))
+        })
+    }
+}
+
+/// The error type of an event no handler serves while a handler of its
+/// endpoint does not load.
+pub const HANDLER_NOT_LOADED: &str = "HandlerNotLoaded";
+
+impl SandboxHandlers {
+    /// What becomes of an event of a type no loaded handler of `endpoint`
+    /// serves. `None` (the engine answers Unsupported: a terminal status)
+    /// only when every handler of the endpoint loaded; while one does not,
+    /// the type may be its (a component declares its types itself, so a
+    /// handler that never loaded has told nobody), and answering
+    /// Unsupported would settle for good an event the fix is meant to run.
+    /// So it fails instead, blocking its session with the later events
+    /// parked behind it in order, until the handler is fixed and the event
+    /// resubmitted (or retried by its policy).
+    fn not_loaded(&self, endpoint: &str, event_type: &str) -> Option<HandlerReport> {
+        let snapshot = self.registry.snapshot();
+        let broken: Vec<String> = snapshot
+            .handlers()
+            .filter(|h| h.key.endpoint == endpoint && h.last_error.is_some())
+            .map(|h| {
+                format!(
+                    "'{}' ({})",
+                    h.key.handler,
+                    h.last_error.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        if broken.is_empty() {
+            return None;
+        }
+        Some(HandlerReport {
+            result: HandlerResult::Failed(HandlerFailure {
+                error_type: HANDLER_NOT_LOADED.to_owned(),
+                message: format!(
+                    "no loaded handler of endpoint '{endpoint}' serves '{event_type}', and a \
+                     handler of it does not load, so the event may be its: {}; fix the handler \
+                     (`nimbus handlers`), then resubmit this event",
+                    broken.join("; ")
+                ),
+                retry_after: None,
+            }),
+            follow_ups: Vec::new(),
+            version: String::new(),
         })
     }
 }

@@ -292,8 +292,11 @@ impl Supervisor {
         for endpoint in &unknown {
             warn!(
                 endpoint,
-                "a handler of this endpoint does not load; its forwarding is kept as it was, \
-                 so its events wait in its queue until the handler is fixed"
+                "a handler of this endpoint does not load; its forwarding is kept as it was \
+                 (the handler's event types are unknown until it loads), so its events are not \
+                 dropped: they wait in the endpoint's queue while no handler of it runs, and \
+                 fail (HandlerNotLoaded), blocking their sessions, while others do; fix it, then \
+                 resubmit those"
             );
         }
         let pruned = provision::prune(&*self.broker, &topology, &unknown)

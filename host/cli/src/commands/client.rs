@@ -705,7 +705,18 @@ fn publish_note(event_type: &str, answer: &Value) {
     };
     let consumed_by = names("consumed_by");
     let waiting_at = names("waiting_at");
+    let fails_at = names("fails_at");
     let not_loading = names("not_loading");
+    // Where other handlers of the endpoint run, the event cannot wait in
+    // the queue: it fails and blocks its session until fixed and resubmitted.
+    if !fails_at.is_empty() {
+        eprintln!(
+            "note: at {} no loaded handler serves {event_type} and a handler does not load \
+             (see `nimbus handlers`): the event fails there (HandlerNotLoaded) and blocks its \
+             session; fix the handler, then `nimbus resubmit` it",
+            fails_at.join(", ")
+        );
+    }
     if !consumed_by.is_empty() {
         // Handled now where it loads; a copy also waits where it does not.
         if !waiting_at.is_empty() {
@@ -734,6 +745,8 @@ fn publish_note(event_type: &str, answer: &Value) {
              (a handler that does not load, see `nimbus handlers`) until it is fixed",
             waiting_at.join(", ")
         );
+    } else if !fails_at.is_empty() {
+        // Said above.
     } else if !not_loading.is_empty() {
         eprintln!(
             "note: no handler consumes {event_type} now; the event reaches no endpoint. {} \

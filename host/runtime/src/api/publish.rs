@@ -39,9 +39,14 @@ pub(crate) struct Published {
     /// is kept as it was.
     not_loading: Vec<String>,
     /// Those of `not_loading` whose kept forwarding from this topic carries
-    /// the event type: the event waits in their queue until the handler is
-    /// fixed. Any other gets nothing of this event, even once fixed.
+    /// the event type and where no handler runs: the event waits in their
+    /// queue until the handler is fixed. Any other gets nothing of this
+    /// event, even once fixed.
     waiting_at: Vec<String>,
+    /// Those whose kept forwarding carries it but where other handlers run:
+    /// the event fails there (`HandlerNotLoaded`) and blocks its session,
+    /// to be resubmitted once the handler is fixed.
+    fails_at: Vec<String>,
 }
 
 pub(crate) async fn publish(
@@ -92,11 +97,23 @@ pub(crate) async fn publish(
             .map(str::to_owned)
             .collect(),
         waiting_at: Vec::new(),
+        fails_at: Vec::new(),
         topic,
     };
     for endpoint in &published.not_loading {
+        // Served there by a handler that loads: nothing waits.
+        if published.consumed_by.contains(endpoint) {
+            continue;
+        }
         if forwards(&state, &published.topic, endpoint, event_type).await? {
-            published.waiting_at.push(endpoint.clone());
+            let runs = snapshot
+                .handlers()
+                .any(|h| h.key.endpoint == *endpoint && h.serving.is_some());
+            if runs {
+                published.fails_at.push(endpoint.clone());
+            } else {
+                published.waiting_at.push(endpoint.clone());
+            }
         }
     }
     state
