@@ -1125,3 +1125,36 @@ fn an_event_of_a_handler_that_stopped_loading_waits_for_the_fix_not_unsupported(
     host.cli(&["resubmit", &id(&failed)]).expect_code(0);
     host.wait_status("s-noop-2", &waiting, "Completed");
 }
+
+/// A host that has run on a data directory must find its handlers
+/// directory again: a mistyped path stops the start, naming the key,
+/// instead of unregistering every endpoint. A fresh data directory still
+/// gets one made.
+#[test]
+fn a_missing_handlers_directory_on_a_used_data_directory_stops_the_start() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+
+    let config = scratch.write(
+        "typo.toml",
+        nimbus_blackbox_tests::running::config_text("")
+            .replace(
+                r#"handlers_dir = "handlers""#,
+                r#"handlers_dir = "handlrs""#,
+            )
+            .as_bytes(),
+    );
+    let run = scratch.run_raw(&["run", "--config", config.to_str().expect("utf-8 path")]);
+    run.expect_code(1);
+    assert!(
+        run.stderr().contains("[host] handlers_dir")
+            && run.stderr().contains("handlrs")
+            && run.stderr().contains("does not exist"),
+        "{}",
+        run.stderr()
+    );
+    assert!(!scratch.path("handlrs").exists(), "nothing made");
+}

@@ -64,13 +64,25 @@ impl Host {
             data_lock.dir().display(),
             host.data_dir.display()
         );
+        // A fresh data directory gets a handlers directory made for it. One
+        // a host has run on must find its handlers directory: a mistyped
+        // path would start with no handlers, unregister every endpoint the
+        // real one served, and publishes would reach nothing.
+        let broker_dir = host.data_dir.join("broker");
+        anyhow::ensure!(
+            host.handlers_dir.is_dir() || !broker_dir.exists(),
+            "[host] handlers_dir: {} does not exist, but a host has run on the data directory \
+             {} before: starting without handlers would unregister every endpoint it served. \
+             Fix the path, or create the directory if an empty one is meant",
+            host.handlers_dir.display(),
+            host.data_dir.display()
+        );
         std::fs::create_dir_all(&host.handlers_dir).with_context(|| {
             format!(
                 "creating the handlers directory {}",
                 host.handlers_dir.display()
             )
         })?;
-        let broker_dir = host.data_dir.join("broker");
         let broker = Arc::new(
             Broker::open(
                 BrokerOptions::new(&broker_dir).durability(config.config.broker.durability.into()),
