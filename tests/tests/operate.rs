@@ -1158,3 +1158,28 @@ fn a_missing_handlers_directory_on_a_used_data_directory_stops_the_start() {
     );
     assert!(!scratch.path("handlrs").exists(), "nothing made");
 }
+
+/// Data over the API's limit is refused by the CLI before it is sent,
+/// naming the limit, rather than as a broken connection.
+#[test]
+fn publish_of_data_over_the_limit_names_the_limit() {
+    let scratch = Scratch::new();
+    let big = format!("\"{}\"", "x".repeat(3 * 1024 * 1024));
+    let file = scratch.write("big.json", big.as_bytes());
+    let data = format!("@{}", file.to_str().expect("utf-8 path"));
+    let run = scratch.run_raw(&[
+        "publish",
+        "--api",
+        "http://127.0.0.1:9",
+        "--event-type",
+        "OrderPlaced",
+        "--data",
+        &data,
+    ]);
+    run.expect_code(1);
+    assert!(
+        run.stderr().contains("3.0 MiB") && run.stderr().contains("at most 2 MiB"),
+        "{}",
+        run.stderr()
+    );
+}

@@ -87,11 +87,23 @@ impl ApiClient {
     /// `POST path` with a JSON body.
     pub(crate) fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let url = format!("{}{path}", self.base);
+        let body = body.to_string();
+        // Said here: the host refuses it, and for a body much larger it
+        // closes the connection before the answer could be read.
+        let limit = nimbus_runtime::api::MAX_REQUEST_BODY;
+        if body.len() > limit {
+            anyhow::bail!(
+                "the request is {:.1} MiB; the host's API takes at most {} MiB (an event's data \
+                 travels whole in one message: send a reference to large content instead)",
+                body.len() as f64 / (1024.0 * 1024.0),
+                limit / (1024 * 1024)
+            );
+        }
         let response = self
             .agent
             .post(&url)
             .header("content-type", "application/json")
-            .send(body.to_string());
+            .send(body);
         self.finish(&url, response)
     }
 

@@ -116,6 +116,18 @@ pub(crate) async fn log_internal_errors(request: Request, next: Next) -> Respons
     let path = request.uri().path().to_owned();
     let response = next.run(request).await;
     let status = response.status();
+    // axum's own answer to an oversized body is plain text; every refusal
+    // of this API is `{"error": ...}`, naming the problem.
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::Client {
+            status,
+            message: format!(
+                "the request body is larger than the API takes ({} MiB)",
+                crate::api::MAX_REQUEST_BODY / (1024 * 1024)
+            ),
+        }
+        .into_response();
+    }
     if status.is_server_error() {
         let cause = response
             .extensions()

@@ -30,6 +30,10 @@ use axum::routing::{get, post};
 pub use error::ApiError;
 pub use state::ApiState;
 
+/// The largest request body the API takes: a published event's data, an
+/// edited payload or handoff details, with the JSON around them.
+pub const MAX_REQUEST_BODY: usize = 2 * 1024 * 1024;
+
 /// The API's routes over `state`.
 pub fn router(state: ApiState) -> Router {
     Router::new()
@@ -56,6 +60,7 @@ pub fn router(state: ApiState) -> Router {
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn(error::log_internal_errors))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_REQUEST_BODY))
         .with_state(state)
 }
 

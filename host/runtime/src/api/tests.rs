@@ -1041,3 +1041,21 @@ async fn dead_letter_a_parked_copy(host: &Host, session: &str) {
         .unwrap();
     lock.close().await;
 }
+
+/// A body over the limit is refused like any bad input: a 413 whose JSON
+/// names the limit (axum's own answer is plain text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_body_is_a_413_that_names_the_limit() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start_with(root.path(), &[("billing", "orders")], "").await;
+    let api = Api(router(ApiState::new(&host)));
+    let data = "x".repeat(crate::api::MAX_REQUEST_BODY);
+    let body = json!({"event_type": "OrderPlaced", "data": data}).to_string();
+    let (status, value) = api.call(Method::POST, "/api/publish", Some(&body)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{value}");
+    assert_eq!(
+        value["error"],
+        "the request body is larger than the API takes (2 MiB)"
+    );
+    host.shutdown().await;
+}
