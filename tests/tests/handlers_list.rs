@@ -16,7 +16,13 @@ fn list_shows_each_endpoint_handler_version_and_status_as_json() {
         handlers.to_str().expect("utf-8"),
         "--json",
     ]);
-    run.expect_code(0);
+    // Listed all the same, but a pre-check that fails: one does not load.
+    run.expect_code(1);
+    assert!(
+        run.stderr().contains("1 handler of") && run.stderr().contains("does not load"),
+        "{}",
+        run.stderr()
+    );
     let json = run.json();
     let handlers = json["handlers"].as_array().expect("handlers");
     assert_eq!(handlers.len(), 3, "{json:#}");
@@ -65,6 +71,28 @@ fn list_prints_text_and_reports_layout_problems() {
     assert!(
         text.contains("problem:") && text.contains("stray.wasm"),
         "{text}"
+    );
+}
+
+/// Components straight under the handlers directory (no endpoint
+/// directory): nothing would serve, so the pre-check fails.
+#[test]
+fn a_directory_where_nothing_loads_fails_the_check() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "noop", "noop");
+    let endpoint = scratch.handlers().join("billing");
+    let run = scratch.run(&[
+        "handlers",
+        "list",
+        "--handlers",
+        endpoint.to_str().expect("utf-8"),
+    ]);
+    run.expect_code(1);
+    assert!(
+        run.stderr().contains("no handler in") && run.stdout().contains("noop.wasm"),
+        "{}\n{}",
+        run.stdout(),
+        run.stderr()
     );
 }
 

@@ -88,7 +88,8 @@ pub(crate) enum HandlersCommand {
     /// types; print them with its imports, exports, digest and limits.
     Check(CheckArgs),
     /// List the handlers of a handlers directory (one subdirectory per
-    /// endpoint) with their status.
+    /// endpoint) with their status; exits 1 when a handler does not load,
+    /// or none is found (a deploy's pre-check).
     List(ListArgs),
 }
 

@@ -36,5 +36,24 @@ pub(crate) fn list(args: &ListArgs) -> anyhow::Result<ExitCode> {
     } else {
         out!("{}", view.text());
     }
+    // A deploy's pre-check: it passes only if a host starting here would
+    // serve every handler, and some.
+    let failed = snapshot.handlers().filter(|h| h.serving.is_none()).count();
+    if failed > 0 {
+        eprintln!(
+            "error: {failed} handler{} of {} do{} not load (see above)",
+            if failed == 1 { "" } else { "s" },
+            args.handlers.display(),
+            if failed == 1 { "es" } else { "" }
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    if snapshot.handlers().next().is_none() {
+        eprintln!(
+            "error: no handler in {}: a component goes in <dir>/<endpoint>/<handler>.wasm",
+            args.handlers.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }

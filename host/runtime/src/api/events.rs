@@ -168,7 +168,8 @@ pub(crate) async fn detail(
         .await?;
     let Some(first) = endpoints.first() else {
         return Err(ApiError::not_found(format!(
-            "no event '{id}' is known to the Resolver (nor a message with that id){}",
+            "no event '{id}' is known to the Resolver (nor a message with that id): it may have \
+             reached no endpoint (no handler consumed its type when it was published){}",
             pruned_hint(state.retention)
         )));
     };
