@@ -228,13 +228,27 @@ impl RunningHost {
     ///
     /// # Panics
     /// When it does not exit within [`DEADLINE`].
-    pub fn terminate(mut self) -> (Option<i32>, String) {
+    pub fn terminate(self) -> (Option<i32>, String) {
+        self.sigterm();
+        self.wait_exit()
+    }
+
+    /// Sends SIGTERM, without waiting.
+    pub fn sigterm(&self) {
         let status = Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Waits for the process to exit (after a signal); returns its exit
+    /// code and everything it printed to stdout after starting.
+    ///
+    /// # Panics
+    /// When it does not exit within [`DEADLINE`].
+    pub fn wait_exit(mut self) -> (Option<i32>, String) {
         let started = Instant::now();
         loop {
             if let Some(exit) = self.child.try_wait().expect("wait for nimbus run") {

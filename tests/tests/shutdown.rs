@@ -129,3 +129,33 @@ fn a_handler_cut_off_by_the_shutdown_grace_settles_nothing_and_runs_again_after_
         ["EventRequest", "ErrorResponse"]
     );
 }
+
+/// A second SIGTERM during the drain stops the host at once, as a killed
+/// process would: the handler in flight settles nothing and runs again
+/// after a restart.
+#[test]
+fn a_second_sigterm_stops_at_once_and_the_event_in_flight_runs_again() {
+    let scratch = Scratch::new();
+    scratch.install("sleepers", "endless", "endless_loop");
+    let host = RunningHost::start_with_config(&scratch, &config("20s", "60s"));
+    let id = publish_sleep(&host);
+    wait_for_marker(&host);
+
+    host.sigterm();
+    host.eventually("the drain began", || {
+        host.stderr()
+            .contains("SIGTERM again stops at once")
+            .then_some(())
+    });
+    host.sigterm();
+    let stderr = scratch.path("nimbus-run.stderr");
+    let (code, _) = host.wait_exit();
+    assert_eq!(code, Some(130));
+    let log = std::fs::read_to_string(stderr).expect("the host's stderr file");
+    assert!(log.contains("SIGTERM again: stopping now"), "{log}");
+
+    let host = RunningHost::start_with_config(&scratch, &config("1500ms", "20s"));
+    wait_for_marker(&host);
+    let failed = host.wait_status("s-1", &id, "Failed");
+    assert_eq!(failed["error_type"], "Timeout");
+}

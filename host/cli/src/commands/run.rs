@@ -66,6 +66,7 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     let listen = config.config.api.listen;
     let data_dir = config.config.host.data_dir.clone();
     let handlers_dir = config.config.host.handlers_dir.clone();
+    let grace = config.config.engine.shutdown_grace;
     // The data directory first: a second host on it is refused naming the
     // first, not for the port they share.
     let mut data_lock = DataLock::take(&data_dir, listen)?;
@@ -104,7 +105,13 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
 
     let outcome = tokio::select! {
         signal = shutdown_signal() => {
-            let _ = writeln!(std::io::stderr(), "{}; shutting down", signal?);
+            let signal = signal?;
+            let _ = writeln!(
+                std::io::stderr(),
+                "{signal}; shutting down: events in flight have up to {} to finish \
+                 ({signal} again stops at once)",
+                humantime::format_duration(grace)
+            );
             let _ = stop_api.send(());
             api.await.context("the API task failed")?.context("serving the API")
         }
@@ -112,8 +119,21 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
             served.context("the API task failed")?.context("serving the API")
         }
     };
-    // Stage two: the host stops taking sessions and drains within its grace.
-    host.shutdown().await;
+    // Stage two: the host stops taking sessions and drains within its grace;
+    // a second signal stops at once, as a killed process would: what was
+    // in flight is not settled, and the broker delivers it again.
+    tokio::select! {
+        () = host.shutdown() => {}
+        again = shutdown_signal() => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "{} again: stopping now; the events still in flight are delivered again \
+                 when the host next runs",
+                again.unwrap_or("signal")
+            );
+            std::process::exit(130);
+        }
+    }
     let _ = writeln!(std::io::stderr(), "nimbus stopped");
     outcome
 }
