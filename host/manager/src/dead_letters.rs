@@ -361,22 +361,8 @@ impl<T: Transport> Manager<T> {
         receiver: &T::Receiver,
         done: &mut RemovedAll,
     ) -> Result<(), ManagerError> {
-        let mut seen_sequence_numbers = HashSet::new();
-        loop {
-            let message = match receiver.receive(END_OF_QUEUE_WAIT).await {
-                Ok(Some(message)) => message,
-                Ok(None) => return Ok(()),
-                Err(source) => {
-                    return Err(ManagerError::ReadDeadLetters {
-                        subscription: path.to_string(),
-                        source,
-                    });
-                }
-            };
-            // The same entry again: a kept message whose lock lapsed.
-            if !seen_sequence_numbers.insert(message.sequence_number) {
-                continue;
-            }
+        let mut seen = HashSet::new();
+        while let Some(message) = next_unseen(receiver, path, &mut seen).await? {
             let described = describe(endpoint, path, &message);
             let which = DeadLetterId::SequenceNumber(message.sequence_number);
             if let Some(keep) = self
@@ -406,6 +392,7 @@ impl<T: Transport> Manager<T> {
                 }
             }
         }
+        Ok(())
     }
 
     /// Finds `which` in `endpoint`'s dead-letter queues (`subscription`
@@ -514,22 +501,8 @@ impl<T: Transport> Manager<T> {
         done: &mut ReplayedAll,
     ) -> Result<(), ManagerError> {
         let mut replayed_ids = HashSet::new();
-        let mut seen_sequence_numbers = HashSet::new();
-        loop {
-            let message = match receiver.receive(END_OF_QUEUE_WAIT).await {
-                Ok(Some(message)) => message,
-                Ok(None) => return Ok(()),
-                Err(source) => {
-                    return Err(ManagerError::ReadDeadLetters {
-                        subscription: path.to_string(),
-                        source,
-                    });
-                }
-            };
-            // The same entry again: a held message whose lock lapsed.
-            if !seen_sequence_numbers.insert(message.sequence_number) {
-                continue;
-            }
+        let mut seen = HashSet::new();
+        while let Some(message) = next_unseen(receiver, path, &mut seen).await? {
             let described = describe(endpoint, path, &message);
             let which = DeadLetterId::SequenceNumber(message.sequence_number);
             if let Some(refusal) = parked_copy_not_replayable(path, &which) {
@@ -581,6 +554,7 @@ impl<T: Transport> Manager<T> {
                 }
             }
         }
+        Ok(())
     }
 
     /// Why a dead-lettered message should not be replayed without `force`,
@@ -733,6 +707,28 @@ async fn read_all<R: Receiver>(
         }
     }
     Ok(held)
+}
+
+/// The next message of a pass over a dead-letter queue not seen in it
+/// before (one seen again is a held message whose lock lapsed); `None` at
+/// the end of the queue.
+async fn next_unseen<R: Receiver>(
+    receiver: &R,
+    path: &SubscriptionPath,
+    seen: &mut HashSet<i64>,
+) -> Result<Option<ReceivedMessage>, ManagerError> {
+    loop {
+        match receiver.receive(END_OF_QUEUE_WAIT).await {
+            Ok(Some(message)) if !seen.insert(message.sequence_number) => {}
+            Ok(message) => return Ok(message),
+            Err(source) => {
+                return Err(ManagerError::ReadDeadLetters {
+                    subscription: path.to_string(),
+                    source,
+                });
+            }
+        }
+    }
 }
 
 /// Receives until `which` turns up (holding everything before it).

@@ -76,6 +76,22 @@ impl LogCapture {
     }
 }
 
+/// A handler's structured fields as a log line shows them: `key=value`,
+/// comma-separated, a value quoted only when it needs it.
+fn key_values(fields: &[(String, String)]) -> String {
+    fields
+        .iter()
+        .map(|(key, value)| {
+            if value.is_empty() || value.contains([' ', ',', '=', '"']) {
+                format!("{key}={value:?}")
+            } else {
+                format!("{key}={value}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Emits one handler log record as a tracing event.
 pub(crate) fn emit(tags: &InvocationTags, record: &LogRecord) {
     // Field values that need formatting are built inside `event!`, which
@@ -102,7 +118,7 @@ pub(crate) fn emit(tags: &InvocationTags, record: &LogRecord) {
                 session_id,
                 source,
                 fields = (!record.fields.is_empty())
-                    .then(|| format!("{:?}", record.fields))
+                    .then(|| key_values(&record.fields))
                     .as_deref(),
                 "{message}"
             )
@@ -136,7 +152,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 
-    use super::{emit, truncate};
+    use super::{emit, key_values, truncate};
     use crate::event::{Digest, LogLevel, LogRecord, LogSource};
     use crate::state::InvocationTags;
 
@@ -208,9 +224,27 @@ mod tests {
         assert_eq!(events[0]["handler"], "orders");
         assert_eq!(events[0]["event_id"], "e-1");
         assert_eq!(events[0]["message"], "order accepted");
-        assert!(events[0]["fields"].contains("o-1"), "{events:?}");
+        assert_eq!(events[0]["fields"], "order=o-1", "{events:?}");
         assert_eq!(events[1]["version"], short);
         assert!(!events[1].contains_key("fields"), "{events:?}");
+    }
+
+    #[test]
+    fn fields_read_as_key_values_quoted_only_when_needed() {
+        let fields = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            key_values(&fields(&[("order", "o-1"), ("channel", "email")])),
+            "order=o-1, channel=email"
+        );
+        assert_eq!(
+            key_values(&fields(&[("note", "two words"), ("empty", "")])),
+            "note=\"two words\", empty=\"\""
+        );
     }
 
     #[test]
