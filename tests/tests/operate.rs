@@ -1183,3 +1183,36 @@ fn publish_of_data_over_the_limit_names_the_limit() {
         run.stderr()
     );
 }
+
+/// `nimbus bench` with failures asked for: its report, not a warning per
+/// failed event (the engine logs each at the default level in a host).
+#[test]
+fn a_bench_with_failures_reports_them_without_a_warning_each() {
+    let scratch = Scratch::new();
+    let guests = nimbus_blackbox_tests::guests_dir();
+    let run = scratch.run_raw(&[
+        "bench",
+        "--native-only",
+        "--handler",
+        "orders",
+        "--failure-rate",
+        "0.1",
+        "--sessions",
+        "8",
+        "--events",
+        "100",
+        "--warmup",
+        "10",
+        "--durability",
+        "os",
+        "--guests-dir",
+        guests.to_str().expect("utf-8 path"),
+    ]);
+    run.expect_code(0);
+    assert!(
+        run.stdout().contains("failed then skipped: 10"),
+        "{}",
+        run.stdout()
+    );
+    assert!(!run.stderr().contains("WARN"), "{}", run.stderr());
+}

@@ -32,7 +32,11 @@ fn main() -> ExitCode {
     let api_typed = matches.value_source("api") == Some(clap::parser::ValueSource::CommandLine);
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Held to the end of `main`: dropping it writes out what is queued.
-    let _log_writer = init_tracing(cli.verbose);
+    // The bench's failures are asked for (`--failure-rate`): the engine's
+    // warning for each failed event would bury its report.
+    let quiet =
+        matches!(cli.command, cli::Command::Bench(_)).then_some("nimbus_engine::delivery=error");
+    let _log_writer = init_tracing(cli.verbose, quiet);
     match commands::run(cli, api_typed) {
         Ok(code) => code,
         Err(error) => {
@@ -49,11 +53,16 @@ fn main() -> ExitCode {
 /// stderr (a pipe into a log shipper that stalls). Nothing is dropped: past
 /// its queue of lines the writer makes the logger wait, as a direct write
 /// would.
-fn init_tracing(verbose: u8) -> tracing_appender::non_blocking::WorkerGuard {
-    let default = match verbose {
+fn init_tracing(verbose: u8, quiet: Option<&str>) -> tracing_appender::non_blocking::WorkerGuard {
+    let level = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
+    };
+    // `quiet` holds back what a command expects, at the default level only.
+    let default = match quiet {
+        Some(quiet) if verbose == 0 => format!("{level},{quiet}"),
+        _ => level.to_owned(),
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
