@@ -79,9 +79,16 @@ fn a_published_event_completes_a_failed_one_blocks_until_skipped_and_sigterm_exi
     let typo = host.cli(&["events", "--endpoint", "biling"]);
     typo.expect_code(1);
     assert!(
-        typo.stderr().contains("no endpoint 'biling'"),
+        typo.stderr().contains("no endpoint 'biling'") && !typo.stderr().contains("did you mean"),
         "{}",
         typo.stderr()
+    );
+    let case = host.cli(&["events", "--endpoint", "Billing"]);
+    case.expect_code(1);
+    assert!(
+        case.stderr().contains("did you mean 'billing'?"),
+        "{}",
+        case.stderr()
     );
 
     // A failing event blocks its session; the next one is parked behind it.

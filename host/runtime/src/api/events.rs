@@ -127,9 +127,18 @@ async fn check_endpoint_exists(state: &ApiState, endpoint: &str) -> Result<(), A
     {
         return Ok(());
     }
+    // Endpoint names are the broker's entity names, which ignore case on
+    // Service Bus: one differing only in case is what was meant.
+    let same_ignoring_case = state
+        .registry
+        .snapshot()
+        .endpoints()
+        .find(|known| known.eq_ignore_ascii_case(endpoint))
+        .map(|known| format!("; did you mean '{known}'?"))
+        .unwrap_or_default();
     Err(ApiError::not_found(format!(
         "no endpoint '{endpoint}' (no handler file, no subscription {path} and no events \
-         recorded for it)"
+         recorded for it){same_ignoring_case}"
     )))
 }
 
