@@ -196,9 +196,9 @@ pub(crate) struct DlqListArgs {
     pub(crate) json: bool,
 }
 
+/// Where the dead letters of a replay or removal are, and which one.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("which").required(true).args(["sequence", "message_id", "settled"])))]
-pub(crate) struct DlqRemoveArgs {
+pub(crate) struct DlqTargetArgs {
     /// The endpoint.
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: String,
@@ -208,14 +208,22 @@ pub(crate) struct DlqRemoveArgs {
     /// The dead-lettered message's message id.
     #[arg(long, value_name = "ID")]
     pub(crate) message_id: Option<String>,
-    /// Every message of the endpoint's own dead-letter queue whose event the
-    /// Resolver shows Completed or Skipped; the others are kept, and named.
-    #[arg(long, conflicts_with_all = ["force", "subscription"])]
-    pub(crate) settled: bool,
     /// Only this subscription's dead-letter queue (the endpoint's own,
     /// `Resolver`, `Deferred` or `DeferredProcessor`).
     #[arg(long, value_name = "NAME")]
     pub(crate) subscription: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["sequence", "message_id", "settled"])))]
+pub(crate) struct DlqRemoveArgs {
+    #[command(flatten)]
+    pub(crate) target: DlqTargetArgs,
+    /// Every message of the endpoint's own, `Deferred` and
+    /// `DeferredProcessor` dead-letter queues whose event the Resolver shows
+    /// Completed or Skipped; the others are kept, and named.
+    #[arg(long, conflicts_with_all = ["force", "subscription"])]
+    pub(crate) settled: bool,
     /// Remove the named message even if its event is not settled, or it is
     /// the Resolver's copy: it is gone for good.
     #[arg(long)]
@@ -228,22 +236,11 @@ pub(crate) struct DlqRemoveArgs {
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("which").required(true).args(["sequence", "message_id", "all"])))]
 pub(crate) struct DlqReplayArgs {
-    /// The endpoint.
-    #[arg(long, value_name = "NAME")]
-    pub(crate) endpoint: String,
-    /// The dead-lettered message's sequence number (see `nimbus dlq list`).
-    #[arg(long, value_name = "N")]
-    pub(crate) sequence: Option<i64>,
-    /// The dead-lettered message's message id.
-    #[arg(long, value_name = "ID")]
-    pub(crate) message_id: Option<String>,
+    #[command(flatten)]
+    pub(crate) target: DlqTargetArgs,
     /// Every dead-lettered message of the endpoint.
     #[arg(long)]
     pub(crate) all: bool,
-    /// Only this subscription's dead-letter queue (the endpoint's own,
-    /// `Resolver`, `Deferred` or `DeferredProcessor`).
-    #[arg(long, value_name = "NAME")]
-    pub(crate) subscription: Option<String>,
     /// Replay even a message whose event the Resolver has since recorded as
     /// Completed or Skipped; it runs again. Without it such a message is
     /// refused (one) or left in place (--all).

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::api_client::{ApiClient, path_segment};
 use crate::cli::Command;
-use crate::cli_ops::{ApiArgs, DlqCommand, HandoffCommand};
+use crate::cli_ops::{ApiArgs, DlqCommand, DlqTargetArgs, HandoffCommand};
 use crate::output::{out, outln, print_json};
 
 pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
@@ -163,14 +163,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
         Command::Dlq(DlqCommand::Replay(args)) => {
             let answer = client.post(
                 "/api/dlq/replay",
-                &json!({
-                    "endpoint": args.endpoint,
-                    "subscription": args.subscription,
-                    "sequence_number": args.sequence,
-                    "message_id": args.message_id,
-                    "all": args.all,
-                    "force": args.force,
-                }),
+                &dlq_body(args.target, ("all", args.all), args.force),
             )?;
             if args.json {
                 print_json(&answer)?;
@@ -209,14 +202,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
         Command::Dlq(DlqCommand::Remove(args)) => {
             let answer = client.post(
                 "/api/dlq/remove",
-                &json!({
-                    "endpoint": args.endpoint,
-                    "subscription": args.subscription,
-                    "sequence_number": args.sequence,
-                    "message_id": args.message_id,
-                    "settled": args.settled,
-                    "force": args.force,
-                }),
+                &dlq_body(args.target, ("settled", args.settled), args.force),
             )?;
             if args.json {
                 print_json(&answer)?;
@@ -678,6 +664,20 @@ fn handlers_table(handlers: &Value) -> String {
         let _ = writeln!(out, "problem: {}", text(problem));
     }
     out
+}
+
+/// The body of `POST /api/dlq/replay` or `/api/dlq/remove`: the message
+/// named, or the whole pass the command's flag (`all`, `settled`) asks for.
+fn dlq_body(target: DlqTargetArgs, (whole_field, whole): (&str, bool), force: bool) -> Value {
+    let mut body = json!({
+        "endpoint": target.endpoint,
+        "subscription": target.subscription,
+        "sequence_number": target.sequence,
+        "message_id": target.message_id,
+        "force": force,
+    });
+    body[whole_field] = Value::Bool(whole);
+    body
 }
 
 /// What to do about a dead-lettered message `dlq replay --all` left, by the

@@ -121,32 +121,75 @@ fn reason(why: &ManagerError) -> &'static str {
     }
 }
 
+/// Which dead letters a replay or removal is about: one named message, or
+/// (`which` is `None`) the whole pass the request's own flag (`all`,
+/// `settled`) asks for.
+struct Target {
+    endpoint: String,
+    subscription: Option<String>,
+    which: Option<DeadLetterId>,
+}
+
+impl Target {
+    fn of(
+        endpoint: Option<String>,
+        subscription: Option<String>,
+        sequence_number: Option<i64>,
+        message_id: Option<String>,
+        (whole_field, whole): (&str, bool),
+    ) -> Result<Target, ApiError> {
+        let Some(endpoint) = given(endpoint) else {
+            return Err(ApiError::bad_request("endpoint is missing"));
+        };
+        let subscription = given(subscription);
+        if let Some(subscription) = &subscription {
+            nimbus_manager::check_dead_letter_queue(&endpoint, subscription)?;
+        }
+        let which = match (sequence_number, given(message_id), whole) {
+            (Some(n), None, false) => Some(DeadLetterId::SequenceNumber(n)),
+            (None, Some(id), false) => Some(DeadLetterId::MessageId(id)),
+            (None, None, true) => None,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "name exactly one of sequence_number, message_id or {whole_field}: true"
+                )));
+            }
+        };
+        Ok(Target {
+            endpoint,
+            subscription,
+            which,
+        })
+    }
+}
+
+/// The messages a whole pass left where they were, each with why.
+fn left_views(left: Vec<(DeadLetter, ManagerError)>) -> Vec<LeftView> {
+    left.into_iter()
+        .map(|(message, why)| LeftView {
+            message,
+            reason: reason(&why),
+            why: why.to_string(),
+        })
+        .collect()
+}
+
 pub(crate) async fn replay(
     State(state): State<ApiState>,
     body: Bytes,
 ) -> Result<Json<ReplayedView>, ApiError> {
     let request: ReplayRequest = json(&body, false)?;
-    let Some(endpoint) = given(request.endpoint) else {
-        return Err(ApiError::bad_request("endpoint is missing"));
-    };
-    let subscription = given(request.subscription);
-    if let Some(subscription) = &subscription {
-        nimbus_manager::check_dead_letter_queue(&endpoint, subscription)?;
-    }
-    let which = match (
+    let Target {
+        endpoint,
+        subscription,
+        which,
+    } = Target::of(
+        request.endpoint,
+        request.subscription,
         request.sequence_number,
-        given(request.message_id),
-        request.all,
-    ) {
-        (Some(n), None, false) => Some(DeadLetterId::SequenceNumber(n)),
-        (None, Some(id), false) => Some(DeadLetterId::MessageId(id)),
-        (None, None, true) => None,
-        _ => {
-            return Err(ApiError::bad_request(
-                "name exactly one of sequence_number, message_id or all: true",
-            ));
-        }
-    };
+        request.message_id,
+        ("all", request.all),
+    )?;
     let view = match which {
         Some(which) => {
             let done = state
@@ -169,15 +212,7 @@ pub(crate) async fn replay(
             }
             ReplayedView {
                 replayed: done.replayed,
-                left: done
-                    .left
-                    .into_iter()
-                    .map(|(message, why)| LeftView {
-                        message,
-                        reason: reason(&why),
-                        why: why.to_string(),
-                    })
-                    .collect(),
+                left: left_views(done.left),
                 stopped: done.stopped.map(|e| e.to_string()),
             }
         }
@@ -222,27 +257,17 @@ pub(crate) async fn remove(
     body: Bytes,
 ) -> Result<Json<RemovedView>, ApiError> {
     let request: RemoveRequest = json(&body, false)?;
-    let Some(endpoint) = given(request.endpoint) else {
-        return Err(ApiError::bad_request("endpoint is missing"));
-    };
-    let subscription = given(request.subscription);
-    if let Some(subscription) = &subscription {
-        nimbus_manager::check_dead_letter_queue(&endpoint, subscription)?;
-    }
-    let which = match (
+    let Target {
+        endpoint,
+        subscription,
+        which,
+    } = Target::of(
+        request.endpoint,
+        request.subscription,
         request.sequence_number,
-        given(request.message_id),
-        request.settled,
-    ) {
-        (Some(n), None, false) => Some(DeadLetterId::SequenceNumber(n)),
-        (None, Some(id), false) => Some(DeadLetterId::MessageId(id)),
-        (None, None, true) => None,
-        _ => {
-            return Err(ApiError::bad_request(
-                "name exactly one of sequence_number, message_id or settled: true",
-            ));
-        }
-    };
+        request.message_id,
+        ("settled", request.settled),
+    )?;
     let view = match which {
         Some(which) => {
             let removed = state
@@ -274,15 +299,7 @@ pub(crate) async fn remove(
             }
             RemovedView {
                 removed: done.removed,
-                kept: done
-                    .kept
-                    .into_iter()
-                    .map(|(message, why)| LeftView {
-                        message,
-                        reason: reason(&why),
-                        why: why.to_string(),
-                    })
-                    .collect(),
+                kept: left_views(done.kept),
                 stopped: done.stopped.map(|e| e.to_string()),
             }
         }
