@@ -67,6 +67,11 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     let data_dir = config.config.host.data_dir.clone();
     let handlers_dir = config.config.host.handlers_dir.clone();
     let grace = config.config.engine.shutdown_grace;
+    // Listening from the start: a supervisor that stops the host while it
+    // starts, or just after its banner, would otherwise meet the default
+    // action and kill it without the drain. A signal that comes while it
+    // starts is taken once it runs.
+    let mut signals = Signals::listen()?;
     // The data directory first: a second host on it is refused naming the
     // first, not for the port they share.
     let mut data_lock = DataLock::take(&data_dir, listen)?;
@@ -104,8 +109,7 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         .and_then(|()| stdout.flush());
 
     let outcome = tokio::select! {
-        signal = shutdown_signal() => {
-            let signal = signal?;
+        signal = signals.next() => {
             let _ = writeln!(
                 std::io::stderr(),
                 "{signal}; shutting down: events in flight have up to {} to finish \
@@ -124,12 +128,12 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     // in flight is not settled, and the broker delivers it again.
     tokio::select! {
         () = host.shutdown() => {}
-        again = shutdown_signal() => {
+        again = signals.next() => {
             let _ = writeln!(
                 std::io::stderr(),
                 "{} again: stopping now; the events still in flight are delivered again \
                  when the host next runs",
-                again.unwrap_or("signal")
+                again
             );
             std::process::exit(130);
         }
@@ -138,12 +142,26 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     outcome
 }
 
-/// Waits for Ctrl-C or SIGTERM; says which.
-async fn shutdown_signal() -> anyhow::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
-    tokio::select! {
-        ctrl_c = tokio::signal::ctrl_c() => ctrl_c.map(|()| "Ctrl-C").context("listening for Ctrl-C"),
-        _ = term.recv() => Ok("SIGTERM"),
+/// Ctrl-C (SIGINT) and SIGTERM, listened for from the moment this is made.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn listen() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt()).context("listening for Ctrl-C")?,
+            terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+        })
+    }
+
+    /// Waits for the next one; says which.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "Ctrl-C",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
     }
 }
