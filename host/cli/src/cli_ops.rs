@@ -183,7 +183,8 @@ pub(crate) enum DlqCommand {
 
 #[derive(Debug, Args)]
 pub(crate) struct DlqListArgs {
-    /// Only this endpoint's dead letters.
+    /// Only this endpoint's dead letters (`Resolver`: only what the
+    /// Resolver could not record).
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
     /// At most this many dead letters per endpoint, in queue order (a
@@ -199,7 +200,8 @@ pub(crate) struct DlqListArgs {
 /// Where the dead letters of a replay or removal are, and which one.
 #[derive(Debug, Args)]
 pub(crate) struct DlqTargetArgs {
-    /// The endpoint.
+    /// The endpoint (`Resolver` for the Resolver's own queue: a replay
+    /// there records what it could not record before).
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: String,
     /// The dead-lettered message's sequence number (see `nimbus dlq list`).

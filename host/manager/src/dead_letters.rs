@@ -15,6 +15,7 @@ use nimbus_resolver::Status;
 use nimbus_transport::{
     ErrorKind, ReceivedMessage, Receiver, SubQueue, SubscriptionPath, Transport,
 };
+use nimbus_wire::addr::RESOLVER;
 use nimbus_wire::prop;
 use serde::Serialize;
 
@@ -35,7 +36,9 @@ pub struct DeadLetter {
     /// The endpoint.
     pub endpoint: String,
     /// The subscription whose dead-letter queue holds it (`E` for the
-    /// endpoint's own, `Resolver` for the copy bound to the Resolver).
+    /// endpoint's own, `Resolver` for the copy bound to the Resolver,
+    /// `Deferred` or `DeferredProcessor`). For the Resolver's own queue
+    /// both this and [`DeadLetter::endpoint`] are `Resolver`.
     pub subscription: String,
     /// The broker sequence number.
     pub sequence_number: i64,
@@ -136,13 +139,28 @@ pub struct RemovedAll {
 /// (`DeferredProcessor`). A message dead-letters in the last two only when
 /// the replayer failed it over and over, or it carried a TTL of its own;
 /// rare, but an operator must see it, since it is a parked event.
-fn subscriptions(endpoint: &str) -> [SubscriptionPath; 4] {
-    [
+///
+/// `Resolver` (a name no endpoint may take) names the Resolver's own
+/// subscription, where the Resolver dead-letters what it cannot decode and
+/// the bus what it failed to record at every delivery (a store that kept
+/// failing): audit records an operator must be able to see and replay.
+fn subscriptions(endpoint: &str) -> Vec<SubscriptionPath> {
+    if endpoint == RESOLVER {
+        return vec![SubscriptionPath::new(RESOLVER, RESOLVER)];
+    }
+    vec![
         SubscriptionPath::new(endpoint, endpoint),
-        SubscriptionPath::new(endpoint, nimbus_wire::addr::RESOLVER),
+        SubscriptionPath::new(endpoint, RESOLVER),
         SubscriptionPath::new(endpoint, nimbus_wire::addr::DEFERRED),
         SubscriptionPath::new(endpoint, nimbus_wire::addr::DEFERRED_PROCESSOR),
     ]
+}
+
+/// Whether `path` holds copies bound to the Resolver (an endpoint's
+/// forwarding subscription, or the Resolver's own): a copy there is what
+/// the audit trail lacks, never something a handler runs.
+fn bound_to_resolver(path: &SubscriptionPath) -> bool {
+    path.subscription == RESOLVER
 }
 
 /// Why a dead-lettered parked copy is not replayed: it would go back to
@@ -329,7 +347,7 @@ impl<T: Transport> Manager<T> {
     ) -> Result<RemovedAll, ManagerError> {
         let mut done = RemovedAll::default();
         for path in subscriptions(endpoint) {
-            if path.subscription == nimbus_wire::addr::RESOLVER {
+            if bound_to_resolver(&path) {
                 continue;
             }
             let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
@@ -567,7 +585,9 @@ impl<T: Transport> Manager<T> {
         message: &DeadLetter,
         which: &DeadLetterId,
     ) -> Result<Option<ManagerError>, ManagerError> {
-        if path.subscription != endpoint {
+        // A copy bound to the Resolver only adds to the audit trail, whose
+        // stale-write guard keeps a late copy from rolling a status back.
+        if path.subscription != endpoint || bound_to_resolver(path) {
             return Ok(None);
         }
         let Some(event_id) = message.event_id.as_deref() else {
@@ -603,7 +623,7 @@ impl<T: Transport> Manager<T> {
         path: &SubscriptionPath,
         message: &DeadLetter,
     ) -> Option<Status> {
-        if path.subscription == nimbus_wire::addr::RESOLVER {
+        if bound_to_resolver(path) {
             return None;
         }
         let event_id = message.event_id.as_deref()?;
@@ -630,7 +650,7 @@ impl<T: Transport> Manager<T> {
                 why,
             }))
         };
-        if path.subscription == nimbus_wire::addr::RESOLVER {
+        if bound_to_resolver(path) {
             return keep(
                 "it is a copy the Resolver could not record: removing it loses what it \
                  adds to the event's history (replay it to record it)"

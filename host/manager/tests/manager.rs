@@ -1313,3 +1313,147 @@ async fn a_replay_of_every_dead_letter_that_fails_part_way_says_what_it_moved_an
     );
     h.stop().await;
 }
+
+/// What the Resolver could not record lands in its own subscription's
+/// dead-letter queue: a message it cannot decode, and one the bus
+/// dead-lettered after the store failed it at every delivery. The Manager
+/// lists them under `Resolver`, keeps them from removal unless forced (each
+/// is what the audit trail lacks), and replays one without force, so the
+/// Resolver records it once the store is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resolvers_own_dead_letters_are_listed_kept_and_replayed_to_record_them() {
+    let mut h = Harness::start(&["billing"]).await;
+    let request = forwarded("billing");
+    h.send_and_record("billing", &request).await;
+
+    // Not a NimBus message: the Resolver dead-letters it as unrecordable.
+    let mut junk = request.to_transport();
+    junk.message_id = Some("junk-1".into());
+    junk.body = b"not json".to_vec();
+    junk.properties.remove(nimbus_wire::prop::MESSAGE_TYPE);
+    h.broker.publish("Resolver", vec![junk]).await.unwrap();
+    let got = tokio::time::timeout(PATIENCE, h.progress.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(got.outcome, Outcome::DeadLettered(_)), "{got:?}");
+
+    // The response, dead-lettered as the bus does at the last delivery a
+    // failing store abandoned; the Resolver is stopped so it cannot take it.
+    h.shutdown.cancel();
+    (&mut h.resolver).await.unwrap().unwrap();
+    let mut response = build::resolution_response(&request, ResponseTimes::default());
+    response.message_id = Some("response-1".into());
+    response.from = Some("billing".into());
+    h.broker
+        .publish("Resolver", vec![response.to_transport()])
+        .await
+        .unwrap();
+    let lock = h
+        .broker
+        .accept_session(
+            &SubscriptionPath::new("Resolver", "Resolver"),
+            SessionSelector::Named(SESSION.into()),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    let message = lock.receive(PATIENCE).await.unwrap().unwrap();
+    lock.dead_letter(
+        message,
+        "MaxDeliveryCountExceeded".into(),
+        "the store kept failing".into(),
+    )
+    .await
+    .unwrap();
+    lock.close().await;
+    assert_eq!(
+        h.store.event(EVENT_ID).unwrap()[0].record.status,
+        Status::Pending,
+        "the response is not recorded yet"
+    );
+
+    let listed = h.manager.dead_letters("Resolver", None).await.unwrap();
+    let ids: Vec<_> = listed.iter().map(|d| d.message_id.as_deref()).collect();
+    assert_eq!(ids, [Some("junk-1"), Some("response-1")], "{listed:?}");
+    assert!(
+        listed
+            .iter()
+            .all(|d| d.endpoint == "Resolver" && d.subscription == "Resolver")
+    );
+    assert_eq!(listed[1].event_id.as_deref(), Some(EVENT_ID));
+    assert_eq!(
+        listed[1].reason.as_deref(),
+        Some("MaxDeliveryCountExceeded")
+    );
+
+    let which = DeadLetterId::MessageId("response-1".into());
+    let error = h
+        .manager
+        .remove_dead_letter("Resolver", None, &which, false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ManagerError::DeadLetterStillNeeded { .. }),
+        "{error}"
+    );
+    let settled = h
+        .manager
+        .remove_settled_dead_letters("Resolver")
+        .await
+        .unwrap();
+    assert!(settled.removed.is_empty(), "{settled:?}");
+    assert_eq!(
+        h.manager
+            .dead_letters("Resolver", None)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // The store is back: the replayed response is recorded.
+    let (tx, progress) = mpsc::unbounded_channel();
+    h.progress = progress;
+    h.shutdown = CancellationToken::new();
+    h.resolver = tokio::spawn(run_resolver(
+        Arc::clone(&h.broker),
+        Arc::clone(&h.store) as Arc<dyn ResolverStore>,
+        ResolverSettings {
+            accept_timeout: Duration::from_millis(200),
+            session_idle_timeout: Duration::from_millis(50),
+            progress: Some(tx),
+            ..ResolverSettings::default()
+        },
+        h.shutdown.clone(),
+    ));
+    h.manager
+        .replay_dead_letter("Resolver", None, &which, false)
+        .await
+        .unwrap();
+    h.resolved(1).await;
+    assert_eq!(
+        h.store.event(EVENT_ID).unwrap()[0].record.status,
+        Status::Completed
+    );
+    let left = h.manager.dead_letters("Resolver", None).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].message_id.as_deref(), Some("junk-1"));
+    h.manager
+        .remove_dead_letter(
+            "Resolver",
+            Some("Resolver"),
+            &DeadLetterId::MessageId("junk-1".into()),
+            true,
+        )
+        .await
+        .unwrap();
+    assert!(
+        h.manager
+            .dead_letters("Resolver", None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    h.stop().await;
+}

@@ -30,7 +30,12 @@ pub(crate) async fn list(
     }
     let endpoints = match given(query.endpoint) {
         Some(endpoint) => vec![endpoint],
-        None => known_endpoints(&state).await?,
+        None => {
+            // Last, after the endpoints: what the Resolver could not record.
+            let mut all = known_endpoints(&state).await?;
+            all.push(nimbus_wire::addr::RESOLVER.to_owned());
+            all
+        }
     };
     // The limit caps each endpoint's listing, not the whole: one busy
     // endpoint must not hide every endpoint after it in the listing.

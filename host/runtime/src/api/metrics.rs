@@ -37,6 +37,11 @@ async fn depths(state: &ApiState, endpoint: &str) -> Result<Depths, ApiError> {
         depths.active = subscription.active_message_count;
         depths.dead_letter = subscription.dead_letter_message_count;
     }
+    // The Resolver's own subscription holds no session state and has no
+    // other queues: its backlog and what it could not record are all.
+    if endpoint == nimbus_wire::addr::RESOLVER {
+        return Ok(depths);
+    }
     // Every dead-letter queue `nimbus dlq list` reads: a Resolver copy or a
     // parked event dead-lettered elsewhere must not be missed by an alert.
     for other in [
@@ -82,19 +87,21 @@ pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoRe
     state.metrics.render(&mut text);
 
     let mut endpoints = Vec::new();
-    for endpoint in known_endpoints(&state).await? {
+    let mut watched = known_endpoints(&state).await?;
+    watched.push(nimbus_wire::addr::RESOLVER.to_owned());
+    for endpoint in watched {
         let depths = depths(&state, &endpoint).await?;
         endpoints.push((endpoint, depths));
     }
     let gauges: [Gauge; 4] = [
         (
             "nimbus_active_messages",
-            "Messages waiting or locked in the endpoint's subscription.",
+            "Messages waiting or locked in the endpoint's subscription (endpoint=\"Resolver\": the Resolver's backlog).",
             |d| d.active,
         ),
         (
             "nimbus_dead_letter_messages",
-            "Messages in the endpoint's dead-letter queues (its own, Resolver, Deferred, DeferredProcessor).",
+            "Messages in the endpoint's dead-letter queues (its own, Resolver, Deferred, DeferredProcessor; endpoint=\"Resolver\": what the Resolver could not record).",
             |d| d.dead_letter,
         ),
         (

@@ -949,8 +949,16 @@ async fn metrics_count_outcomes_and_show_blocked_sessions_and_handlers() {
     // A parked copy the replayer dead-lettered counts as a dead letter of
     // the endpoint, though it is not in the endpoint's own queue.
     dead_letter_a_parked_copy(&host, "s-parked").await;
+    // What the Resolver cannot record waits in its own dead-letter queue,
+    // counted and listed under `Resolver`.
+    use nimbus_transport::Transport as _;
+    let mut junk = nimbus_transport::Message::new(b"not json".to_vec());
+    junk.session_id = Some("s-junk".to_owned());
+    junk.message_id = Some("junk-1".to_owned());
+    host.broker().publish("Resolver", vec![junk]).await.unwrap();
 
     let wanted = [
+        "nimbus_dead_letter_messages{endpoint=\"Resolver\"}",
         "nimbus_events_recorded_total{endpoint=\"billing\",status=\"Completed\"}",
         "nimbus_events_recorded_total{endpoint=\"billing\",status=\"Failed\"}",
         "nimbus_handler_processing_seconds_count{endpoint=\"billing\"}",
@@ -989,6 +997,16 @@ async fn metrics_count_outcomes_and_show_blocked_sessions_and_handlers() {
         Some(1.0),
         "{text}"
     );
+    assert_eq!(
+        sample(&text, "nimbus_dead_letter_messages{endpoint=\"Resolver\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    let (listed, _) = api.listing("/api/dlq").await;
+    let last = listed.as_array().unwrap().last().unwrap();
+    assert_eq!(last["endpoint"], "Resolver", "{listed}");
+    assert_eq!(last["subscription"], "Resolver", "{listed}");
+    assert_eq!(last["message_id"], "junk-1", "{listed}");
     assert_eq!(
         sample(
             &text,
