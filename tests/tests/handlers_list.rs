@@ -23,6 +23,12 @@ fn list_shows_each_endpoint_handler_version_and_status_as_json() {
         "{}",
         run.stderr()
     );
+    // The load error is in the listing, not said again as a log line.
+    assert!(
+        !run.stderr().contains("not a valid handler component"),
+        "{}",
+        run.stderr()
+    );
     let json = run.json();
     let handlers = json["handlers"].as_array().expect("handlers");
     assert_eq!(handlers.len(), 3, "{json:#}");
@@ -72,6 +78,7 @@ fn list_prints_text_and_reports_layout_problems() {
         text.contains("problem:") && text.contains("stray.wasm"),
         "{text}"
     );
+    assert!(!run.stderr().contains("stray.wasm"), "{}", run.stderr());
 }
 
 /// Components straight under the handlers directory (no endpoint

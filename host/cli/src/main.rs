@@ -32,10 +32,18 @@ fn main() -> ExitCode {
     let api_typed = matches.value_source("api") == Some(clap::parser::ValueSource::CommandLine);
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Held to the end of `main`: dropping it writes out what is queued.
-    // The bench's failures are asked for (`--failure-rate`): the engine's
-    // warning for each failed event would bury its report.
-    let quiet =
-        matches!(cli.command, cli::Command::Bench(_)).then_some("nimbus_engine::delivery=error");
+    // What a command reports itself is held back from the log, where it
+    // would be said twice: the bench's failures are asked for
+    // (`--failure-rate`), and `handlers list` prints every load error and
+    // layout problem it finds.
+    let quiet = match &cli.command {
+        cli::Command::Bench(_) => Some("nimbus_engine::delivery=error"),
+        cli::Command::Handlers(cli::HandlersArgs {
+            command: Some(cli::HandlersCommand::List(_)),
+            ..
+        }) => Some("nimbus_sandbox::registry=error"),
+        _ => None,
+    };
     let _log_writer = init_tracing(cli.verbose, quiet);
     match commands::run(cli, api_typed) {
         Ok(code) => code,
