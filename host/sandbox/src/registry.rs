@@ -351,6 +351,23 @@ impl Registry {
             version,
             fingerprint,
         } = version;
+        // The file is back to the version serving (a broken copy undone):
+        // the error clears, but nothing was swapped, so the swap count and
+        // time an operator reads still say when the version last changed.
+        if status
+            .serving
+            .as_ref()
+            .is_some_and(|serving| serving.id() == version.id())
+        {
+            tracing::info!(
+                handler = %key,
+                version = %version.short_id(),
+                "handler file restored to the version serving"
+            );
+            status.attempted = Some(fingerprint);
+            let changed = status.last_error.take().is_some();
+            return changed;
+        }
         let version = Arc::new(version);
         tracing::info!(
             handler = %key,

@@ -99,6 +99,18 @@ fn an_invalid_file_dropped_in_leaves_the_old_version_serving() {
     );
     let invocation = serving.invoke(event("Swap", "{}"));
     assert_eq!(invocation.result, Ok(Outcome::Completed));
+    let (swaps, last_swap) = (status.swaps, status.last_swap);
+
+    // The good file put back: the error clears, and no swap is counted,
+    // since the version serving never changed.
+    dir.install("ep", "swap", &guest("swap-v1"));
+    registry.reconcile().expect("reconcile");
+    let snapshot = registry.snapshot();
+    let status = snapshot.handlers().next().expect("status");
+    assert_eq!(status.last_error, None);
+    assert_eq!((status.swaps, status.last_swap), (swaps, last_swap));
+    let serving = snapshot.lookup("ep", "Swap").expect("served");
+    assert_eq!(serving.digest(), digest_of("swap-v1"));
 }
 
 /// Runs `f` on a thread of its own that cannot bypass file permissions:
