@@ -107,7 +107,10 @@ pub struct BrokerConfig {
     #[serde(default)]
     pub durability: DurabilityConfig,
     /// How long a session lock lasts unless renewed.
-    #[serde(default = "default_lock_duration", with = "humantime_serde")]
+    #[serde(
+        default = "default_lock_duration",
+        deserialize_with = "duration::deserialize"
+    )]
     pub lock_duration: Duration,
     /// Deliveries before the broker dead-letters a message.
     #[serde(default = "default_max_delivery_count")]
@@ -160,21 +163,36 @@ pub struct EngineConfig {
     #[serde(default = "default_max_concurrent_sessions")]
     pub max_concurrent_sessions: usize,
     /// A session with no message for this long is released.
-    #[serde(default = "default_session_idle_timeout", with = "humantime_serde")]
+    #[serde(
+        default = "default_session_idle_timeout",
+        deserialize_with = "duration::deserialize"
+    )]
     pub session_idle_timeout: Duration,
     /// A busy session held this long is released after its current message,
     /// so sessions waiting beyond `max_concurrent_sessions` get their turn
     /// (the endpoints' session processors and the Resolver consumer alike).
-    #[serde(default = "default_session_max_hold", with = "humantime_serde")]
+    #[serde(
+        default = "default_session_max_hold",
+        deserialize_with = "duration::deserialize"
+    )]
     pub session_max_hold: Duration,
     /// On shutdown, how long in-flight deliveries may take to finish.
-    #[serde(default = "default_shutdown_grace", with = "humantime_serde")]
+    #[serde(
+        default = "default_shutdown_grace",
+        deserialize_with = "duration::deserialize"
+    )]
     pub shutdown_grace: Duration,
     /// The first backoff before a transient failure is abandoned.
-    #[serde(default = "default_transient_base", with = "humantime_serde")]
+    #[serde(
+        default = "default_transient_base",
+        deserialize_with = "duration::deserialize"
+    )]
     pub transient_backoff: Duration,
     /// The longest backoff before a transient failure is abandoned.
-    #[serde(default = "default_transient_max", with = "humantime_serde")]
+    #[serde(
+        default = "default_transient_max",
+        deserialize_with = "duration::deserialize"
+    )]
     pub transient_backoff_max: Duration,
     /// Sessions the Resolver consumer processes at once.
     #[serde(default = "default_resolver_sessions")]
@@ -185,7 +203,10 @@ pub struct EngineConfig {
     #[serde(default)]
     pub inbox: bool,
     /// How long the inbox remembers a handled message id.
-    #[serde(default = "default_inbox_retention", with = "humantime_serde")]
+    #[serde(
+        default = "default_inbox_retention",
+        deserialize_with = "duration::deserialize"
+    )]
     pub inbox_retention: Duration,
 }
 
@@ -245,7 +266,10 @@ pub struct SandboxSection {
     #[serde(default = "default_memory")]
     pub memory: String,
     /// Wall-clock deadline per event.
-    #[serde(default = "default_timeout", with = "humantime_serde")]
+    #[serde(
+        default = "default_timeout",
+        deserialize_with = "duration::deserialize"
+    )]
     pub timeout: Duration,
     /// Handler instances that may run at once.
     #[serde(default = "default_max_instances")]
@@ -320,6 +344,37 @@ impl<'de> Deserialize<'de> for Retention {
     }
 }
 
+/// Durations as the configuration writes them (`"5s"`, `"200ms"`,
+/// `"1h 30m"`), refused in the words a handler manifest uses.
+mod duration {
+    use std::fmt;
+    use std::time::Duration;
+
+    struct Text;
+
+    impl serde::de::Visitor<'_> for Text {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a duration like \"5s\" or \"200ms\"")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Duration, E> {
+            humantime::parse_duration(text).map_err(|e| {
+                E::custom(format!(
+                    "`{text}` is not a duration like \"5s\" or \"200ms\": {e}"
+                ))
+            })
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Duration, D::Error> {
+        deserializer.deserialize_str(Text)
+    }
+}
+
 /// A configuration that cannot be used, naming the file and the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -378,9 +433,21 @@ impl Config {
     /// Parses and validates `text`; `path` names it in errors, relative
     /// paths resolve against `base`.
     pub fn parse(text: &str, path: &Path, base: &Path) -> Result<ValidConfig, ConfigError> {
-        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let parse_error = |message: String| ConfigError::Parse {
             path: path.to_owned(),
-            message: e.to_string(),
+            message,
+        };
+        let document = toml::Deserializer::parse(text).map_err(|e| parse_error(e.to_string()))?;
+        // The TOML error shows the line but not the table it is in; the
+        // path names the key in full (`engine.shutdown_grace`).
+        let mut config: Config = serde_path_to_error::deserialize(document).map_err(|e| {
+            let key = e.path().to_string();
+            let detail = e.into_inner().to_string();
+            parse_error(if key == "." {
+                detail
+            } else {
+                format!("{key}: {detail}")
+            })
         })?;
         config.host.data_dir = base.join(&config.host.data_dir);
         config.host.handlers_dir = base.join(&config.host.handlers_dir);
@@ -633,5 +700,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("lock_duration"), "{err}");
+        // The full key and the manifest's wording, whatever the mistake.
+        let err = parse("[engine]\nshutdown_grace = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("engine.shutdown_grace: ")
+                && err.contains("`soon` is not a duration like \"5s\""),
+            "{err}"
+        );
+        let err = parse("[engine]\nshutdown_grace = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("engine.shutdown_grace: ")
+                && err.contains("invalid type: integer `5`, expected a duration like \"5s\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_its_table() {
+        let err = parse("[engine]\nshutdown_grac = \"5s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("engine.shutdown_grac"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
     }
 }
