@@ -103,6 +103,32 @@ async fn provision(broker: &Broker, endpoints: &[&str]) {
     }
 }
 
+type ResolverRun = (
+    mpsc::UnboundedReceiver<Progress>,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), ResolverError>>,
+);
+
+/// A Resolver consumer on `store`: its progress reports, its shutdown, its
+/// task.
+fn spawn_resolver(broker: &Arc<Broker>, store: &Arc<SqliteResolverStore>) -> ResolverRun {
+    let (tx, progress) = mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    let resolver = tokio::spawn(run_resolver(
+        Arc::clone(broker),
+        Arc::clone(store) as Arc<dyn ResolverStore>,
+        ResolverSettings {
+            max_concurrent_sessions: 4,
+            accept_timeout: Duration::from_millis(200),
+            session_idle_timeout: Duration::from_millis(50),
+            progress: Some(tx),
+            ..ResolverSettings::default()
+        },
+        shutdown.clone(),
+    ));
+    (progress, shutdown, resolver)
+}
+
 struct Harness {
     _dir: tempfile::TempDir,
     broker: Arc<Broker>,
@@ -123,24 +149,11 @@ impl Harness {
         );
         provision(&broker, endpoints).await;
         let store = Arc::new(SqliteResolverStore::open(&dir.path().join("resolver.db")).unwrap());
-        let (tx, progress) = mpsc::unbounded_channel();
-        let shutdown = CancellationToken::new();
-        let resolver = tokio::spawn(run_resolver(
-            Arc::clone(&broker),
-            Arc::clone(&store) as Arc<dyn ResolverStore>,
-            ResolverSettings {
-                max_concurrent_sessions: 4,
-                accept_timeout: Duration::from_millis(200),
-                session_idle_timeout: Duration::from_millis(50),
-                progress: Some(tx),
-                ..ResolverSettings::default()
-            },
-            shutdown.clone(),
-        ));
         let manager = Manager::new(
             Arc::clone(&broker),
             Arc::clone(&store) as Arc<dyn ResolverStore>,
         );
+        let (progress, shutdown, resolver) = spawn_resolver(&broker, &store);
         Harness {
             _dir: dir,
             broker,
@@ -150,6 +163,11 @@ impl Harness {
             shutdown,
             resolver,
         }
+    }
+
+    /// Starts the Resolver consumer again, after a test stopped it.
+    fn restart_resolver(&mut self) {
+        (self.progress, self.shutdown, self.resolver) = spawn_resolver(&self.broker, &self.store);
     }
 
     /// Sends as the engine (or a forwarding rule) would, and waits until the
@@ -590,6 +608,35 @@ async fn dead_letter_one(h: &Harness, session: &str, reason: &str) -> ReceivedMe
     message
 }
 
+/// Publishes `message` to `topic` and dead-letters it from `path`, as the
+/// bus does at the last delivery that failed.
+async fn publish_and_dead_letter(
+    h: &Harness,
+    topic: &str,
+    path: SubscriptionPath,
+    message: &NimbusMessage,
+    description: &str,
+) {
+    h.broker
+        .publish(topic, vec![message.to_transport()])
+        .await
+        .unwrap();
+    let lock = h
+        .broker
+        .accept_session(&path, SessionSelector::Named(SESSION.into()), PATIENCE)
+        .await
+        .unwrap();
+    let message = lock.receive(PATIENCE).await.unwrap().unwrap();
+    lock.dead_letter(
+        message,
+        "MaxDeliveryCountExceeded".into(),
+        description.into(),
+    )
+    .await
+    .unwrap();
+    lock.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_are_listed_without_loss_and_replayed_back_to_the_endpoint() {
     let mut h = Harness::start(&["billing"]).await;
@@ -945,29 +992,14 @@ async fn only_dead_letters_of_settled_events_are_removed_unless_forced() {
 async fn a_dead_lettered_parked_copy_is_listed_not_replayed_and_removed_once_settled() {
     let mut h = Harness::start(&["billing"]).await;
     h.send_and_record("billing", &forwarded("billing")).await;
-    let parked = build::parked_copy(&forwarded("billing"), 1);
-    h.broker
-        .publish("billing", vec![parked.to_transport()])
-        .await
-        .unwrap();
-    let lock = h
-        .broker
-        .accept_session(
-            &SubscriptionPath::new("billing", "Deferred"),
-            SessionSelector::Named(SESSION.into()),
-            PATIENCE,
-        )
-        .await
-        .unwrap();
-    let message = lock.receive(PATIENCE).await.unwrap().unwrap();
-    lock.dead_letter(
-        message,
-        "MaxDeliveryCountExceeded".into(),
-        "the replayer kept failing".into(),
+    publish_and_dead_letter(
+        &h,
+        "billing",
+        SubscriptionPath::new("billing", "Deferred"),
+        &build::parked_copy(&forwarded("billing"), 1),
+        "the replayer kept failing",
     )
-    .await
-    .unwrap();
-    lock.close().await;
+    .await;
 
     let listed = h.manager.dead_letters("billing", None).await.unwrap();
     let copy = listed
@@ -1345,28 +1377,14 @@ async fn the_resolvers_own_dead_letters_are_listed_kept_and_replayed_to_record_t
     let mut response = build::resolution_response(&request, ResponseTimes::default());
     response.message_id = Some("response-1".into());
     response.from = Some("billing".into());
-    h.broker
-        .publish("Resolver", vec![response.to_transport()])
-        .await
-        .unwrap();
-    let lock = h
-        .broker
-        .accept_session(
-            &SubscriptionPath::new("Resolver", "Resolver"),
-            SessionSelector::Named(SESSION.into()),
-            PATIENCE,
-        )
-        .await
-        .unwrap();
-    let message = lock.receive(PATIENCE).await.unwrap().unwrap();
-    lock.dead_letter(
-        message,
-        "MaxDeliveryCountExceeded".into(),
-        "the store kept failing".into(),
+    publish_and_dead_letter(
+        &h,
+        "Resolver",
+        SubscriptionPath::new("Resolver", "Resolver"),
+        &response,
+        "the store kept failing",
     )
-    .await
-    .unwrap();
-    lock.close().await;
+    .await;
     assert_eq!(
         h.store.event(EVENT_ID).unwrap()[0].record.status,
         Status::Pending,
@@ -1413,20 +1431,7 @@ async fn the_resolvers_own_dead_letters_are_listed_kept_and_replayed_to_record_t
     );
 
     // The store is back: the replayed response is recorded.
-    let (tx, progress) = mpsc::unbounded_channel();
-    h.progress = progress;
-    h.shutdown = CancellationToken::new();
-    h.resolver = tokio::spawn(run_resolver(
-        Arc::clone(&h.broker),
-        Arc::clone(&h.store) as Arc<dyn ResolverStore>,
-        ResolverSettings {
-            accept_timeout: Duration::from_millis(200),
-            session_idle_timeout: Duration::from_millis(50),
-            progress: Some(tx),
-            ..ResolverSettings::default()
-        },
-        h.shutdown.clone(),
-    ));
+    h.restart_resolver();
     h.manager
         .replay_dead_letter("Resolver", None, &which, false)
         .await
