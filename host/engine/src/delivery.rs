@@ -16,11 +16,13 @@ use nimbus_transport::{
 };
 use nimbus_wire::build::{self, Handoff, ResponseTimes};
 use nimbus_wire::{Failure, InboxKey, MessageType, NimbusMessage, SessionState, dead_letter};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::handler::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
 use crate::policies::Policies;
-use crate::session_state::{self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle};
+use crate::session_state::{
+    self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle, Turn,
+};
 
 /// The application property nimbus adds to responses: the digest of the
 /// handler version that produced the outcome (SEMANTICS.md §10).
@@ -159,6 +161,27 @@ impl<T: Transport> Delivery<'_, T> {
         // `validate` guarantees an EventId on every entry point.
         let event_id = message.event_id.clone().unwrap_or_default();
         let replayed = message.replayed_sequence();
+        match session_state::replay_turn(entry, self.state, replayed) {
+            Turn::Go => {}
+            Turn::Wait { sequence, counted } => {
+                debug!(endpoint = %self.endpoint.name, %event_id, sequence, floor = self.state.replay_floor(), "a replayed copy came back before a lower parked one: parked again in its place");
+                return self
+                    .park_again(received, &message, sequence, counted, timing)
+                    .await;
+            }
+            Turn::GiveUpBelow { sequence, floor } => {
+                error!(
+                    endpoint = %self.endpoint.name,
+                    session = message.session_id.as_deref().unwrap_or(""),
+                    %event_id,
+                    missing = %format_args!("{floor}..{sequence}"),
+                    "parked messages of this session never came back through several replays \
+                     (dead-lettered or removed by hand?): going on without them; look for them \
+                     with `nimbus dlq list`"
+                );
+                self.state.give_up_parked_below(sequence);
+            }
+        }
         if session_state::settled_while_parked(entry, self.state, &event_id, replayed) {
             info!(endpoint = %self.endpoint.name, %event_id, "the operator settled this parked event out of turn: its replayed copy is dropped without running");
             return self.complete_silently(received, replayed.is_some()).await;
@@ -570,6 +593,40 @@ impl<T: Transport> Delivery<'_, T> {
             settlement = settlement.publish(topic, trigger.to_transport());
         }
         debug!(endpoint = %self.endpoint.name, event_id = ?message.event_id, sequence, blocked_by = ?blocked_by, "parked");
+        self.commit(settlement, Some(next)).await
+    }
+
+    /// Parks a replayed copy again under its own sequence, because a lower
+    /// one has not run yet (decision 0050, rule 4). While the session is
+    /// blocked this is what the guard would do, with its DeferralResponse.
+    /// Otherwise the event is already recorded as parked, so no response is
+    /// sent; the copy is `counted` as out of turn, and a replay trigger goes
+    /// with it, so the copy comes back after the lower ones.
+    async fn park_again(
+        &mut self,
+        received: ReceivedMessage,
+        message: &NimbusMessage,
+        sequence: u32,
+        counted: bool,
+        timing: Timing,
+    ) -> Result<(), DeliveryError> {
+        if let Some(owner) = self.state.blocked_by().map(str::to_owned) {
+            let sequence = session_state::ParkSequence::Keep(sequence);
+            return self
+                .park(received, message, Some(owner), sequence, timing)
+                .await;
+        }
+        let topic = self.endpoint.name.clone();
+        let mut next = self.state.clone();
+        if counted {
+            next.out_of_turn_replays = next.out_of_turn_replays.saturating_add(1);
+        }
+        let parked = build::parked_copy(message, sequence);
+        let trigger = build::process_deferred_request(message);
+        let settlement = Settlement::complete(received)
+            .publish(topic.clone(), parked.to_transport())
+            .publish(topic, trigger.to_transport());
+        let settlement = self.with_state(settlement, &next);
         self.commit(settlement, Some(next)).await
     }
 

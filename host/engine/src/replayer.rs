@@ -23,6 +23,8 @@ const DRAIN_WAIT: Duration = Duration::from_millis(50);
 const BUSY_RETRY: Duration = Duration::from_secs(1);
 /// The most parked messages of one session replayed in one sorted pass.
 const MAX_PASS: usize = 100_000;
+/// The most queued triggers answered together.
+const MAX_COALESCED: usize = 256;
 
 /// Runs the replayer of `endpoint` until `shutdown` is cancelled.
 pub async fn run_replayer<T: Transport>(
@@ -50,8 +52,12 @@ pub async fn run_replayer<T: Transport>(
         };
         match trigger {
             Ok(Some(trigger)) => {
-                if let Err(e) = replay(&*transport, &endpoint, &receiver, trigger).await {
-                    warn!(%endpoint, error = %e, "replay failed; the trigger will be redelivered");
+                for (session, triggers) in with_queued(&receiver, trigger).await {
+                    if let Err(e) =
+                        replay(&*transport, &endpoint, &receiver, session, triggers).await
+                    {
+                        warn!(%endpoint, error = %e, "replay failed; the trigger will be redelivered");
+                    }
                 }
             }
             Ok(None) => {}
@@ -78,30 +84,79 @@ enum ReplayError {
     Settle(nimbus_transport::SettleError),
 }
 
+/// The session a trigger names, if it names one.
+fn trigger_session(trigger: &ReceivedMessage) -> Option<String> {
+    trigger
+        .message
+        .session_id
+        .clone()
+        .or_else(|| {
+            trigger
+                .message
+                .property_str(prop::SESSION_ID)
+                .map(str::to_owned)
+        })
+        .filter(|s| !s.trim().is_empty())
+}
+
+/// `first` and the triggers queued behind it (up to [`MAX_COALESCED`]),
+/// grouped by the session they name, in the order each session first
+/// appears (`None`: no session named). One replay per session answers all
+/// of its triggers: each was committed with its park, so a replay that
+/// reads the parked set after receiving them sees every one of those parks.
+/// A busy session sent a trigger per event parked behind the gate, and
+/// replaying once per trigger re-parked the whole set again and again
+/// while the session was blocked.
+async fn with_queued<R: Receiver>(
+    receiver: &R,
+    first: ReceivedMessage,
+) -> Vec<(Option<String>, Vec<ReceivedMessage>)> {
+    let mut grouped: Vec<(Option<String>, Vec<ReceivedMessage>)> = Vec::new();
+    let mut next = Some(first);
+    let mut taken = 0;
+    while let Some(trigger) = next.take() {
+        taken += 1;
+        let session = trigger_session(&trigger);
+        match grouped
+            .iter_mut()
+            .find(|(s, _)| session.is_some() && *s == session)
+        {
+            Some((_, triggers)) => triggers.push(trigger),
+            None => grouped.push((session, vec![trigger])),
+        }
+        if taken < MAX_COALESCED {
+            // A failed receive is left to the next loop, which reports it.
+            next = receiver.receive(Duration::ZERO).await.ok().flatten();
+        }
+    }
+    grouped
+}
+
+/// Replays `session`'s parked messages once for all of its `triggers`, and
+/// settles them.
 async fn replay<T: Transport>(
     transport: &T,
     endpoint: &str,
     receiver: &T::Receiver,
-    trigger: ReceivedMessage,
+    session: Option<String>,
+    mut triggers: Vec<ReceivedMessage>,
 ) -> Result<(), ReplayError> {
-    let session_id = trigger.message.session_id.clone().or_else(|| {
-        trigger
-            .message
-            .property_str(prop::SESSION_ID)
-            .map(str::to_owned)
-    });
-    let Some(session_id) = session_id.filter(|s| !s.trim().is_empty()) else {
-        let settlement = Settlement::dead_letter(
-            trigger,
-            "No SessionId",
-            "a ProcessDeferredRequest must name the session to replay",
-        );
-        return receiver
-            .settle(settlement)
-            .await
-            .map(drop)
-            .map_err(ReplayError::Settle);
+    let Some(session_id) = session else {
+        for trigger in triggers {
+            let settlement = Settlement::dead_letter(
+                trigger,
+                "No SessionId",
+                "a ProcessDeferredRequest must name the session to replay",
+            );
+            receiver
+                .settle(settlement)
+                .await
+                .map_err(ReplayError::Settle)?;
+        }
+        return Ok(());
     };
+    // Non-empty by construction; the rest are answered with it.
+    let trigger = triggers.remove(0);
     let parked_path = SubscriptionPath::new(endpoint, addr::DEFERRED);
     let lock = match transport
         .accept_session(
@@ -121,11 +176,11 @@ async fn replay<T: Transport>(
             again.message_id = None;
             again.scheduled_enqueue_time = Some(SystemTime::now() + BUSY_RETRY);
             let settlement = Settlement::complete(trigger).publish(endpoint.to_owned(), again);
-            return receiver
+            receiver
                 .settle(settlement)
                 .await
-                .map(drop)
-                .map_err(ReplayError::Settle);
+                .map_err(ReplayError::Settle)?;
+            return complete_all(receiver, triggers).await;
         }
         Err(e) => return Err(ReplayError::Accept(e)),
     };
@@ -174,7 +229,21 @@ async fn replay<T: Transport>(
     receiver
         .complete(trigger)
         .await
-        .map_err(ReplayError::Settle)
+        .map_err(ReplayError::Settle)?;
+    complete_all(receiver, triggers).await
+}
+
+async fn complete_all<R: Receiver>(
+    receiver: &R,
+    triggers: Vec<ReceivedMessage>,
+) -> Result<(), ReplayError> {
+    for trigger in triggers {
+        receiver
+            .complete(trigger)
+            .await
+            .map_err(ReplayError::Settle)?;
+    }
+    Ok(())
 }
 
 /// A parked copy's place in the order, read from its property alone, so a

@@ -137,6 +137,68 @@ pub fn guard(entry: Entry, state: &SessionState, event_id: &str, replayed: Optio
     }
 }
 
+/// Whether a replayed copy may go on now (decision 0050, rule 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// Not a replayed copy, or the lowest one parked: the usual checks
+    /// decide.
+    Go,
+    /// A lower one is still parked (or in flight from another replay): park
+    /// this one again under its sequence. `counted` when the session is not
+    /// blocked, so only a replay that should be running counts towards
+    /// giving up on a lost parked message.
+    Wait {
+        /// The copy's sequence, which it keeps.
+        sequence: u32,
+        /// Whether it counts as a replay out of turn.
+        counted: bool,
+    },
+    /// Lower ones were waited for through several whole replays and never
+    /// came back (dead-lettered or removed by hand): give up on them and go
+    /// on from this one.
+    GiveUpBelow {
+        /// The copy's sequence.
+        sequence: u32,
+        /// The lowest sequence still counted as parked.
+        floor: u32,
+    },
+}
+
+/// How many out-of-turn replays, with `parked` messages parked, mean the
+/// lower ones are gone: each replay republishes every parked message, so a
+/// message that exists comes back within two replays; four, and a margin
+/// for small sets, leave no doubt.
+fn gone_after(parked: u32) -> u32 {
+    parked.saturating_mul(4).saturating_add(64)
+}
+
+/// Whether the replayed copy (`replayed`, its `DeferralSequence`) arriving
+/// at `entry` may go on. Parked messages run strictly in sequence order:
+/// a copy above the lowest one parked waits, whatever interleaved with the
+/// replays (an operator's unblock between two replays' copies, say).
+pub fn replay_turn(entry: Entry, state: &SessionState, replayed: Option<u32>) -> Turn {
+    let Some(sequence) = replayed.filter(|_| entry == Entry::EventRequest) else {
+        return Turn::Go;
+    };
+    let floor = state.replay_floor();
+    if sequence <= floor {
+        return Turn::Go;
+    }
+    if state.is_blocked() {
+        return Turn::Wait {
+            sequence,
+            counted: false,
+        };
+    }
+    if state.out_of_turn_replays >= gone_after(state.deferred_count) {
+        return Turn::GiveUpBelow { sequence, floor };
+    }
+    Turn::Wait {
+        sequence,
+        counted: true,
+    }
+}
+
 /// Whether `event_id` arriving at `entry` is a replayed copy (parked under
 /// `replayed`) of an event the operator settled while it was parked: it is
 /// completed without a handler or a response, before any other check, the

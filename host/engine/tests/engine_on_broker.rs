@@ -1011,3 +1011,111 @@ async fn a_valid_message_type_the_endpoint_does_not_handle_is_dead_lettered_as_u
     assert!(h.session_state("s1").await.is_empty(), "nothing blocked");
     h.shutdown.cancel();
 }
+
+/// A replayed copy that reaches the endpoint after an unblock, while a
+/// lower parked message still waits in `Deferred`, does not run ahead of it
+/// (decision 0050, rule 4). The interleaving is the one a busy session
+/// makes: a replay that ran while the session was blocked left a copy in
+/// flight behind the operator's skip, and the lower copy was parked again
+/// in the meantime. Here the test is that replay: it holds the parked
+/// session, republishes `e3` behind the skip, and lets `e2` go only after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_copy_that_comes_back_before_a_lower_parked_one_waits_for_it() {
+    use nimbus_transport::{SessionLock as _, SessionSelector, Settlement};
+    let h = start(RetryPolicies::default(), 10).await;
+    h.publish(event("s1", "e1", "A", "fail")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    h.publish(event("s1", "e3", "C", "complete")).await;
+    assert_eq!(
+        h.responses(3).await,
+        pairs(&[
+            ("ErrorResponse", "e1"),
+            ("DeferralResponse", "e2"),
+            ("DeferralResponse", "e3")
+        ])
+    );
+    let parked = h
+        .broker
+        .accept_session(
+            &SubscriptionPath::new(E, "Deferred"),
+            SessionSelector::Named("s1".to_owned()),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let lower = parked
+        .receive(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let higher = parked
+        .receive(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let higher_copy = NimbusMessage::from_received(&higher).unwrap();
+    assert_eq!(higher_copy.event_id.as_deref(), Some("e3"));
+
+    h.publish(control(MessageType::SkipRequest, "s1", "e1"))
+        .await;
+    let replayed = nimbus_wire::build::replay_from_parked(&higher_copy, E);
+    parked
+        .settle(Settlement::complete(higher).publish(E.to_owned(), replayed.to_transport()))
+        .await
+        .unwrap();
+    assert_eq!(h.responses(1).await, pairs(&[("SkipResponse", "e1")]));
+    // Let the replayer have `e2` (and `e3`, parked again) only now: closing
+    // releases what the lock holds.
+    drop(lower);
+    parked.close().await;
+
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("ResolutionResponse", "e2"), ("ResolutionResponse", "e3")])
+    );
+    assert_eq!(h.seen(), ["A", "B", "C"]);
+    assert!(h.session_state("s1").await.is_empty());
+    h.shutdown.cancel();
+}
+
+/// A parked message that never comes back (dead-lettered in `Deferred`,
+/// say) does not hold up its session for ever: after several whole replays
+/// without it, the session goes on from the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_message_that_never_comes_back_is_given_up_after_several_replays() {
+    use nimbus_transport::{SessionLock as _, SessionSelector};
+    let h = start(RetryPolicies::default(), 10).await;
+    h.publish(event("s1", "e1", "A", "fail")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    h.publish(event("s1", "e3", "C", "complete")).await;
+    h.responses(3).await;
+    let parked = h
+        .broker
+        .accept_session(
+            &SubscriptionPath::new(E, "Deferred"),
+            SessionSelector::Named("s1".to_owned()),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let lost = parked
+        .receive(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    parked
+        .dead_letter(lost, "MaxDeliveryCountExceeded".into(), "test".into())
+        .await
+        .unwrap();
+    parked.close().await;
+
+    h.publish(control(MessageType::SkipRequest, "s1", "e1"))
+        .await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("SkipResponse", "e1"), ("ResolutionResponse", "e3")])
+    );
+    assert_eq!(h.seen(), ["A", "C"]);
+    assert!(h.session_state("s1").await.is_empty());
+    h.shutdown.cancel();
+}

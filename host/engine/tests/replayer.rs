@@ -731,3 +731,58 @@ async fn a_parked_copy_that_cannot_be_decoded_is_dead_lettered_and_no_longer_cou
         "session state back to empty (F8): {state:?}"
     );
 }
+
+/// Triggers queued together for one session are answered by one replay:
+/// the replayer takes them all before it reads the parked set (each was
+/// committed with its park, so that read sees every one of those parks).
+/// One replay per trigger re-parked a blocked session's whole set again
+/// and again. Here the parked session is held, so the replayer waits with
+/// the triggers it took: none is left for another receiver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_queued_for_one_session_are_answered_by_one_replay() {
+    let h = start(Topology::default()).await;
+    let tap = h.broker.receiver(&sub(TAP), SubQueue::Main).await.unwrap();
+    h.publish(vec![parked("s1", "e1", 0)]).await;
+    h.await_active("Deferred", 1, "one parked copy").await;
+    let held = h
+        .broker
+        .accept_session(
+            &sub("Deferred"),
+            SessionSelector::Named("s1".to_owned()),
+            DEADLINE,
+        )
+        .await
+        .unwrap();
+
+    h.publish(vec![
+        trigger("s1", "trigger-1"),
+        trigger("s1", "trigger-2"),
+        trigger("s1", "trigger-3"),
+    ])
+    .await;
+    for _ in 0..3 {
+        let seen = tap.receive(DEADLINE).await.unwrap().expect("a trigger");
+        tap.complete(seen).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let other = h
+        .broker
+        .receiver(&sub("DeferredProcessor"), SubQueue::Main)
+        .await
+        .unwrap();
+    let left = other.receive(Duration::from_millis(200)).await.unwrap();
+    assert!(
+        left.is_none(),
+        "the replayer took every queued trigger of the session: {:?}",
+        left.map(|m| m.message.message_id)
+    );
+    other.close().await;
+    held.close().await;
+
+    let replays = h.replays("s1", 1).await;
+    assert_eq!(event_ids(&replays), ["e1"]);
+    h.await_active("Deferred", 0, "the parked copy completed")
+        .await;
+    h.await_active("DeferredProcessor", 0, "every trigger completed")
+        .await;
+}

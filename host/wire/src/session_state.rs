@@ -55,6 +55,21 @@ pub struct SessionState {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub settled_parked_events: Vec<SettledParked>,
+    /// Replayed copies that came back before the lowest parked one and were
+    /// parked again since a parked message last left (decision 0050, rule
+    /// 4). A nimbus addition, written only while not zero: it bounds how
+    /// long a session waits for a parked message that never comes back.
+    #[serde(
+        rename = "OutOfTurnReplays",
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "is_zero"
+    )]
+    pub out_of_turn_replays: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One operator settlement of a possibly parked event: it applies to the
@@ -167,9 +182,28 @@ impl SessionState {
     /// nothing parked any more, no remembered settlement can still apply.
     pub fn unpark(&mut self) {
         self.deferred_count = self.deferred_count.saturating_sub(1);
+        self.out_of_turn_replays = 0;
         if self.deferred_count == 0 {
             self.settled_parked_events.clear();
         }
+    }
+
+    /// The lowest `DeferralSequence` still parked. Sequences are handed out
+    /// in order and parked messages leave in order (decision 0050, rule 4),
+    /// so the parked ones are the `DeferredCount` sequences just below
+    /// `NextDeferralSequence`.
+    pub fn replay_floor(&self) -> u32 {
+        self.next_deferral_sequence
+            .saturating_sub(self.deferred_count)
+    }
+
+    /// Gives up on the parked messages below `sequence`: they are no longer
+    /// counted, so the replay goes on from `sequence`. For parked messages
+    /// that never came back (dead-lettered or removed by hand).
+    pub fn give_up_parked_below(&mut self, sequence: u32) {
+        let from_sequence = self.next_deferral_sequence.saturating_sub(sequence);
+        self.deferred_count = self.deferred_count.min(from_sequence);
+        self.out_of_turn_replays = 0;
     }
 
     /// Remembers that the operator settled `event_id` while messages are

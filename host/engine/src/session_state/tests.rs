@@ -521,3 +521,60 @@ fn a_resubmission_of_a_parked_event_that_settles_it_drops_its_parked_copy() {
         Some(0)
     ));
 }
+
+/// Decision 0050, rule 4: parked messages leave in sequence order; a copy
+/// above the lowest one parked waits, counted only when nothing blocks the
+/// session, and the lower ones are given up after several whole replays.
+#[test]
+fn a_replayed_copy_goes_on_only_in_its_turn() {
+    let mut state = blocked_by("e1");
+    for _ in 0..3 {
+        state.park();
+    }
+    assert_eq!(state.replay_floor(), 0);
+    let turn =
+        |state: &SessionState, sequence| replay_turn(Entry::EventRequest, state, Some(sequence));
+    assert_eq!(
+        turn(&state, 1),
+        Turn::Wait {
+            sequence: 1,
+            counted: false
+        },
+        "blocked: waits, uncounted"
+    );
+    state.unblock();
+    assert_eq!(turn(&state, 0), Turn::Go);
+    assert_eq!(
+        turn(&state, 2),
+        Turn::Wait {
+            sequence: 2,
+            counted: true
+        }
+    );
+    assert_eq!(
+        replay_turn(Entry::EventRequest, &state, None),
+        Turn::Go,
+        "a new arrival is the gate's to decide"
+    );
+    assert_eq!(replay_turn(Entry::RetryRequest, &state, Some(2)), Turn::Go);
+
+    // The lowest leaves: the next one is in turn, and the count starts over.
+    state.out_of_turn_replays = 5;
+    state.unpark();
+    assert_eq!((state.replay_floor(), state.out_of_turn_replays), (1, 0));
+    assert_eq!(turn(&state, 1), Turn::Go);
+
+    // Sequence 1 never comes back: after enough replays of 2 it is given up.
+    state.out_of_turn_replays = 4 * 2 + 64;
+    assert_eq!(
+        turn(&state, 2),
+        Turn::GiveUpBelow {
+            sequence: 2,
+            floor: 1
+        }
+    );
+    state.give_up_parked_below(2);
+    assert_eq!(state.deferred_count, 1);
+    assert_eq!((state.replay_floor(), state.out_of_turn_replays), (2, 0));
+    assert_eq!(turn(&state, 2), Turn::Go);
+}
