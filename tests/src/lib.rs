@@ -116,13 +116,43 @@ impl Scratch {
     /// Runs `nimbus` with exactly `args`, with `XDG_CACHE_HOME` pointing
     /// into the scratch area.
     pub fn run_raw(&self, args: &[&str]) -> Run {
-        let output = Command::new(nimbus_bin())
+        let output = self.command(args).output().expect("run nimbus");
+        Run { output }
+    }
+
+    /// As [`Scratch::run`], for a command that might not end: killed, and
+    /// the test failed, if it runs longer than `limit`.
+    pub fn run_within(&self, args: &[&str], limit: std::time::Duration) -> Run {
+        let cache = self.path("cache");
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--cache-dir", cache.to_str().expect("utf-8 temp path")]);
+        let mut child = self
+            .command(&all)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run nimbus");
+        let started = std::time::Instant::now();
+        while child.try_wait().expect("wait for nimbus").is_none() {
+            if started.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("nimbus {args:?} still ran after {limit:?}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Run {
+            output: child.wait_with_output().expect("nimbus output"),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(nimbus_bin());
+        command
             .args(args)
             .env("XDG_CACHE_HOME", self.path("xdg-cache"))
-            .env_remove("RUST_LOG")
-            .output()
-            .expect("run nimbus");
-        Run { output }
+            .env_remove("RUST_LOG");
+        command
     }
 }
 

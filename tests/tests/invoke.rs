@@ -231,6 +231,31 @@ fn a_trapping_handler_is_reported_not_fatal() {
     assert_eq!(result["error_type"], "Panic");
 }
 
+/// A handler waiting inside a WASI call runs no wasm for an epoch check to
+/// stop; `invoke` still ends it at the deadline, as the host does.
+#[test]
+fn a_handler_asleep_in_a_wasi_call_times_out_at_its_deadline() {
+    let scratch = Scratch::new();
+    scratch.install("ep", "endless", "endless-loop");
+    scratch.write("handlers/ep/endless.toml", b"[limits]\ntimeout = \"1s\"\n");
+    let handlers = scratch.handlers();
+    let run = scratch.run_within(
+        &[
+            "invoke",
+            "--handlers",
+            handlers.to_str().expect("utf-8"),
+            "--event-type",
+            "Sleep",
+            "--data",
+            "{}",
+        ],
+        std::time::Duration::from_secs(60),
+    );
+    run.expect_code(3);
+    let result = &run.json()["result"];
+    assert_eq!(result["error_type"], "Timeout", "{result:#}");
+}
+
 #[test]
 fn every_command_has_help() {
     let scratch = Scratch::new();

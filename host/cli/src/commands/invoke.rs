@@ -25,7 +25,14 @@ pub(crate) fn run(args: &InvokeArgs) -> anyhow::Result<ExitCode> {
     let snapshot = registry.snapshot();
     let (endpoint, version) = select(&snapshot, &args.event_type, args.endpoint.as_deref())?;
     let event = build_event(args, payload);
-    let invocation = version.invoke(event);
+    // The yielding call, as the host makes it: its deadline also cuts off a
+    // handler waiting inside a WASI call (a sleep), which a synchronous
+    // call's epoch check never sees, so `invoke` would wait for ever.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .context("cannot start a runtime to run the handler")?;
+    let invocation = runtime.block_on(version.invoke_async(event));
     let failed = invocation.result.is_err();
     output::print_json(&output::InvocationView::new(
         &endpoint,
