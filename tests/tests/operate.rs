@@ -1223,3 +1223,27 @@ fn a_bench_with_failures_reports_them_without_a_warning_each() {
     );
     assert!(!run.stderr().contains("WARN"), "{}", run.stderr());
 }
+
+/// The event's data travels as it was written: a decimal keeps its digits,
+/// an integer beyond 64 bits keeps its value, keys keep their order. A .NET
+/// publisher's `decimal` amounts and large ids must reach the handler and
+/// the audit trail unchanged; an edited resubmission's data too.
+#[test]
+fn published_data_reaches_the_audit_trail_as_written() {
+    let scratch = Scratch::new();
+    scratch.install("app", "echo", "echo");
+    scratch.install("app", "noop", "noop");
+    let host = RunningHost::start(&scratch, "");
+    let written = r#"{"Zed":1,"Amount":1.10,"Big":12345678901234567890123,"Id":9007199254740993}"#;
+    let sent = publish(&host, "Noop", "s-raw", written);
+    let record = host.wait_status("s-raw", &sent, "Completed");
+    assert_eq!(record["payload"], written, "{record:#}");
+
+    let failing = publish(&host, "Echo", "s-edit", r#"{"Outcome":"Failed"}"#);
+    let failed = host.wait_status("s-edit", &failing, "Failed");
+    let edited = r#"{ "Outcome" : "Completed", "Logs": [] }"#;
+    host.cli(&["resubmit", &id(&failed), "--data", edited])
+        .expect_code(0);
+    let fixed = host.wait_status("s-edit", &failing, "Completed");
+    assert_eq!(fixed["payload"], edited, "{fixed:#}");
+}

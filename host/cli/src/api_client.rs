@@ -85,9 +85,9 @@ impl ApiClient {
     }
 
     /// `POST path` with a JSON body.
-    pub(crate) fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+    pub(crate) fn post<B: serde::Serialize>(&self, path: &str, body: &B) -> anyhow::Result<Value> {
         let url = format!("{}{path}", self.base);
-        let body = body.to_string();
+        let body = serde_json::to_string(body).context("encoding the request")?;
         // Said here: the host refuses it, and for a body much larger it
         // closes the connection before the answer could be read.
         let limit = nimbus_runtime::api::MAX_REQUEST_BODY;

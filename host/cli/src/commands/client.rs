@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::api_client::{ApiClient, path_segment};
@@ -21,14 +22,14 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             let data = json_arg("--data", &args.data)?;
             let answer = client.post(
                 "/api/publish",
-                &json!({
-                    "event_type": &args.event_type,
-                    "data": data,
-                    "session_id": args.session,
-                    "correlation_id": args.correlation_id,
-                    "message_id": args.message_id,
-                    "from": args.from,
-                }),
+                &PublishBody {
+                    event_type: &args.event_type,
+                    data: &data,
+                    session_id: args.session.as_deref(),
+                    correlation_id: args.correlation_id.as_deref(),
+                    message_id: args.message_id.as_deref(),
+                    from: args.from.as_deref(),
+                },
             )?;
             if args.json {
                 print_json(&answer)?;
@@ -78,7 +79,10 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                 .transpose()?;
             let sent = client.post(
                 &operation_path(&args.id, "resubmit"),
-                &json!({ "endpoint": args.endpoint, "data": data }),
+                &ResubmitBody {
+                    endpoint: args.endpoint.as_deref(),
+                    data: data.as_deref(),
+                },
             )?;
             print_sent(&sent);
         }
@@ -254,7 +258,27 @@ fn operation_path(id: &str, operation: &str) -> String {
 }
 
 /// A JSON argument given inline or as `@file` (`@-` for stdin).
-fn json_arg(flag: &str, value: &str) -> anyhow::Result<Value> {
+/// `POST /api/publish`, with the data as written.
+#[derive(serde::Serialize)]
+struct PublishBody<'a> {
+    event_type: &'a str,
+    data: &'a RawValue,
+    session_id: Option<&'a str>,
+    correlation_id: Option<&'a str>,
+    message_id: Option<&'a str>,
+    from: Option<&'a str>,
+}
+
+/// `POST .../resubmit`, with the edited data as written.
+#[derive(serde::Serialize)]
+struct ResubmitBody<'a> {
+    endpoint: Option<&'a str>,
+    data: Option<&'a RawValue>,
+}
+
+/// The JSON of `--data`, checked but kept as written: a parsed value would
+/// round large numbers and decimals through f64 and reorder keys.
+fn json_arg(flag: &str, value: &str) -> anyhow::Result<Box<RawValue>> {
     let text = match value.strip_prefix('@') {
         Some("-") => std::io::read_to_string(std::io::stdin())
             .with_context(|| format!("reading {flag} from stdin"))?,
@@ -263,7 +287,7 @@ fn json_arg(flag: &str, value: &str) -> anyhow::Result<Value> {
         }
         None => value.to_owned(),
     };
-    serde_json::from_str(&text).with_context(|| format!("{flag} is not valid JSON"))
+    RawValue::from_string(text).with_context(|| format!("{flag} is not valid JSON"))
 }
 
 fn print_sent(sent: &Value) {

@@ -238,8 +238,9 @@ fn period_text(period: std::time::Duration) -> String {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ResubmitRequest {
     endpoint: Option<String>,
-    /// The edited event, as JSON (any value), replacing the recorded one.
-    data: Option<serde_json::Value>,
+    /// The edited event, as JSON (any value), replacing the recorded one;
+    /// kept as the text sent, as a publish's is.
+    data: Option<Box<serde_json::value::RawValue>>,
 }
 
 pub(crate) async fn resubmit(
@@ -248,7 +249,7 @@ pub(crate) async fn resubmit(
     body: Bytes,
 ) -> Result<Json<Sent>, ApiError> {
     let request: ResubmitRequest = json(&body, true)?;
-    let edited = request.data.map(|d| d.to_string());
+    let edited = request.data.map(|d| d.get().to_owned());
     let sent = state
         .manager
         .resubmit(

@@ -18,7 +18,9 @@ use crate::host::DEFAULT_PRODUCER;
 #[serde(deny_unknown_fields)]
 pub(crate) struct PublishRequest {
     event_type: String,
-    data: Option<serde_json::Value>,
+    /// Kept as the text sent: the payload travels as it was written (large
+    /// numbers, decimals, key order), never through a parsed value.
+    data: Option<Box<serde_json::value::RawValue>>,
     session_id: Option<String>,
     correlation_id: Option<String>,
     message_id: Option<String>,
@@ -75,7 +77,7 @@ pub(crate) async fn publish(
     }
     let message = build::original_publish(&Publish {
         event_type_id: event_type.to_owned(),
-        payload: data.to_string(),
+        payload: data.get().to_owned(),
         session_id: optional_id("session_id", request.session_id)?,
         correlation_id: given(request.correlation_id),
         message_id: optional_id("message_id", request.message_id)?,
