@@ -209,6 +209,10 @@ impl<T: Transport> Delivery<'_, T> {
             };
             return self.carry_out(received, plan, settled).await;
         }
+        if session_state::superseded_retry(entry, self.state, message.message_id.as_deref()) {
+            debug!(endpoint = %self.endpoint.name, %event_id, message_id = ?message.message_id, "a retry the block no longer waits for: completed without a handler");
+            return self.complete_silently(received, false).await;
+        }
         match session_state::guard(entry, self.state, &event_id, replayed) {
             Guard::Park {
                 blocked_by,
@@ -416,7 +420,6 @@ impl<T: Transport> Delivery<'_, T> {
                 settlement = settlement.publish(topic.clone(), publish.to_transport());
             }
         }
-        settlement = self.with_state(settlement, &next);
         if plan.record_inbox
             && let (Some(key), Some(retention)) = (settled.inbox_key, self.endpoint.inbox_retention)
         {
@@ -439,19 +442,33 @@ impl<T: Transport> Delivery<'_, T> {
                 HandlerResult::Failed(f) => f.retry_after,
                 _ => None,
             });
-            if let Some(delay) = self.endpoint.policies.retry_delay(
-                settled.message.event_type(),
-                failure,
-                attempt,
-                hint,
-            ) {
-                let mut retry = build::retry_request(settled.message, SystemTime::now() + delay);
-                if settled.entry == Entry::ResubmissionRequest {
-                    retry.retry_count = 1;
-                }
+            let retry = self
+                .endpoint
+                .policies
+                .retry_delay(settled.message.event_type(), failure, attempt, hint)
+                .map(|delay| {
+                    let mut retry =
+                        build::retry_request(settled.message, SystemTime::now() + delay);
+                    // Known before it is sent: the state names the one retry
+                    // the block waits for.
+                    retry.message_id = Some(build::new_message_id());
+                    if settled.entry == Entry::ResubmissionRequest {
+                        retry.retry_count = 1;
+                    }
+                    retry
+                });
+            // The block waits for this retry, or none: any earlier one of
+            // its owner is stale from now on.
+            if next.is_blocked_by(settled.event_id) {
+                next.expect_retry(retry.as_ref().and_then(|r| r.message_id.as_deref()));
+            }
+            if let Some(retry) = retry {
                 settlement = settlement.publish(topic.clone(), retry.to_transport());
             }
         }
+        // The state is a field of the settlement, applied with it whatever
+        // the order of these calls.
+        settlement = self.with_state(settlement, &next);
         if self.state.is_blocked()
             && !next.is_blocked()
             && session_state::needs_replay_trigger(&next)

@@ -137,6 +137,13 @@ pub fn guard(entry: Entry, state: &SessionState, event_id: &str, replayed: Optio
     }
 }
 
+/// Whether `message_id` at `entry` is a RetryRequest its session no longer
+/// waits for: the block's owner was resubmitted since and scheduled a retry
+/// of its own, or schedules none (SEMANTICS.md §2.4's stale retry, F14).
+pub fn superseded_retry(entry: Entry, state: &SessionState, message_id: Option<&str>) -> bool {
+    entry == Entry::RetryRequest && state.is_superseded_retry(message_id)
+}
+
 /// Whether a replayed copy may go on now (decision 0050, rule 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Turn {

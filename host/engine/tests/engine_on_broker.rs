@@ -1119,3 +1119,56 @@ async fn a_parked_message_that_never_comes_back_is_given_up_after_several_replay
     assert!(h.session_state("s1").await.is_empty());
     h.shutdown.cancel();
 }
+
+/// A resubmission that fails while a retry of its event is scheduled starts
+/// a fresh budget (F14), and the retry scheduled before it is stale: the
+/// handler runs once per attempt of the fresh budget, not once more for
+/// each retry of the older chain as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_scheduled_before_a_failed_resubmission_is_stale() {
+    let retry = RetryPolicies {
+        default: Some(RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(300),
+            ..RetryPolicy::default()
+        }),
+        ..RetryPolicies::default()
+    };
+    let h = start(retry, 10).await;
+    h.publish(event("s1", "e1", "A", "fail")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ErrorResponse", "e1")]));
+    // As the Manager sends it: the recorded event as its content.
+    let mut resubmission = event_request(
+        "s1",
+        "e1",
+        &serde_json::json!({ "Id": "A", "Action": "fail" }),
+    );
+    resubmission.message_type = MessageType::ResubmissionRequest;
+    resubmission.message_id = Some("resubmission-1".to_owned());
+    resubmission.from = Some("Manager".to_owned());
+    h.publish(resubmission.to_transport()).await;
+    // The resubmission, then the fresh budget's two retries.
+    assert_eq!(
+        h.responses(3).await,
+        pairs(&[
+            ("ErrorResponse", "e1"),
+            ("ErrorResponse", "e1"),
+            ("ErrorResponse", "e1")
+        ])
+    );
+    let more = h.responses.receive(Duration::from_secs(2)).await.unwrap();
+    assert!(
+        more.is_none(),
+        "the older chain ran on: {:?}",
+        more.map(|m| NimbusMessage::from_received(&m).map(|m| m.message_type))
+    );
+    assert_eq!(h.seen(), ["A", "A", "A", "A"]);
+    let state = h.session_state("s1").await;
+    assert_eq!(state.blocked_by(), Some("e1"));
+    assert_eq!(
+        state.pending_retry_message_id.as_deref(),
+        Some(""),
+        "the budget is spent: the block waits for no retry"
+    );
+    h.shutdown.cancel();
+}

@@ -441,7 +441,13 @@ pub fn skip_request(event: &NimbusMessage, endpoint: &str) -> NimbusMessage {
 }
 
 fn fresh_id(given: Option<String>) -> Option<String> {
-    Some(given.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()))
+    Some(given.unwrap_or_else(new_message_id))
+}
+
+/// A fresh `MessageId`, for a message whose id must be known before it is
+/// sent (the engine records which RetryRequest a block waits for).
+pub fn new_message_id() -> String {
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// HandoffCompletedRequest: the external job finished. Body: the details

@@ -66,6 +66,19 @@ pub struct SessionState {
         skip_serializing_if = "is_zero"
     )]
     pub out_of_turn_replays: u32,
+    /// The `MessageId` of the one RetryRequest the block waits for: `""`
+    /// when it waits for none, absent when unknown (a state written before
+    /// this key, or by upstream). Any other RetryRequest of the blocker is
+    /// stale: an operator's resubmission that failed and started a fresh
+    /// budget would otherwise leave the older chain running beside it, the
+    /// handler running twice per attempt. A nimbus addition, written only
+    /// while present.
+    #[serde(
+        rename = "PendingRetryMessageId",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pending_retry_message_id: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -163,11 +176,26 @@ impl SessionState {
     /// Blocks the session by `event_id` (failure, pending handoff).
     pub fn block(&mut self, event_id: &str) {
         self.blocked_by_event_id = Some(event_id.to_owned());
+        self.pending_retry_message_id = None;
+    }
+
+    /// Records which RetryRequest the block now waits for (`None`: none).
+    pub fn expect_retry(&mut self, message_id: Option<&str>) {
+        self.pending_retry_message_id = Some(message_id.unwrap_or_default().to_owned());
+    }
+
+    /// Whether a RetryRequest with `message_id` is not the one the block
+    /// waits for. Unknown (no record) accepts any, as upstream did.
+    pub fn is_superseded_retry(&self, message_id: Option<&str>) -> bool {
+        self.pending_retry_message_id
+            .as_deref()
+            .is_some_and(|pending| pending.is_empty() || message_id != Some(pending))
     }
 
     /// Removes the block. Parked messages stay parked until replayed.
     pub fn unblock(&mut self) {
         self.blocked_by_event_id = None;
+        self.pending_retry_message_id = None;
     }
 
     /// Parks one more message: returns its `DeferralSequence` and counts it.
