@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use nimbus_resolver::{Observation, Recorded, Status};
+use nimbus_resolver::{MessageKind, Observation, Recorded, Status};
 
 use crate::observed_store::RecordObserver;
 
@@ -80,8 +80,23 @@ impl Metrics {
             .position(|s| *s == status)
             .unwrap_or_default();
         let seconds = |ms: Option<i64>| ms.map(|ms| ms.max(0) as f64 / 1000.0);
-        let processing = seconds(observation.processing_time_ms);
-        let queue_wait = seconds(observation.queue_time_ms);
+        // Only an outcome of a handler run times one: a parking, a skip or
+        // an unsupported event carries times too, and under a blocked
+        // session its re-parkings would outnumber the runs many times.
+        let handler_ran = matches!(
+            observation.kind,
+            MessageKind::ResolutionResponse
+                | MessageKind::ErrorResponse
+                | MessageKind::PendingHandoffResponse
+        );
+        let (processing, queue_wait) = if handler_ran {
+            (
+                seconds(observation.processing_time_ms),
+                seconds(observation.queue_time_ms),
+            )
+        } else {
+            (None, None)
+        };
         // A poisoned lock only means a panic mid-update of plain counters.
         let mut endpoints = self
             .endpoints
@@ -295,12 +310,7 @@ mod tests {
     }
 
     fn observation(endpoint: &str, processing_ms: Option<i64>) -> Observation {
-        let mut observation = Observation::new(
-            endpoint,
-            "e-1",
-            nimbus_resolver::MessageKind::EventRequest,
-            0,
-        );
+        let mut observation = Observation::new(endpoint, "e-1", MessageKind::ResolutionResponse, 0);
         observation.processing_time_ms = processing_ms;
         observation.queue_time_ms = processing_ms;
         observation
@@ -315,6 +325,15 @@ mod tests {
         metrics.observe(&observation("billing", Some(2)), &completed);
         metrics.observe(&observation("billing", None), &completed);
         metrics.observe(&observation("billing", Some(2)), &Recorded::AlreadyRecorded);
+        // A parking carries times but is no handler run: counted, not timed.
+        let mut parked = observation("billing", Some(2));
+        parked.kind = MessageKind::DeferralResponse;
+        metrics.observe(
+            &parked,
+            &Recorded::Applied {
+                status: Status::Deferred,
+            },
+        );
         metrics.observe(
             &observation("erp", Some(2)),
             &Recorded::Refused {
