@@ -433,6 +433,7 @@ impl Registry {
         };
         self.sandbox
             .load_with_manifest(&key.handler, &inputs.component, &manifest_path, manifest)
+            .map(|version| version.at_endpoint(&key.endpoint))
     }
 }
 

@@ -15,6 +15,8 @@ use crate::stdio::CapturedOutput;
 /// Who is running, for tagging log records and tracing events.
 #[derive(Clone, Debug)]
 pub(crate) struct InvocationTags {
+    /// The endpoint whose handlers directory it was loaded from, if any.
+    pub(crate) endpoint: Option<Arc<str>>,
     pub(crate) handler: Arc<str>,
     pub(crate) digest: Digest,
     /// The whole version id (digest and settings), for log lines.

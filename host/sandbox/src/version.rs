@@ -30,6 +30,9 @@ pub(crate) const MAX_EVENT_TYPES: usize = 256;
 /// registry has swapped in another meanwhile.
 pub struct HandlerVersion {
     sandbox: Arc<SandboxInner>,
+    /// The endpoint it serves, when a registry loaded it: log lines name
+    /// it, since one component may serve several endpoints.
+    endpoint: Option<Arc<str>>,
     name: Arc<str>,
     digest: Digest,
     /// What outcomes record: the digest, plus the settings' when they differ
@@ -130,6 +133,7 @@ impl HandlerVersion {
             source,
             pre,
             pre_async,
+            endpoint: None,
         };
         version.event_types = version.subscriptions()?;
         Ok(version)
@@ -167,6 +171,7 @@ impl HandlerVersion {
         let deadline = Instant::now() + self.limits.timeout;
         let mut store = self.new_yielding_store(
             InvocationTags {
+                endpoint: self.endpoint.clone(),
                 handler: Arc::clone(&self.name),
                 digest: self.digest,
                 version_id: Arc::clone(&self.id),
@@ -308,6 +313,7 @@ impl HandlerVersion {
 
     fn tags(&self, event: &Event) -> InvocationTags {
         InvocationTags {
+            endpoint: self.endpoint.clone(),
             handler: Arc::clone(&self.name),
             digest: self.digest,
             version_id: Arc::clone(&self.id),
@@ -358,6 +364,18 @@ impl HandlerVersion {
             handler: self.name.to_string(),
             duration,
         }
+    }
+
+    /// The same version, serving `endpoint` (its log lines say so).
+    #[must_use]
+    pub fn at_endpoint(mut self, endpoint: &str) -> Self {
+        self.endpoint = Some(Arc::from(endpoint));
+        self
+    }
+
+    /// The endpoint it serves, when a registry loaded it.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
     }
 
     /// The handler's name (the component's file name without `.wasm`).

@@ -35,6 +35,8 @@ fn events_are_dispatched_by_endpoint_and_event_type() {
     assert_eq!(snapshot.event_types("billing"), ["Noop", "OrderPlaced"]);
 
     let noop = registry.lookup("billing", "Noop").expect("noop");
+    // Its log lines name the endpoint: one component may serve several.
+    assert_eq!(noop.endpoint(), Some("billing"));
     assert_eq!(
         noop.invoke(event("Noop", "{}")).result,
         Ok(Outcome::Completed)

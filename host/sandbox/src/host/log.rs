@@ -97,6 +97,7 @@ pub(crate) fn emit(tags: &InvocationTags, record: &LogRecord) {
     // Field values that need formatting are built inside `event!`, which
     // evaluates them only when a subscriber wants the record: with none, a
     // handler that logs per event paid for hex-formatting the digest anyway.
+    let endpoint = tags.endpoint.as_deref();
     let handler = &*tags.handler;
     let event_id = tags.event_id.as_str();
     let session_id = tags.session_id.as_str();
@@ -112,6 +113,7 @@ pub(crate) fn emit(tags: &InvocationTags, record: &LogRecord) {
             tracing::event!(
                 target: "nimbus::handler",
                 $level,
+                endpoint,
                 handler,
                 version = %ShortId { digest: &tags.digest, id: &tags.version_id },
                 event_id,
@@ -205,6 +207,7 @@ mod tests {
     fn emitted_records_carry_version_and_fields() {
         let digest = Digest::of(b"component");
         let tags = InvocationTags {
+            endpoint: Some(Arc::from("billing")),
             handler: Arc::from("orders"),
             digest,
             version_id: Arc::from(format!("{digest}+0123456789ab").as_str()),
@@ -221,6 +224,7 @@ mod tests {
         // A manifest-only fix is told from the version before it.
         let short = format!("{}+0123456789ab", digest.short());
         assert_eq!(events[0]["version"], short);
+        assert_eq!(events[0]["endpoint"], "billing");
         assert_eq!(events[0]["handler"], "orders");
         assert_eq!(events[0]["event_id"], "e-1");
         assert_eq!(events[0]["message"], "order accepted");
