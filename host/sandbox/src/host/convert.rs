@@ -4,6 +4,17 @@ use crate::bindings::types as wit;
 use crate::event::{
     ErrorDetail, ErrorKind, Event, HandlerError, Outcome, PendingHandoff, Property, PropertyValue,
 };
+use crate::host::log::truncate;
+
+/// The most of an error's type a handler may report: a type names a kind
+/// of failure, and classifier rules and operators match on it.
+pub(crate) const MAX_ERROR_TYPE_BYTES: usize = 256;
+/// The most of an error's message, or a handoff's reason, a handler may
+/// report. Each travels in a bus message to the Resolver and into a log
+/// line; a handler's 1.5 MB message was stored twice and logged whole.
+pub(crate) const MAX_ERROR_MESSAGE_BYTES: usize = 16 << 10;
+/// The most of a handoff's external job id.
+pub(crate) const MAX_JOB_ID_BYTES: usize = 1 << 10;
 
 pub(crate) fn event_to_wit(event: Event) -> wit::Event {
     wit::Event {
@@ -51,8 +62,10 @@ pub(crate) fn result_from_wit(
     match result {
         Ok(wit::Outcome::Completed) => Ok(Outcome::Completed),
         Ok(wit::Outcome::PendingHandoff(handoff)) => Ok(Outcome::PendingHandoff(PendingHandoff {
-            reason: handoff.reason,
-            external_job_id: handoff.external_job_id,
+            reason: truncate(handoff.reason, MAX_ERROR_MESSAGE_BYTES),
+            external_job_id: handoff
+                .external_job_id
+                .map(|id| truncate(id, MAX_JOB_ID_BYTES)),
             expected_by_ms: handoff.expected_by,
         })),
         Err(error) => {
@@ -64,11 +77,65 @@ pub(crate) fn result_from_wit(
             Err(HandlerError {
                 kind,
                 detail: ErrorDetail {
-                    error_type: detail.error_type,
-                    message: detail.message,
+                    error_type: truncate(detail.error_type, MAX_ERROR_TYPE_BYTES),
+                    message: truncate(detail.message, MAX_ERROR_MESSAGE_BYTES),
                     retry_after_ms: detail.retry_after,
                 },
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_error_or_handoff_is_cut_and_marked() {
+        let detail = wit::ErrorDetail {
+            error_type: "T".repeat(MAX_ERROR_TYPE_BYTES + 1),
+            message: "m".repeat(1_500_000),
+            retry_after: None,
+        };
+        let Err(error) = result_from_wit(Err(wit::Error::Failed(detail))) else {
+            panic!("a failure");
+        };
+        assert!(error.detail.error_type.len() < MAX_ERROR_TYPE_BYTES + 20);
+        assert!(error.detail.error_type.ends_with("…[truncated]"));
+        assert!(error.detail.message.len() < MAX_ERROR_MESSAGE_BYTES + 20);
+        assert!(error.detail.message.ends_with("…[truncated]"));
+
+        let handoff = wit::PendingHandoff {
+            reason: "r".repeat(MAX_ERROR_MESSAGE_BYTES * 2),
+            external_job_id: Some("j".repeat(MAX_JOB_ID_BYTES * 2)),
+            expected_by: None,
+        };
+        let Ok(Outcome::PendingHandoff(handoff)) =
+            result_from_wit(Ok(wit::Outcome::PendingHandoff(handoff)))
+        else {
+            panic!("a handoff");
+        };
+        assert!(handoff.reason.len() < MAX_ERROR_MESSAGE_BYTES + 20);
+        assert!(
+            handoff
+                .external_job_id
+                .is_some_and(|id| id.len() < MAX_JOB_ID_BYTES + 20)
+        );
+
+        let small = wit::ErrorDetail {
+            error_type: "Boom".to_owned(),
+            message: "it broke".to_owned(),
+            retry_after: Some(5),
+        };
+        let Err(error) = result_from_wit(Err(wit::Error::Failed(small))) else {
+            panic!("a failure");
+        };
+        assert_eq!(
+            (
+                error.detail.error_type.as_str(),
+                error.detail.message.as_str()
+            ),
+            ("Boom", "it broke")
+        );
     }
 }
