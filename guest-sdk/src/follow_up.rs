@@ -102,8 +102,10 @@ pub struct Property {
 /// sends it only when the handler's outcome is completed or pending handoff,
 /// in the same settlement; on an error it is dropped, and a retry publishes
 /// it again. So derive the message id from the inbound event and the step
-/// (e.g. `format!("{}:notify", ctx.event_id())`): a retry then publishes the
-/// same id, which the broker's duplicate detection recognises.
+/// (e.g. `format!("{}:notify", ctx.event_id())`): a resubmission then
+/// publishes the same id, which a receiving endpoint with the inbox
+/// (`[engine] inbox = true`) answers as a duplicate without running its
+/// handler. Broker duplicate detection is not on (nor is it in NimBus).
 #[derive(Debug, Clone, PartialEq)]
 #[must_use = "a follow-up does nothing until it is passed to `ctx.publish`"]
 pub struct FollowUp {

@@ -7,8 +7,9 @@
 //! ```
 //!
 //! The follow-up's message id is `{event id}:customer-notified`: derived from
-//! the inbound event, so a retry or replay publishes the same id and the
-//! broker's duplicate detection drops the second copy. It keeps the inbound
+//! the inbound event, so a resubmission publishes the same id, and an
+//! endpoint with the inbox (`[engine] inbox = true`) skips the second copy
+//! as a duplicate. It keeps the inbound
 //! event's session, correlation id and lineage (the host adds them). The
 //! channel comes from the config key `channel` (default `email`).
 
