@@ -46,3 +46,22 @@ fn a_closed_stdout_ends_a_command_quietly() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+/// The same for stderr (`nimbus check ... 2>&1 >/dev/null | true`): the
+/// error line is lost, but the exit code still says the configuration is
+/// bad, rather than 101 from a panic on the broken pipe.
+#[test]
+fn a_closed_stderr_keeps_the_exit_code() {
+    let scratch = Scratch::new();
+    let config = scratch.write("bad.toml", b"[engine]\nshutdown_grac = \"5s\"\n");
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let status = Command::new(nimbus_bin())
+        .args(["check", "--config", config.to_str().expect("utf-8 path")])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .status()
+        .expect("run nimbus");
+    assert_eq!(status.code(), Some(1));
+}

@@ -14,6 +14,8 @@ mod output;
 
 use std::process::ExitCode;
 
+use crate::output::errln;
+
 use clap::{CommandFactory as _, FromArgMatches as _};
 
 /// The broker and engine allocate per message; mimalloc cuts the CPU per
@@ -48,7 +50,7 @@ fn main() -> ExitCode {
     match commands::run(cli, api_typed) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            errln!("error: {error:#}");
             ExitCode::from(EXIT_ERROR)
         }
     }

@@ -28,7 +28,22 @@ macro_rules! outln {
     };
 }
 
-pub(crate) use {out, outln};
+/// A line on stderr (notes, errors). A stderr nobody reads any more
+/// (`2>&1 | head -1` once `head` exited) loses the line rather than
+/// panicking, as `eprintln!` would: the exit code must still say what
+/// happened.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+pub(crate) use {errln, out, outln};
+
+pub(crate) fn write_stderr(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().lock().write_fmt(args);
+}
 
 pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
@@ -37,7 +52,7 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
-        eprintln!("error: writing to stdout: {e}");
+        errln!("error: writing to stdout: {e}");
         std::process::exit(i32::from(crate::EXIT_ERROR));
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::output::out;
+use crate::output::{errln, out};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use nimbus_runtime::bench::{self, BenchOptions, Durability, HandlerChoice, Mode, OnFailure};
@@ -129,7 +129,7 @@ pub(crate) fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let report = runtime.block_on(bench::run(&options, &|line: &str| eprintln!("{line}")))?;
+    let report = runtime.block_on(bench::run(&options, &|line: &str| errln!("{line}")))?;
     out!("{report}");
     Ok(ExitCode::SUCCESS)
 }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::api_client::{ApiClient, path_segment};
 use crate::cli::Command;
 use crate::cli_ops::{ApiArgs, DlqCommand, DlqTargetArgs, HandoffCommand};
-use crate::output::{out, outln, print_json};
+use crate::output::{errln, out, outln, print_json};
 
 pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
     let client = ApiClient::new(api)?;
@@ -57,7 +57,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             // A listing cut at its limit looks like a complete one: say so.
             if listing.truncated.is_some() {
                 let shown = events.as_array().map_or(0, Vec::len);
-                eprintln!(
+                errln!(
                     "note: more events match than the {shown} shown (most recently updated \
                      first); --limit N shows more"
                 );
@@ -158,7 +158,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     .flatten()
                     .filter(|d| d["endpoint"] == endpoint)
                     .count();
-                eprintln!(
+                errln!(
                     "note: {endpoint} has more dead-lettered messages than the {shown} shown; \
                      --limit N shows more"
                 );
@@ -183,7 +183,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     out!("{}", dead_letters_table(&answer["replayed"]));
                 }
                 for left in &left {
-                    eprintln!(
+                    errln!(
                         "left in place: {}{}",
                         text(&left["why"]),
                         left_hint(left["reason"].as_str().unwrap_or_default())
@@ -196,7 +196,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             // A pass that stopped part-way has moved some messages (they
             // may be running): said even with --json, and not a success.
             if let Some(stopped) = answer["stopped"].as_str() {
-                eprintln!(
+                errln!(
                     "error: the replay stopped part-way, after replaying {} message(s): {stopped}",
                     answer["replayed"].as_array().map_or(0, Vec::len)
                 );
@@ -218,7 +218,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     out!("{}", dead_letters_table(&answer["removed"]));
                 }
                 for kept in &kept {
-                    eprintln!(
+                    errln!(
                         "kept: {}{}",
                         text(&kept["why"]),
                         left_hint(kept["reason"].as_str().unwrap_or_default())
@@ -229,7 +229,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                 }
             }
             if let Some(stopped) = answer["stopped"].as_str() {
-                eprintln!(
+                errln!(
                     "error: the removal stopped part-way, after removing {} message(s): {stopped}",
                     answer["removed"].as_array().map_or(0, Vec::len)
                 );
@@ -299,7 +299,7 @@ fn print_sent(sent: &Value) {
         text(&sent["endpoint"])
     );
     for note in sent["notes"].as_array().into_iter().flatten() {
-        eprintln!("note: {}", text(note));
+        errln!("note: {}", text(note));
     }
 }
 
@@ -734,7 +734,7 @@ fn publish_note(event_type: &str, answer: &Value) {
     // Where other handlers of the endpoint run, the event cannot wait in
     // the queue: it fails and blocks its session until fixed and resubmitted.
     if !fails_at.is_empty() {
-        eprintln!(
+        errln!(
             "note: at {} no loaded handler serves {event_type} and a handler does not load \
              (see `nimbus handlers`): the event fails there (HandlerNotLoaded) and blocks its \
              session; fix the handler, then `nimbus resubmit` it",
@@ -744,7 +744,7 @@ fn publish_note(event_type: &str, answer: &Value) {
     if !consumed_by.is_empty() {
         // Handled now where it loads; a copy also waits where it does not.
         if !waiting_at.is_empty() {
-            eprintln!(
+            errln!(
                 "note: {event_type} is handled at {} now; its copy for {} waits in {} queue \
                  (a handler that does not load, see `nimbus handlers`) until {} fixed",
                 consumed_by.join(", "),
@@ -764,7 +764,7 @@ fn publish_note(event_type: &str, answer: &Value) {
         return;
     }
     if !waiting_at.is_empty() {
-        eprintln!(
+        errln!(
             "note: no handler serves {event_type} now; the event waits in the queue of {} \
              (a handler that does not load, see `nimbus handlers`) until it is fixed",
             waiting_at.join(", ")
@@ -772,7 +772,7 @@ fn publish_note(event_type: &str, answer: &Value) {
     } else if !fails_at.is_empty() {
         // Said above.
     } else if !not_loading.is_empty() {
-        eprintln!(
+        errln!(
             "note: no handler consumes {event_type} now; the event reaches no endpoint. {} \
              ha{} a handler that does not load (see `nimbus handlers`) but no forwarding for \
              {event_type}, so this event will not reach {} even once fixed",
@@ -781,7 +781,7 @@ fn publish_note(event_type: &str, answer: &Value) {
             if not_loading.len() == 1 { "it" } else { "them" },
         );
     } else {
-        eprintln!("note: no handler consumes {event_type} now; the event reaches no endpoint");
+        errln!("note: no handler consumes {event_type} now; the event reaches no endpoint");
     }
 }
 

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use nimbus_sandbox::Registry;
 
 use crate::cli::{CheckArgs, ListArgs};
-use crate::output::{self, out};
+use crate::output::{self, errln, out};
 
 pub(crate) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
     if !args.file.is_file() {
@@ -40,7 +40,7 @@ pub(crate) fn list(args: &ListArgs) -> anyhow::Result<ExitCode> {
     // serve every handler, and some.
     let failed = snapshot.handlers().filter(|h| h.serving.is_none()).count();
     if failed > 0 {
-        eprintln!(
+        errln!(
             "error: {failed} handler{} of {} do{} not load (see above)",
             if failed == 1 { "" } else { "s" },
             args.handlers.display(),
@@ -49,7 +49,7 @@ pub(crate) fn list(args: &ListArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     if snapshot.handlers().next().is_none() {
-        eprintln!(
+        errln!(
             "error: no handler in {}: a component goes in <dir>/<endpoint>/<handler>.wasm",
             args.handlers.display()
         );
