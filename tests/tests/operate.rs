@@ -106,7 +106,7 @@ fn a_published_event_completes_a_failed_one_blocks_until_skipped_and_sigterm_exi
     let log = host.stderr();
     assert!(
         log.lines().any(|line| line.contains("WARN")
-            && line.contains("event failed: its session is blocked")
+            && line.contains("no retry policy applies: its session is blocked")
             && line.contains("session=s-block")
             && line.contains(&id(&failed))
             && line.contains("error_type=OrderRejected")),
@@ -117,7 +117,7 @@ fn a_published_event_completes_a_failed_one_blocks_until_skipped_and_sigterm_exi
     assert!(
         sessions
             .stdout()
-            .contains(&format!("{} (Failed)", id(&failed))),
+            .contains(&format!("{} (Failed, no retry)", id(&failed))),
         "{}",
         sessions.stdout()
     );
@@ -1246,4 +1246,54 @@ fn published_data_reaches_the_audit_trail_as_written() {
         .expect_code(0);
     let fixed = host.wait_status("s-edit", &failing, "Completed");
     assert_eq!(fixed["payload"], edited, "{fixed:#}");
+}
+
+/// An operator paged at night tells a session that will heal by itself
+/// from one that needs them: while a retry is scheduled `sessions` says
+/// when; once the retries are spent it says so, and the log says it at the
+/// default level.
+#[test]
+fn a_blocked_session_says_whether_a_retry_is_coming() {
+    let scratch = Scratch::new();
+    scratch.install("app", "echo", "echo");
+    let host = RunningHost::start(
+        &scratch,
+        "[retry.default]\nmax_retries = 1\nbase_delay = \"5s\"\n",
+    );
+    let failing = publish(
+        &host,
+        "Echo",
+        "s-retry",
+        r#"{"Outcome":"Failed","ErrorType":"Boom"}"#,
+    );
+    let failed = host.wait_status("s-retry", &failing, "Failed");
+    let blocked = host.cli(&["sessions", "--blocked"]);
+    blocked.expect_code(0);
+    assert!(
+        blocked
+            .stdout()
+            .contains(&format!("{} (Failed, retry at ", id(&failed))),
+        "{}",
+        blocked.stdout()
+    );
+    let spent = host.eventually("the retry ran and failed", || {
+        let sessions = host.cli_json(&["sessions", "--blocked", "--json"]);
+        (sessions[0]["awaits_retry"] == false).then_some(sessions)
+    });
+    assert!(spent[0]["retry_at"].is_null(), "{spent:#}");
+    let blocked = host.cli(&["sessions", "--blocked"]);
+    assert!(
+        blocked
+            .stdout()
+            .contains(&format!("{} (Failed, no retry)", id(&failed))),
+        "{}",
+        blocked.stdout()
+    );
+    let log = host.stderr();
+    assert!(
+        log.lines().any(|line| line.contains("WARN")
+            && line.contains("no retry is left")
+            && line.contains(&id(&failed))),
+        "{log}"
+    );
 }

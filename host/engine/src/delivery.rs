@@ -429,6 +429,7 @@ impl<T: Transport> Delivery<'_, T> {
                 SystemTime::now() + retention,
             );
         }
+        let mut retry_at = None;
         if plan.retry_if_policy_allows
             && let Some(failure) = settled.failure
         {
@@ -459,8 +460,13 @@ impl<T: Transport> Delivery<'_, T> {
                 });
             // The block waits for this retry, or none: any earlier one of
             // its owner is stale from now on.
+            retry_at = retry.as_ref().and_then(|r| r.scheduled_enqueue_time);
             if next.is_blocked_by(settled.event_id) {
-                next.expect_retry(retry.as_ref().and_then(|r| r.message_id.as_deref()));
+                next.expect_retry(
+                    retry
+                        .as_ref()
+                        .and_then(|r| Some((r.message_id.as_deref()?, r.scheduled_enqueue_time?))),
+                );
             }
             if let Some(retry) = retry {
                 settlement = settlement.publish(topic.clone(), retry.to_transport());
@@ -504,7 +510,22 @@ impl<T: Transport> Delivery<'_, T> {
         };
         let settlement = settlement.with_outcome(received, disposition);
         if plan.block == BlockChange::BlockByThis {
-            log_block(&topic, &settled);
+            log_block(&topic, &settled, retry_at);
+        } else if plan.retry_if_policy_allows
+            && retry_at.is_none()
+            && next.is_blocked_by(settled.event_id)
+        {
+            // A retry or a resubmission of the blocker failed with no retry
+            // left: from now on only an operator unblocks the session.
+            warn!(
+                endpoint = %topic,
+                session = settled.message.session_id.as_deref().unwrap_or(""),
+                event_id = %settled.event_id,
+                error_type = settled.failure.map_or("", |f| f.error_type.as_str()),
+                error = settled.failure.map_or("", |f| f.message.as_str()),
+                "event failed again and no retry is left: its session stays blocked until it is \
+                 resubmitted or skipped (`nimbus event ID`)"
+            );
         }
         self.commit(settlement, Some(next)).await
     }
@@ -765,7 +786,7 @@ struct Settled<'a> {
 
 /// Says why a session is now blocked: a failure at warn (the default level
 /// shows it; the operator has to act), a handoff at info (the job settles it).
-fn log_block(endpoint: &str, settled: &Settled<'_>) {
+fn log_block(endpoint: &str, settled: &Settled<'_>, retry_at: Option<SystemTime>) {
     let session = settled.message.session_id.as_deref().unwrap_or("");
     let event_type = settled.message.event_type().unwrap_or("");
     if let Some(HandlerResult::PendingHandoff {
@@ -788,16 +809,29 @@ fn log_block(endpoint: &str, settled: &Settled<'_>) {
     let (error_type, error) = settled.failure.map_or(("", String::new()), |f| {
         (f.error_type.as_str(), f.message.clone())
     });
-    warn!(
-        endpoint,
-        %session,
-        event_id = %settled.event_id,
-        %event_type,
-        %error_type,
-        %error,
-        "event failed: its session is blocked and its later events are parked until a retry \
-         succeeds or it is resubmitted or skipped (`nimbus event ID`)"
-    );
+    match retry_at {
+        Some(at) => warn!(
+            endpoint,
+            %session,
+            event_id = %settled.event_id,
+            %event_type,
+            %error_type,
+            %error,
+            retry_at = %nimbus_wire::format_round_trip(at),
+            "event failed: its session is blocked and its later events are parked; a retry is \
+             scheduled (`nimbus event ID`)"
+        ),
+        None => warn!(
+            endpoint,
+            %session,
+            event_id = %settled.event_id,
+            %event_type,
+            %error_type,
+            %error,
+            "event failed and no retry policy applies: its session is blocked and its later \
+             events are parked until it is resubmitted or skipped (`nimbus event ID`)"
+        ),
+    }
 }
 
 /// The dead-letter reason and description of a failure: upstream's

@@ -11,6 +11,8 @@
 //! settled out of turn (written only while it has any), so a skip or a
 //! completed resubmission of a parked event is not undone by its replay.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// The state of one session of one endpoint subscription.
@@ -79,6 +81,14 @@ pub struct SessionState {
         skip_serializing_if = "Option::is_none"
     )]
     pub pending_retry_message_id: Option<String>,
+    /// When that retry is due, in ms since the Unix epoch, so an operator
+    /// can tell "a retry is coming" from "act now". A nimbus addition.
+    #[serde(
+        rename = "PendingRetryAt",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pending_retry_at_ms: Option<i64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -177,11 +187,27 @@ impl SessionState {
     pub fn block(&mut self, event_id: &str) {
         self.blocked_by_event_id = Some(event_id.to_owned());
         self.pending_retry_message_id = None;
+        self.pending_retry_at_ms = None;
     }
 
-    /// Records which RetryRequest the block now waits for (`None`: none).
-    pub fn expect_retry(&mut self, message_id: Option<&str>) {
-        self.pending_retry_message_id = Some(message_id.unwrap_or_default().to_owned());
+    /// Records which RetryRequest the block now waits for, and when it is
+    /// due (`None`: it waits for none).
+    pub fn expect_retry(&mut self, retry: Option<(&str, SystemTime)>) {
+        self.pending_retry_message_id =
+            Some(retry.map(|(id, _)| id).unwrap_or_default().to_owned());
+        self.pending_retry_at_ms = retry.map(|(_, at)| {
+            at.duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        });
+    }
+
+    /// Whether the block waits for a retry: `Some(false)` when its owner's
+    /// retries are spent (or none applies), so an operator must act;
+    /// `None` when the state does not say (upstream, or an earlier build).
+    pub fn awaits_retry(&self) -> Option<bool> {
+        self.pending_retry_message_id
+            .as_deref()
+            .map(|pending| !pending.is_empty())
     }
 
     /// Whether a RetryRequest with `message_id` is not the one the block
@@ -196,6 +222,7 @@ impl SessionState {
     pub fn unblock(&mut self) {
         self.blocked_by_event_id = None;
         self.pending_retry_message_id = None;
+        self.pending_retry_at_ms = None;
     }
 
     /// Parks one more message: returns its `DeferralSequence` and counts it.

@@ -569,10 +569,7 @@ fn sessions_table(sessions: &Value) -> String {
             vec![
                 text(&s["endpoint"]),
                 text(&s["session_id"]),
-                match s["blocker_status"].as_str() {
-                    Some(status) => format!("{} ({status})", text(&s["blocked_by"])),
-                    None => text(&s["blocked_by"]),
-                },
+                blocker_cell(s),
                 parked_cell(s),
                 text(&s["active_messages"]),
                 if s["locked"] == true { "yes" } else { "no" }.to_owned(),
@@ -593,6 +590,34 @@ fn sessions_table(sessions: &Value) -> String {
         ],
         &rows,
     )
+}
+
+/// The blocking event, why it blocks, and whether a retry is coming:
+/// `e-1 (Failed, retry at 15:14:22Z)` can wait; `e-1 (Failed, no retry)`
+/// needs an operator.
+fn blocker_cell(session: &Value) -> String {
+    let blocked_by = text(&session["blocked_by"]);
+    let Some(status) = session["blocker_status"].as_str() else {
+        return blocked_by;
+    };
+    let retry = match (
+        session["awaits_retry"].as_bool(),
+        session["retry_at"].as_str(),
+    ) {
+        (Some(true), Some(at)) => format!(", retry at {}", clock_time(at)),
+        (Some(false), _) if status == "Failed" => ", no retry".to_owned(),
+        _ => String::new(),
+    };
+    format!("{blocked_by} ({status}{retry})")
+}
+
+/// The time of day of an ISO 8601 UTC time (`2026-12-01T15:14:22.123Z` →
+/// `15:14:22Z`); the text as it is otherwise.
+fn clock_time(iso: &str) -> String {
+    match iso.split_once('T') {
+        Some((_, time)) => format!("{}Z", time.get(..8).unwrap_or(time)),
+        None => iso.to_owned(),
+    }
 }
 
 /// The parked count, with how many of those the operator already settled

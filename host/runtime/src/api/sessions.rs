@@ -33,6 +33,12 @@ pub(crate) struct SessionView {
     /// The blocker's status as the Resolver shows it (`Failed`: resubmit
     /// or skip it; `Pending/Handoff`: an external job has it), when known.
     blocker_status: Option<String>,
+    /// Whether the block waits for a scheduled retry (`false`: its owner's
+    /// retries are spent, or no policy applies, so an operator must act);
+    /// `None` when not blocked by a failure this build recorded.
+    awaits_retry: Option<bool>,
+    /// When that retry is due (ISO 8601 UTC).
+    retry_at: Option<String>,
     /// How many events are parked behind the block.
     parked: u32,
     /// Parked events the operator already settled (skipped, or resubmitted
@@ -65,6 +71,15 @@ impl SessionView {
             session_id: info.session_id,
             blocked_by: state.blocked_by().map(str::to_owned),
             blocker_status: None,
+            awaits_retry: state.awaits_retry(),
+            retry_at: state
+                .pending_retry_at_ms
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(|ms| {
+                    nimbus_wire::format_round_trip(
+                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+                    )
+                }),
             parked: state.deferred_count,
             settled_while_parked: state
                 .settled_parked_events
