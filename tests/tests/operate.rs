@@ -264,7 +264,7 @@ fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
         "complete",
         &id(&handed),
         "--details",
-        r#"{"RowsImported":10}"#,
+        r#"{"RowsImported":10,"Total":1.10}"#,
     ]);
     complete.expect_code(0);
     let done = host.wait_status("s-erp-1", &first, "Completed");
@@ -282,14 +282,16 @@ fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
         "{history:#}"
     );
     assert_eq!(
-        history["HandoffCompletedRequest"]["details"], r#"{"RowsImported":10}"#,
+        history["HandoffCompletedRequest"]["details"], r#"{"RowsImported":10,"Total":1.10}"#,
         "{history:#}"
     );
     let text = host.cli(&["event", &id(&done)]);
     text.expect_code(0);
     assert!(
         text.stdout().contains(&format!("job {job} (expected by "))
-            && text.stdout().contains(r#"details {"RowsImported":10}"#),
+            && text
+                .stdout()
+                .contains(r#"details {"RowsImported":10,"Total":1.10}"#),
         "{}",
         text.stdout()
     );

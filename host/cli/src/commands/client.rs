@@ -101,7 +101,10 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                 .transpose()?;
             let sent = client.post(
                 &operation_path(&args.id, "handoff/complete"),
-                &json!({ "endpoint": args.endpoint, "details": details }),
+                &HandoffCompleteBody {
+                    endpoint: args.endpoint.as_deref(),
+                    details: details.as_deref(),
+                },
             )?;
             print_sent(&sent);
         }
@@ -274,6 +277,13 @@ struct PublishBody<'a> {
 struct ResubmitBody<'a> {
     endpoint: Option<&'a str>,
     data: Option<&'a RawValue>,
+}
+
+/// `POST .../handoff/complete`, with the details as written.
+#[derive(serde::Serialize)]
+struct HandoffCompleteBody<'a> {
+    endpoint: Option<&'a str>,
+    details: Option<&'a RawValue>,
 }
 
 /// The JSON of `--data`, checked but kept as written: a parsed value would

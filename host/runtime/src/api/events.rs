@@ -288,8 +288,9 @@ pub(crate) async fn skip(
 #[serde(deny_unknown_fields)]
 pub(crate) struct CompleteHandoffRequest {
     endpoint: Option<String>,
-    /// What the external job reported, as JSON (any value).
-    details: Option<serde_json::Value>,
+    /// What the external job reported, as JSON (any value), kept as the
+    /// text sent.
+    details: Option<Box<serde_json::value::RawValue>>,
 }
 
 pub(crate) async fn complete_handoff(
@@ -298,7 +299,7 @@ pub(crate) async fn complete_handoff(
     body: Bytes,
 ) -> Result<Json<Sent>, ApiError> {
     let request: CompleteHandoffRequest = json(&body, true)?;
-    let details = request.details.map(|d| d.to_string());
+    let details = request.details.map(|d| d.get().to_owned());
     let sent = state
         .manager
         .complete_handoff(
