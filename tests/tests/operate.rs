@@ -725,6 +725,16 @@ fn a_deleted_handler_leaves_its_blocked_sessions_and_dead_letters_listed() {
             .any(|d| d["endpoint"] == "billing" && d["subscription"] == "billing"),
         "{dead_letters:#}"
     );
+    // A resubmission now cannot run: said before the operator waits on it.
+    let resubmit = host.cli(&["resubmit", &id(&failed)]);
+    resubmit.expect_code(0);
+    assert!(
+        resubmit
+            .stderr()
+            .contains("note: no handler at 'billing' serves OrderPlaced now"),
+        "{}",
+        resubmit.stderr()
+    );
 }
 
 /// After a restart with handlers that do not load, `publish` says where an

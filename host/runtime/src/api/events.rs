@@ -259,7 +259,35 @@ pub(crate) async fn resubmit(
         )
         .await
         .map_err(|e| or_pruned(&state, e))?;
+    let mut sent = sent;
+    if let Some(note) = no_handler_note(&state, &sent).await? {
+        sent.notes.push(note);
+    }
     Ok(Json(sent))
+}
+
+/// Said when a resubmission goes to an endpoint where no loaded handler
+/// serves its event type (deleted, or not loading): it cannot succeed, and
+/// the session stays blocked, so the operator should fix the handler first.
+async fn no_handler_note(state: &ApiState, sent: &Sent) -> Result<Option<String>, ApiError> {
+    let (event_id, endpoint) = (sent.event_id.clone(), sent.endpoint.clone());
+    let event_type = state
+        .read_store(move |store| store.event(&event_id))
+        .await?
+        .into_iter()
+        .find(|detail| detail.record.endpoint == endpoint)
+        .and_then(|detail| detail.record.event_type);
+    let Some(event_type) = event_type else {
+        return Ok(None);
+    };
+    if state.registry.lookup(&sent.endpoint, &event_type).is_some() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "no handler at '{}' serves {event_type} now (`nimbus handlers`): the resubmission will \
+         not run it, and the session stays blocked; fix or drop in the handler, then resubmit",
+        sent.endpoint
+    )))
 }
 
 /// `POST .../skip`.
