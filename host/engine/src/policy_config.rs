@@ -247,6 +247,21 @@ impl PolicyConfig {
                 "must be a finite number ≥ 0",
             );
         }
+        // The cap applies after the backoff: below the first delay it makes
+        // every retry wait the cap, which is never what was meant.
+        if let Some(max_delay) = self.max_delay
+            && max_delay < self.base_delay
+        {
+            problems.add(
+                format!("{path}.max_delay"),
+                format!(
+                    "{} is below base_delay ({}): every retry would wait {0}; raise max_delay \
+                     or lower base_delay",
+                    humantime::format_duration(max_delay),
+                    humantime::format_duration(self.base_delay)
+                ),
+            );
+        }
         RetryPolicy {
             max_retries: self.max_retries,
             backoff: match self.backoff {

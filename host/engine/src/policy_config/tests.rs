@@ -286,3 +286,21 @@ fn classifier_configuration_is_validated_by_key_path() {
         "the upstream preset is opt-in"
     );
 }
+
+#[test]
+fn a_cap_below_the_first_delay_is_refused_naming_both() {
+    let config: RetryConfig = toml::from_str(
+        r#"
+        [default]
+        max_retries = 3
+        base_delay = "10m"
+        max_delay = "1s"
+        "#,
+    )
+    .unwrap();
+    let errors = config.validate().unwrap_err().to_string();
+    assert!(
+        errors.contains("retry.default.max_delay") && errors.contains("below base_delay (10m)"),
+        "{errors}"
+    );
+}
