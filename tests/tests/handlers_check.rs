@@ -75,6 +75,20 @@ fn a_missing_file_is_a_clear_error() {
 }
 
 #[test]
+fn a_directory_is_refused_pointing_at_handlers_list() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "noop", "noop");
+    let dir = scratch.handlers();
+    let run = scratch.run(&["handlers", "check", dir.to_str().expect("utf-8")]);
+    run.expect_code(1);
+    assert!(
+        run.stderr().contains("is a directory") && run.stderr().contains("handlers list"),
+        "{}",
+        run.stderr()
+    );
+}
+
+#[test]
 fn a_file_that_is_not_a_component_is_rejected_with_the_reason() {
     let scratch = Scratch::new();
     let path = scratch.write("bogus.wasm", b"hello, I am not wasm");

@@ -115,4 +115,11 @@ fn a_missing_handlers_directory_is_a_clear_error() {
     ]);
     run.expect_code(1);
     assert!(run.stderr().contains("no-such-dir"), "{}", run.stderr());
+    // The OS's reason once, not once per link of the error chain.
+    assert_eq!(
+        run.stderr().matches("No such file or directory").count(),
+        1,
+        "{}",
+        run.stderr()
+    );
 }

@@ -92,7 +92,8 @@ pub(crate) struct EventArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct ResubmitArgs {
-    /// The event id.
+    /// The event id, or the id of a message of one event (e.g. the one
+    /// `nimbus publish` printed).
     #[arg(value_name = "ID")]
     pub(crate) id: String,
     /// An edited event replacing the recorded one: JSON, `@path` (a file)
@@ -106,7 +107,8 @@ pub(crate) struct ResubmitArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct SkipArgs {
-    /// The event id.
+    /// The event id, or the id of a message of one event (e.g. the one
+    /// `nimbus publish` printed).
     #[arg(value_name = "ID")]
     pub(crate) id: String,
     /// The endpoint, when the event is at several.
@@ -126,7 +128,8 @@ pub(crate) enum HandoffCommand {
 
 #[derive(Debug, Args)]
 pub(crate) struct HandoffCompleteArgs {
-    /// The event id.
+    /// The event id, or the id of a message of one event (e.g. the one
+    /// `nimbus publish` printed).
     #[arg(value_name = "ID")]
     pub(crate) id: String,
     /// What the job reported: JSON, `@path` (a file) or `@-` (stdin).
@@ -140,7 +143,8 @@ pub(crate) struct HandoffCompleteArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct HandoffFailArgs {
-    /// The event id.
+    /// The event id, or the id of a message of one event (e.g. the one
+    /// `nimbus publish` printed).
     #[arg(value_name = "ID")]
     pub(crate) id: String,
     /// Why the job failed.

@@ -82,7 +82,7 @@ impl Default for HostConfig {
 pub struct ApiConfig {
     /// Where the HTTP API listens. Loopback by default: the API has no
     /// authentication yet.
-    #[serde(default = "default_listen")]
+    #[serde(default = "default_listen", deserialize_with = "socket_address")]
     pub listen: SocketAddr,
 }
 
@@ -342,6 +342,20 @@ impl<'de> Deserialize<'de> for Retention {
                 ))
             })
     }
+}
+
+/// An IP address and port; a host name is refused with an example, since
+/// the API binds before any name could be resolved.
+fn socket_address<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(|_| {
+        serde::de::Error::custom(format!(
+            "`{text}` is not an IP address and port, such as \"127.0.0.1:8080\" (a host name \
+             such as localhost is not resolved)"
+        ))
+    })
 }
 
 /// Durations as the configuration writes them (`"5s"`, `"200ms"`,
@@ -717,6 +731,19 @@ mod tests {
                 && err.contains("invalid type: integer `5`, expected a duration like \"5s\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_host_name_for_the_api_is_refused_with_an_example() {
+        let err = parse("[api]\nlisten = \"localhost:8080\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("api.listen: ") && err.contains("such as \"127.0.0.1:8080\""),
+            "{err}"
+        );
+        let valid = parse("[api]\nlisten = \"127.0.0.1:8080\"\n").unwrap();
+        assert_eq!(valid.config.api.listen.port(), 8080);
     }
 
     #[test]

@@ -107,12 +107,13 @@ pub enum LoadError {
 #[non_exhaustive]
 pub enum RegistryError {
     /// The handlers directory cannot be read.
-    #[error("cannot read handlers directory {path}: {source}")]
+    #[error("cannot read handlers directory {path}: {reason}")]
     Dir {
         /// The directory.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why. Said in the message, not chained as a source: a caller
+        /// printing the chain said the OS error twice.
+        reason: std::io::Error,
     },
     /// Two components of one endpoint claim the same event type.
     #[error(

@@ -175,14 +175,14 @@ impl Registry {
     /// A component that fails to load does not fail the open: it is reported
     /// in its [`HandlerStatus::last_error`] (and logged).
     pub fn open(sandbox: Sandbox, dir: &Path) -> Result<Arc<Self>, RegistryError> {
-        let metadata = std::fs::metadata(dir).map_err(|source| RegistryError::Dir {
+        let metadata = std::fs::metadata(dir).map_err(|reason| RegistryError::Dir {
             path: dir.to_owned(),
-            source,
+            reason,
         })?;
         if !metadata.is_dir() {
             return Err(RegistryError::Dir {
                 path: dir.to_owned(),
-                source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+                reason: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
             });
         }
         let empty = Arc::new(Snapshot::default());
@@ -247,9 +247,9 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner);
         let mut next = Snapshot::clone(&self.snapshot());
         let known: BTreeSet<&str> = next.handlers.keys().map(|k| k.endpoint.as_str()).collect();
-        let scan = layout::scan(&self.dir, &known).map_err(|source| RegistryError::Dir {
+        let scan = layout::scan(&self.dir, &known).map_err(|reason| RegistryError::Dir {
             path: self.dir.clone(),
-            source,
+            reason,
         })?;
         let mut changed = next.problems != scan.problems;
         for problem in &scan.problems {

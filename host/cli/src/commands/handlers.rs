@@ -9,6 +9,13 @@ use crate::cli::{CheckArgs, ListArgs};
 use crate::output::{self, errln, out};
 
 pub(crate) fn check(args: &CheckArgs) -> anyhow::Result<ExitCode> {
+    if args.file.is_dir() {
+        anyhow::bail!(
+            "{} is a directory: `handlers check` takes one component file (.wasm); \
+             `nimbus handlers list --handlers DIR` lists a handlers directory",
+            args.file.display()
+        );
+    }
     if !args.file.is_file() {
         anyhow::bail!("{}: no such component file", args.file.display());
     }
