@@ -80,8 +80,11 @@ impl Error {
     }
 
     /// The earliest the handler wants a retry, e.g. from an HTTP
-    /// `Retry-After`; the host waits the longer of this and its policy delay.
-    /// Millisecond precision; longer than `u64::MAX` ms saturates.
+    /// `Retry-After`; the host waits the longer of this and its policy delay,
+    /// up to the cap the host is configured with: the retry policy's
+    /// `max_delay` for a failed event, `[engine] transient_backoff_max` for
+    /// a transient one (whose wait holds the session). Millisecond
+    /// precision; longer than `u64::MAX` ms saturates.
     #[must_use]
     pub fn retry_after(mut self, delay: Duration) -> Self {
         self.retry_after = Some(delay);
