@@ -440,13 +440,19 @@ fn event_text(event: &Value) -> String {
         let _ = writeln!(out, "correlation {}", text(&r["correlation_id"]));
         let _ = writeln!(out, "handler     {}", text(&r["handler_version"]));
         let _ = writeln!(out, "retries     {}", text(&r["retry_count"]));
-        if !r["error_type"].is_null() || !r["error_text"].is_null() {
-            let _ = writeln!(
-                out,
-                "error       {}: {}",
-                text(&r["error_type"]),
-                text(&r["error_text"])
-            );
+        match (r["error_type"].as_str(), r["error_text"].as_str()) {
+            (Some(error_type), Some(error_text)) => {
+                let _ = writeln!(out, "error       {error_type}: {error_text}");
+            }
+            // A skip's reason (`DuplicateDetected`, a discard's) is text
+            // with no error type: not an error with a blank type.
+            (None, Some(reason)) => {
+                let _ = writeln!(out, "reason      {reason}");
+            }
+            (Some(error_type), None) => {
+                let _ = writeln!(out, "error       {error_type}");
+            }
+            (None, None) => {}
         }
         if !r["dead_letter_reason"].is_null() {
             let reason = text(&r["dead_letter_reason"]);
@@ -947,6 +953,28 @@ mod tests {
             ),
             "{exhausted}"
         );
+    }
+
+    #[test]
+    fn a_skip_reason_is_a_reason_not_an_error_with_a_blank_type() {
+        let event = |error_type: serde_json::Value, error_text: &str| {
+            json!({
+                "event_id": "ev-1",
+                "endpoints": [{
+                    "record": {"event_id": "ev-1", "endpoint": "sales", "status": "Skipped",
+                               "error_type": error_type, "error_text": error_text},
+                    "history": [],
+                }],
+            })
+        };
+        let skipped = event_text(&event(serde_json::Value::Null, "DuplicateDetected"));
+        assert!(
+            skipped.contains("reason      DuplicateDetected\n"),
+            "{skipped}"
+        );
+        assert!(!skipped.contains("error "), "{skipped}");
+        let failed = event_text(&event(json!("Boom"), "it broke"));
+        assert!(failed.contains("error       Boom: it broke\n"), "{failed}");
     }
 
     #[test]
