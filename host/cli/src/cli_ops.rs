@@ -51,6 +51,11 @@ pub(crate) struct PublishArgs {
     /// The producer topic to publish to [default: publisher].
     #[arg(long, value_name = "PRODUCER")]
     pub(crate) from: Option<String>,
+    /// A user (application) property, as a string; repeat for more.
+    /// Handlers read them (`ctx.properties()`). Typed values (numbers,
+    /// booleans) go through the API's `properties`.
+    #[arg(long = "property", value_name = "NAME=VALUE", value_parser = name_value)]
+    pub(crate) properties: Vec<(String, String)>,
     /// Print the whole answer as JSON instead of the message id.
     #[arg(long)]
     pub(crate) json: bool,
@@ -255,4 +260,14 @@ pub(crate) struct DlqReplayArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `NAME=VALUE`, split at the first `=`.
+pub(crate) fn name_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("`{text}` is not NAME=VALUE")),
+    }
 }

@@ -29,6 +29,12 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     correlation_id: args.correlation_id.as_deref(),
                     message_id: args.message_id.as_deref(),
                     from: args.from.as_deref(),
+                    properties: (!args.properties.is_empty()).then(|| {
+                        args.properties
+                            .iter()
+                            .map(|(name, value)| (name.as_str(), value.as_str()))
+                            .collect()
+                    }),
                 },
             )?;
             if args.json {
@@ -270,6 +276,8 @@ struct PublishBody<'a> {
     correlation_id: Option<&'a str>,
     message_id: Option<&'a str>,
     from: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    properties: Option<std::collections::BTreeMap<&'a str, &'a str>>,
 }
 
 /// `POST .../resubmit`, with the edited data as written.
@@ -828,9 +836,12 @@ fn publish_note(event_type: &str, answer: &Value) {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    #![allow(clippy::unwrap_used, reason = "tests")]
 
-    use super::{event_text, events_table, left_hint, overdue};
+    use serde_json::json;
+    use serde_json::value::RawValue;
+
+    use super::{PublishBody, event_text, events_table, left_hint, overdue};
 
     /// A settled handoff: the event's own handoff fields are empty, and the
     /// history shows the job the park named and the details the completion
@@ -953,6 +964,40 @@ mod tests {
             ),
             "{exhausted}"
         );
+    }
+
+    #[test]
+    fn a_property_is_name_equals_value_and_travels_in_the_publish_body() {
+        use crate::cli_ops::name_value;
+        assert_eq!(
+            name_value("Region=EU=west"),
+            Ok(("Region".to_owned(), "EU=west".to_owned()))
+        );
+        assert_eq!(
+            name_value("Empty="),
+            Ok(("Empty".to_owned(), String::new()))
+        );
+        assert!(name_value("=x").is_err());
+        assert!(name_value("Region").is_err());
+
+        let data = RawValue::from_string("{}".to_owned()).unwrap();
+        let body = PublishBody {
+            event_type: "T",
+            data: &data,
+            session_id: None,
+            correlation_id: None,
+            message_id: None,
+            from: None,
+            properties: Some([("Region", "EU")].into_iter().collect()),
+        };
+        let json: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&body).unwrap()).unwrap();
+        assert_eq!(json["properties"], json!({"Region": "EU"}));
+        let none = PublishBody {
+            properties: None,
+            ..body
+        };
+        assert!(!serde_json::to_string(&none).unwrap().contains("properties"));
     }
 
     #[test]

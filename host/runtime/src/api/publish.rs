@@ -1,11 +1,16 @@
 //! `POST /api/publish`: an original publish, as an external producer would
 //! send it, to a producer topic.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use nimbus_transport::provision::forwarder_name;
-use nimbus_transport::{Admin as _, AdminError, PublishError, SubscriptionPath, Transport as _};
+use nimbus_transport::{
+    Admin as _, AdminError, Properties, PropertyValue, PublishError, SubscriptionPath,
+    Transport as _,
+};
 use nimbus_wire::build::{self, Publish};
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +30,50 @@ pub(crate) struct PublishRequest {
     correlation_id: Option<String>,
     message_id: Option<String>,
     from: Option<String>,
+    /// User (application) properties: a string, an integer, a number or a
+    /// boolean each. Handlers read them (`ctx.properties()`); forwarding
+    /// rules could filter on them.
+    properties: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+/// The user properties of a publish, each checked: no NimBus envelope name
+/// (nimbus sets those), no empty name, a value the bus can carry.
+fn user_properties(
+    given: Option<BTreeMap<String, serde_json::Value>>,
+) -> Result<Properties, ApiError> {
+    let mut properties = Properties::new();
+    for (name, value) in given.unwrap_or_default() {
+        if name.trim().is_empty() {
+            return Err(ApiError::bad_request(
+                "properties: a name must not be empty",
+            ));
+        }
+        if nimbus_wire::prop::is_envelope(&name) {
+            return Err(ApiError::bad_request(format!(
+                "properties.{name}: a NimBus envelope property, set by nimbus; choose another name"
+            )));
+        }
+        let value = match &value {
+            serde_json::Value::String(s) => PropertyValue::String(s.clone()),
+            serde_json::Value::Bool(b) => PropertyValue::Bool(*b),
+            serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => PropertyValue::Int(i),
+                (None, Some(f)) => PropertyValue::Float(f),
+                (None, None) => {
+                    return Err(ApiError::bad_request(format!(
+                        "properties.{name}: {n} is out of range"
+                    )));
+                }
+            },
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "properties.{name}: {other} is not a string, a number or a boolean"
+                )));
+            }
+        };
+        properties.insert(name, value);
+    }
+    Ok(properties)
 }
 
 /// The answer: where the event went and who consumes its type now.
@@ -82,7 +131,7 @@ pub(crate) async fn publish(
         correlation_id: given(request.correlation_id),
         message_id: optional_id("message_id", request.message_id)?,
         publisher: Some(topic.clone()),
-        ..Publish::default()
+        properties: user_properties(request.properties)?,
     });
     let mut published = Published {
         message_id: message.message_id.clone().unwrap_or_default(),

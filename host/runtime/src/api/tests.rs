@@ -422,6 +422,20 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
         (
             Method::POST,
             "/api/publish",
+            Some(r#"{"event_type": "OrderPlaced", "data": {}, "properties": {"EventId": "x"}}"#),
+            StatusCode::BAD_REQUEST,
+            "properties.EventId: a NimBus envelope property",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
+            Some(r#"{"event_type": "OrderPlaced", "data": {}, "properties": {"Tags": [1]}}"#),
+            StatusCode::BAD_REQUEST,
+            "properties.Tags: [1] is not a string, a number or a boolean",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
             Some(r#"{"event_type": " ", "data": 1}"#),
             StatusCode::BAD_REQUEST,
             "event_type must not be empty",
@@ -1075,5 +1089,49 @@ async fn an_oversized_body_is_a_413_that_names_the_limit() {
         value["error"],
         "the request body is larger than the API takes (2 MiB)"
     );
+    host.shutdown().await;
+}
+
+/// A publish's user properties reach the bus typed as given, beside the
+/// envelope nimbus writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_user_properties_travel_typed() {
+    use nimbus_transport::{
+        Admin as _, PropertyValue, Receiver as _, SubQueue, SubscriptionPath, SubscriptionSettings,
+        Transport as _,
+    };
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+    let tap = SubscriptionPath::new("publisher", "tap");
+    host.broker()
+        .create_subscription(&tap, SubscriptionSettings::default())
+        .await
+        .unwrap();
+    let receiver = host.broker().receiver(&tap, SubQueue::Main).await.unwrap();
+    api.ok(
+        Method::POST,
+        "/api/publish",
+        Some(
+            &json!({"event_type": "OrderPlaced", "data": order("o-p", false),
+                     "properties": {"Region": "EU", "Priority": 3, "Weight": 1.5, "Rush": true}}),
+        ),
+    )
+    .await;
+    let message = receiver
+        .receive(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("the publish");
+    let properties = &message.message.properties;
+    assert_eq!(properties["Region"], PropertyValue::String("EU".into()));
+    assert_eq!(properties["Priority"], PropertyValue::Int(3));
+    assert_eq!(properties["Weight"], PropertyValue::Float(1.5));
+    assert_eq!(properties["Rush"], PropertyValue::Bool(true));
+    assert_eq!(
+        properties["EventTypeId"],
+        PropertyValue::String("OrderPlaced".into())
+    );
+    receiver.complete(message).await.unwrap();
     host.shutdown().await;
 }
