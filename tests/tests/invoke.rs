@@ -278,3 +278,36 @@ fn every_command_has_help() {
     run.expect_code(2);
     assert!(run.stderr().contains("--handlers"), "{}", run.stderr());
 }
+
+/// `--config` gives `invoke` the host's `[sandbox]` defaults: the deadline
+/// a handler meets here is the one it meets under `nimbus run`.
+#[test]
+fn the_hosts_sandbox_defaults_apply_with_config() {
+    let scratch = Scratch::new();
+    scratch.install("ep", "endless", "endless-loop");
+    let config = scratch.write("nimbus.toml", b"[sandbox]\ntimeout = \"1s\"\n");
+    let handlers = scratch.handlers();
+    let run = scratch.run_within(
+        &[
+            "invoke",
+            "--handlers",
+            handlers.to_str().expect("utf-8"),
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--event-type",
+            "Loop",
+            "--data",
+            "{}",
+        ],
+        std::time::Duration::from_secs(60),
+    );
+    run.expect_code(3);
+    let result = &run.json()["result"];
+    assert_eq!(result["error_type"], "Timeout", "{result:#}");
+    assert!(
+        result["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("deadline of 1s")),
+        "{result:#}"
+    );
+}

@@ -103,6 +103,11 @@ pub(crate) struct CacheArgs {
     /// Compile every component, neither reading nor writing the cache.
     #[arg(long)]
     pub(crate) no_cache: bool,
+    /// The host's `nimbus.toml`: its `[sandbox]` defaults (memory, timeout,
+    /// instances) apply, as in `nimbus run`, so a limit behaves here as it
+    /// will there [default: the sandbox's own defaults].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

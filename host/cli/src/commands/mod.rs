@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use nimbus_sandbox::{Sandbox, SandboxConfig};
+use nimbus_sandbox::{Limits, Sandbox, SandboxConfig};
 
 use crate::cli::{CacheArgs, Cli, Command, HandlersCommand};
 
@@ -62,10 +62,19 @@ fn sandbox(cache: &CacheArgs) -> anyhow::Result<Sandbox> {
     } else {
         cache.cache_dir.clone().or_else(default_cache_dir)
     };
-    let config = SandboxConfig {
+    let mut config = SandboxConfig {
         cache_dir,
         ..SandboxConfig::default()
     };
+    if let Some(path) = &cache.config {
+        let host = nimbus_runtime::Config::load(path)?;
+        config.default_limits = Limits {
+            memory_bytes: host.sandbox_memory_bytes,
+            timeout: host.config.sandbox.timeout,
+            ..Limits::default()
+        };
+        config.max_concurrent_instances = host.config.sandbox.max_concurrent_instances;
+    }
     Sandbox::new(config).context("cannot start the sandbox")
 }
 
