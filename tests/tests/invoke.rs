@@ -12,6 +12,15 @@ fn examples() -> Scratch {
     scratch
 }
 
+/// [`invoke`] for a handler that might not end: killed, and the test
+/// failed, after a minute.
+fn invoke_within_a_minute(scratch: &Scratch, extra: &[&str]) -> nimbus_blackbox_tests::Run {
+    let handlers = scratch.handlers();
+    let mut args = vec!["invoke", "--handlers", handlers.to_str().expect("utf-8")];
+    args.extend_from_slice(extra);
+    scratch.run_within(&args, std::time::Duration::from_secs(60))
+}
+
 fn invoke(scratch: &Scratch, extra: &[&str]) -> nimbus_blackbox_tests::Run {
     let handlers = scratch.handlers();
     let mut args = vec!["invoke", "--handlers", handlers.to_str().expect("utf-8")];
@@ -238,19 +247,7 @@ fn a_handler_asleep_in_a_wasi_call_times_out_at_its_deadline() {
     let scratch = Scratch::new();
     scratch.install("ep", "endless", "endless-loop");
     scratch.write("handlers/ep/endless.toml", b"[limits]\ntimeout = \"1s\"\n");
-    let handlers = scratch.handlers();
-    let run = scratch.run_within(
-        &[
-            "invoke",
-            "--handlers",
-            handlers.to_str().expect("utf-8"),
-            "--event-type",
-            "Sleep",
-            "--data",
-            "{}",
-        ],
-        std::time::Duration::from_secs(60),
-    );
+    let run = invoke_within_a_minute(&scratch, &["--event-type", "Sleep", "--data", "{}"]);
     run.expect_code(3);
     let result = &run.json()["result"];
     assert_eq!(result["error_type"], "Timeout", "{result:#}");
@@ -286,12 +283,9 @@ fn the_hosts_sandbox_defaults_apply_with_config() {
     let scratch = Scratch::new();
     scratch.install("ep", "endless", "endless-loop");
     let config = scratch.write("nimbus.toml", b"[sandbox]\ntimeout = \"1s\"\n");
-    let handlers = scratch.handlers();
-    let run = scratch.run_within(
+    let run = invoke_within_a_minute(
+        &scratch,
         &[
-            "invoke",
-            "--handlers",
-            handlers.to_str().expect("utf-8"),
             "--config",
             config.to_str().expect("utf-8"),
             "--event-type",
@@ -299,7 +293,6 @@ fn the_hosts_sandbox_defaults_apply_with_config() {
             "--data",
             "{}",
         ],
-        std::time::Duration::from_secs(60),
     );
     run.expect_code(3);
     let result = &run.json()["result"];

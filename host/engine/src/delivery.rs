@@ -809,29 +809,23 @@ fn log_block(endpoint: &str, settled: &Settled<'_>, retry_at: Option<SystemTime>
     let (error_type, error) = settled.failure.map_or(("", String::new()), |f| {
         (f.error_type.as_str(), f.message.clone())
     });
-    match retry_at {
-        Some(at) => warn!(
-            endpoint,
-            %session,
-            event_id = %settled.event_id,
-            %event_type,
-            %error_type,
-            %error,
-            retry_at = %nimbus_wire::format_round_trip(at),
-            "event failed: its session is blocked and its later events are parked; a retry is \
-             scheduled (`nimbus event ID`)"
-        ),
-        None => warn!(
-            endpoint,
-            %session,
-            event_id = %settled.event_id,
-            %event_type,
-            %error_type,
-            %error,
-            "event failed and no retry policy applies: its session is blocked and its later \
-             events are parked until it is resubmitted or skipped (`nimbus event ID`)"
-        ),
-    }
+    let what = if retry_at.is_some() {
+        "event failed: its session is blocked and its later events are parked; a retry is \
+         scheduled (`nimbus event ID`)"
+    } else {
+        "event failed and no retry policy applies: its session is blocked and its later events \
+         are parked until it is resubmitted or skipped (`nimbus event ID`)"
+    };
+    warn!(
+        endpoint,
+        %session,
+        event_id = %settled.event_id,
+        %event_type,
+        %error_type,
+        %error,
+        retry_at = retry_at.map(nimbus_wire::format_round_trip).as_deref(),
+        "{what}"
+    );
 }
 
 /// The dead-letter reason and description of a failure: upstream's

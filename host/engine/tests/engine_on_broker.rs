@@ -1012,17 +1012,10 @@ async fn a_valid_message_type_the_endpoint_does_not_handle_is_dead_lettered_as_u
     h.shutdown.cancel();
 }
 
-/// A replayed copy that reaches the endpoint after an unblock, while a
-/// lower parked message still waits in `Deferred`, does not run ahead of it
-/// (decision 0050, rule 4). The interleaving is the one a busy session
-/// makes: a replay that ran while the session was blocked left a copy in
-/// flight behind the operator's skip, and the lower copy was parked again
-/// in the meantime. Here the test is that replay: it holds the parked
-/// session, republishes `e3` behind the skip, and lets `e2` go only after.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replayed_copy_that_comes_back_before_a_lower_parked_one_waits_for_it() {
-    use nimbus_transport::{SessionLock as _, SessionSelector, Settlement};
-    let h = start(RetryPolicies::default(), 10).await;
+/// Session `s1` blocked by `e1` (A fails) with `e2` (B) and `e3` (C)
+/// parked behind it, in that order; the parked session held by the test,
+/// as a replayer would hold it.
+async fn blocked_with_two_parked(h: &Harness) -> nimbus_broker::BrokerSession {
     h.publish(event("s1", "e1", "A", "fail")).await;
     h.publish(event("s1", "e2", "B", "complete")).await;
     h.publish(event("s1", "e3", "C", "complete")).await;
@@ -1034,15 +1027,28 @@ async fn a_replayed_copy_that_comes_back_before_a_lower_parked_one_waits_for_it(
             ("DeferralResponse", "e3")
         ])
     );
-    let parked = h
-        .broker
+    h.broker
         .accept_session(
             &SubscriptionPath::new(E, "Deferred"),
-            SessionSelector::Named("s1".to_owned()),
+            nimbus_transport::SessionSelector::Named("s1".to_owned()),
             Duration::from_secs(10),
         )
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// A replayed copy that reaches the endpoint after an unblock, while a
+/// lower parked message still waits in `Deferred`, does not run ahead of it
+/// (decision 0050, rule 4). The interleaving is the one a busy session
+/// makes: a replay that ran while the session was blocked left a copy in
+/// flight behind the operator's skip, and the lower copy was parked again
+/// in the meantime. Here the test is that replay: it holds the parked
+/// session, republishes `e3` behind the skip, and lets `e2` go only after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_copy_that_comes_back_before_a_lower_parked_one_waits_for_it() {
+    use nimbus_transport::{SessionLock as _, Settlement};
+    let h = start(RetryPolicies::default(), 10).await;
+    let parked = blocked_with_two_parked(&h).await;
     let lower = parked
         .receive(Duration::from_secs(10))
         .await
@@ -1083,21 +1089,9 @@ async fn a_replayed_copy_that_comes_back_before_a_lower_parked_one_waits_for_it(
 /// without it, the session goes on from the next one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_message_that_never_comes_back_is_given_up_after_several_replays() {
-    use nimbus_transport::{SessionLock as _, SessionSelector};
+    use nimbus_transport::SessionLock as _;
     let h = start(RetryPolicies::default(), 10).await;
-    h.publish(event("s1", "e1", "A", "fail")).await;
-    h.publish(event("s1", "e2", "B", "complete")).await;
-    h.publish(event("s1", "e3", "C", "complete")).await;
-    h.responses(3).await;
-    let parked = h
-        .broker
-        .accept_session(
-            &SubscriptionPath::new(E, "Deferred"),
-            SessionSelector::Named("s1".to_owned()),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
+    let parked = blocked_with_two_parked(&h).await;
     let lost = parked
         .receive(Duration::from_secs(10))
         .await
