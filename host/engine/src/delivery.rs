@@ -429,7 +429,7 @@ impl<T: Transport> Delivery<'_, T> {
                 SystemTime::now() + retention,
             );
         }
-        let mut retry_at = None;
+        let mut retry = None;
         if plan.retry_if_policy_allows
             && let Some(failure) = settled.failure
         {
@@ -443,7 +443,7 @@ impl<T: Transport> Delivery<'_, T> {
                 HandlerResult::Failed(f) => f.retry_after,
                 _ => None,
             });
-            let retry = self
+            retry = self
                 .endpoint
                 .policies
                 .retry_delay(settled.message.event_type(), failure, attempt, hint)
@@ -458,19 +458,26 @@ impl<T: Transport> Delivery<'_, T> {
                     }
                     retry
                 });
-            // The block waits for this retry, or none: any earlier one of
-            // its owner is stale from now on.
-            retry_at = retry.as_ref().and_then(|r| r.scheduled_enqueue_time);
-            if next.is_blocked_by(settled.event_id) {
-                next.expect_retry(
-                    retry
-                        .as_ref()
-                        .and_then(|r| Some((r.message_id.as_deref()?, r.scheduled_enqueue_time?))),
-                );
-            }
-            if let Some(retry) = retry {
-                settlement = settlement.publish(topic.clone(), retry.to_transport());
-            }
+        }
+        // The block waits for this retry, or none: any earlier one of its
+        // owner is stale from now on. A retry that ran and scheduled no
+        // other (it dead-lettered, found no handler, or its budget is
+        // spent) leaves the block waiting for none, as a failure that
+        // scheduled none does; one abandoned comes back, so it still waits.
+        let retry_at = retry.as_ref().and_then(|r| r.scheduled_enqueue_time);
+        let awaited_retry_ran =
+            settled.entry == Entry::RetryRequest && plan.settle != Settle::Abandon;
+        if (plan.retry_if_policy_allows || awaited_retry_ran)
+            && next.is_blocked_by(settled.event_id)
+        {
+            next.expect_retry(
+                retry
+                    .as_ref()
+                    .and_then(|r| Some((r.message_id.as_deref()?, r.scheduled_enqueue_time?))),
+            );
+        }
+        if let Some(retry) = retry {
+            settlement = settlement.publish(topic.clone(), retry.to_transport());
         }
         // The state is a field of the settlement, applied with it whatever
         // the order of these calls.

@@ -74,6 +74,8 @@ impl Scripted {
             "transient" => HandlerResult::Transient(failure("Flaky")),
             "transient-once" if count == 1 => HandlerResult::Transient(failure("Flaky")),
             "permanent" => HandlerResult::Permanent(failure("Validation")),
+            "fail-then-permanent" if count == 1 => HandlerResult::Failed(failure("Scripted")),
+            "fail-then-permanent" => HandlerResult::Permanent(failure("Validation")),
             "handoff" => HandlerResult::PendingHandoff {
                 reason: "external job".into(),
                 external_job_id: Some("job-1".into()),
@@ -1164,5 +1166,32 @@ async fn a_retry_scheduled_before_a_failed_resubmission_is_stale() {
         Some(""),
         "the budget is spent: the block waits for no retry"
     );
+    h.shutdown.cancel();
+}
+
+/// A retry that runs and schedules no other (here it fails permanently and
+/// is dead-lettered; the block stays, as upstream) leaves the block waiting
+/// for no retry, so the operator is told to act rather than to wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_schedules_no_other_leaves_the_block_waiting_for_none() {
+    let retry = RetryPolicies {
+        default: Some(RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(100),
+            ..RetryPolicy::default()
+        }),
+        ..RetryPolicies::default()
+    };
+    let h = start(retry, 10).await;
+    h.publish(event("s1", "e1", "A", "fail-then-permanent"))
+        .await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("ErrorResponse", "e1"), ("ErrorResponse", "e1")])
+    );
+    let state = h.session_state("s1").await;
+    assert_eq!(state.blocked_by(), Some("e1"));
+    assert_eq!(state.awaits_retry(), Some(false), "{state:?}");
+    assert_eq!(state.pending_retry_at_ms, None);
     h.shutdown.cancel();
 }
