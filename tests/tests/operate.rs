@@ -328,6 +328,15 @@ fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
         blocked_sessions(&host, "erp"),
         vec![("s-erp-2".to_owned(), id(&failed), 0)]
     );
+    // A failed handoff is never retried: the operator is told to act.
+    let sessions = host.cli(&["sessions", "--blocked"]);
+    assert!(
+        sessions
+            .stdout()
+            .contains(&format!("{} (Failed, no retry)", id(&failed))),
+        "{}",
+        sessions.stdout()
+    );
 }
 
 #[test]

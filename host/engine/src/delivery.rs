@@ -460,16 +460,19 @@ impl<T: Transport> Delivery<'_, T> {
                 });
         }
         // The block waits for this retry, or none: any earlier one of its
-        // owner is stale from now on. A retry that ran and scheduled no
-        // other (it dead-lettered, found no handler, or its budget is
-        // spent) leaves the block waiting for none, as a failure that
-        // scheduled none does; one abandoned comes back, so it still waits.
+        // owner is stale from now on. So it is after every settled run of
+        // the owner's retry or resubmission, whatever its outcome: one that
+        // hands off, fails for good or schedules no other leaves the block
+        // waiting for none (an older chain must not run the handler again,
+        // nor start a second external job); and after a failed handoff,
+        // which waits for an operator. One abandoned comes back, so the
+        // block still waits as it did.
         let retry_at = retry.as_ref().and_then(|r| r.scheduled_enqueue_time);
-        let awaited_retry_ran =
-            settled.entry == Entry::RetryRequest && plan.settle != Settle::Abandon;
-        if (plan.retry_if_policy_allows || awaited_retry_ran)
-            && next.is_blocked_by(settled.event_id)
-        {
+        let owner_ran = matches!(
+            settled.entry,
+            Entry::RetryRequest | Entry::ResubmissionRequest | Entry::HandoffFailedRequest
+        ) && plan.settle != Settle::Abandon;
+        if (plan.retry_if_policy_allows || owner_ran) && next.is_blocked_by(settled.event_id) {
             next.expect_retry(
                 retry
                     .as_ref()
@@ -526,10 +529,10 @@ impl<T: Transport> Delivery<'_, T> {
             // left: from now on only an operator unblocks the session.
             warn!(
                 endpoint = %topic,
-                session = settled.message.session_id.as_deref().unwrap_or(""),
+                session = %settled.message.session_id.as_deref().unwrap_or(""),
                 event_id = %settled.event_id,
-                error_type = settled.failure.map_or("", |f| f.error_type.as_str()),
-                error = settled.failure.map_or("", |f| f.message.as_str()),
+                error_type = %settled.failure.map_or("", |f| f.error_type.as_str()),
+                error = %settled.failure.map_or("", |f| f.message.as_str()),
                 "event failed again and no retry is left: its session stays blocked until it is \
                  resubmitted or skipped (`nimbus event ID`)"
             );
@@ -803,7 +806,7 @@ fn log_block(endpoint: &str, settled: &Settled<'_>, retry_at: Option<SystemTime>
     }) = settled.report.map(|r| &r.result)
     {
         info!(
-            endpoint,
+            %endpoint,
             %session,
             event_id = %settled.event_id,
             %event_type,
@@ -824,13 +827,15 @@ fn log_block(endpoint: &str, settled: &Settled<'_>, retry_at: Option<SystemTime>
          are parked until it is resubmitted or skipped (`nimbus event ID`)"
     };
     warn!(
-        endpoint,
+        %endpoint,
         %session,
         event_id = %settled.event_id,
         %event_type,
         %error_type,
         %error,
-        retry_at = retry_at.map(nimbus_wire::format_round_trip).as_deref(),
+        retry_at = retry_at
+            .map(nimbus_wire::format_round_trip)
+            .map(tracing::field::display),
         "{what}"
     );
 }

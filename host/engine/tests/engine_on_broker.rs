@@ -1195,3 +1195,50 @@ async fn a_retry_that_schedules_no_other_leaves_the_block_waiting_for_none() {
     assert_eq!(state.pending_retry_at_ms, None);
     h.shutdown.cancel();
 }
+
+/// However a resubmission of the owner ends (handed off, failed for good),
+/// the retry scheduled before it is stale: it neither runs the handler
+/// again on the old payload nor rolls the outcome back, and a handoff's
+/// external job is not started twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_scheduled_before_a_resubmission_that_hands_off_or_dead_letters_is_stale() {
+    let retry = RetryPolicies {
+        default: Some(RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(300),
+            ..RetryPolicy::default()
+        }),
+        ..RetryPolicies::default()
+    };
+    let h = start(retry, 10).await;
+    for (session, id, resubmitted, response) in [
+        ("s1", "A", "handoff", "PendingHandoffResponse"),
+        ("s2", "B", "permanent", "ErrorResponse"),
+    ] {
+        let event_id = format!("e-{session}");
+        h.publish(event(session, &event_id, id, "fail")).await;
+        assert_eq!(h.responses(1).await, pairs(&[("ErrorResponse", &event_id)]));
+        let mut resubmission = event_request(
+            session,
+            &event_id,
+            &serde_json::json!({ "Id": id, "Action": resubmitted }),
+        );
+        resubmission.message_type = MessageType::ResubmissionRequest;
+        resubmission.message_id = Some(format!("resubmission-{session}"));
+        resubmission.from = Some("Manager".to_owned());
+        h.publish(resubmission.to_transport()).await;
+        assert_eq!(h.responses(1).await, pairs(&[(response, &event_id)]));
+    }
+    let more = h.responses.receive(Duration::from_secs(2)).await.unwrap();
+    assert!(
+        more.is_none(),
+        "an older retry ran: {:?}",
+        more.map(|m| NimbusMessage::from_received(&m).map(|m| m.message_type))
+    );
+    assert_eq!(h.seen(), ["A", "A", "B", "B"]);
+    for session in ["s1", "s2"] {
+        let state = h.session_state(session).await;
+        assert_eq!(state.awaits_retry(), Some(false), "{session}: {state:?}");
+    }
+    h.shutdown.cancel();
+}

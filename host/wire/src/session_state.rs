@@ -186,6 +186,9 @@ impl SessionState {
     /// Blocks the session by `event_id` (failure, pending handoff).
     pub fn block(&mut self, event_id: &str) {
         self.blocked_by_event_id = Some(event_id.to_owned());
+        // The settlement that blocks says which retry, if any, the block
+        // waits for (the engine's `expect_retry`); a plain block writes
+        // upstream's blob unchanged.
         self.pending_retry_message_id = None;
         self.pending_retry_at_ms = None;
     }
