@@ -570,14 +570,7 @@ async fn failure_blocks_session_parks_followers_and_skip_replays_them_in_order()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_policy_schedules_a_retry_that_unblocks_and_replays() {
-    let retry = RetryPolicies {
-        default: Some(RetryPolicy {
-            max_retries: 2,
-            base_delay: Duration::from_millis(200),
-            ..RetryPolicy::default()
-        }),
-        ..RetryPolicies::default()
-    };
+    let retry = every_failure_retried(2, Duration::from_millis(200));
     let h = start(retry, 10).await;
     h.publish(event("s1", "e1", "A", "fail-once")).await;
     h.publish(event("s1", "e2", "B", "complete")).await;
@@ -1116,33 +1109,43 @@ async fn a_parked_message_that_never_comes_back_is_given_up_after_several_replay
     h.shutdown.cancel();
 }
 
+/// One policy for every failure: `max_retries` retries, `base_delay` apart.
+fn every_failure_retried(max_retries: u32, base_delay: Duration) -> RetryPolicies {
+    RetryPolicies {
+        default: Some(RetryPolicy {
+            max_retries,
+            base_delay,
+            ..RetryPolicy::default()
+        }),
+        ..RetryPolicies::default()
+    }
+}
+
+/// A ResubmissionRequest as the Manager sends it: the event (payload `Id`,
+/// `Action`) as its content.
+fn resubmission(session: &str, event_id: &str, id: &str, action: &str) -> Message {
+    let mut resubmission = event_request(
+        session,
+        event_id,
+        &serde_json::json!({ "Id": id, "Action": action }),
+    );
+    resubmission.message_type = MessageType::ResubmissionRequest;
+    resubmission.message_id = Some(format!("resubmission-{event_id}"));
+    resubmission.from = Some("Manager".to_owned());
+    resubmission.to_transport()
+}
+
 /// A resubmission that fails while a retry of its event is scheduled starts
 /// a fresh budget (F14), and the retry scheduled before it is stale: the
 /// handler runs once per attempt of the fresh budget, not once more for
 /// each retry of the older chain as well.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_scheduled_before_a_failed_resubmission_is_stale() {
-    let retry = RetryPolicies {
-        default: Some(RetryPolicy {
-            max_retries: 2,
-            base_delay: Duration::from_millis(300),
-            ..RetryPolicy::default()
-        }),
-        ..RetryPolicies::default()
-    };
+    let retry = every_failure_retried(2, Duration::from_millis(300));
     let h = start(retry, 10).await;
     h.publish(event("s1", "e1", "A", "fail")).await;
     assert_eq!(h.responses(1).await, pairs(&[("ErrorResponse", "e1")]));
-    // As the Manager sends it: the recorded event as its content.
-    let mut resubmission = event_request(
-        "s1",
-        "e1",
-        &serde_json::json!({ "Id": "A", "Action": "fail" }),
-    );
-    resubmission.message_type = MessageType::ResubmissionRequest;
-    resubmission.message_id = Some("resubmission-1".to_owned());
-    resubmission.from = Some("Manager".to_owned());
-    h.publish(resubmission.to_transport()).await;
+    h.publish(resubmission("s1", "e1", "A", "fail")).await;
     // The resubmission, then the fresh budget's two retries.
     assert_eq!(
         h.responses(3).await,
@@ -1174,14 +1177,7 @@ async fn a_retry_scheduled_before_a_failed_resubmission_is_stale() {
 /// for no retry, so the operator is told to act rather than to wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_that_schedules_no_other_leaves_the_block_waiting_for_none() {
-    let retry = RetryPolicies {
-        default: Some(RetryPolicy {
-            max_retries: 3,
-            base_delay: Duration::from_millis(100),
-            ..RetryPolicy::default()
-        }),
-        ..RetryPolicies::default()
-    };
+    let retry = every_failure_retried(3, Duration::from_millis(100));
     let h = start(retry, 10).await;
     h.publish(event("s1", "e1", "A", "fail-then-permanent"))
         .await;
@@ -1202,14 +1198,7 @@ async fn a_retry_that_schedules_no_other_leaves_the_block_waiting_for_none() {
 /// external job is not started twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_scheduled_before_a_resubmission_that_hands_off_or_dead_letters_is_stale() {
-    let retry = RetryPolicies {
-        default: Some(RetryPolicy {
-            max_retries: 2,
-            base_delay: Duration::from_millis(300),
-            ..RetryPolicy::default()
-        }),
-        ..RetryPolicies::default()
-    };
+    let retry = every_failure_retried(2, Duration::from_millis(300));
     let h = start(retry, 10).await;
     for (session, id, resubmitted, response) in [
         ("s1", "A", "handoff", "PendingHandoffResponse"),
@@ -1218,15 +1207,8 @@ async fn a_retry_scheduled_before_a_resubmission_that_hands_off_or_dead_letters_
         let event_id = format!("e-{session}");
         h.publish(event(session, &event_id, id, "fail")).await;
         assert_eq!(h.responses(1).await, pairs(&[("ErrorResponse", &event_id)]));
-        let mut resubmission = event_request(
-            session,
-            &event_id,
-            &serde_json::json!({ "Id": id, "Action": resubmitted }),
-        );
-        resubmission.message_type = MessageType::ResubmissionRequest;
-        resubmission.message_id = Some(format!("resubmission-{session}"));
-        resubmission.from = Some("Manager".to_owned());
-        h.publish(resubmission.to_transport()).await;
+        h.publish(resubmission(session, &event_id, id, resubmitted))
+            .await;
         assert_eq!(h.responses(1).await, pairs(&[(response, &event_id)]));
     }
     let more = h.responses.receive(Duration::from_secs(2)).await.unwrap();
