@@ -1318,3 +1318,36 @@ fn a_blocked_session_says_whether_a_retry_is_coming() {
         "{log}"
     );
 }
+
+/// A transient failure sends no response (SEMANTICS §3): the warning, once
+/// per event, is what tells an operator why its session waits.
+#[test]
+fn a_transient_failure_is_said_once_at_the_default_level() {
+    let scratch = Scratch::new();
+    scratch.install("app", "echo", "echo");
+    let config = nimbus_blackbox_tests::running::config_text("")
+        .replace("[broker]\n", "[broker]\nmax_delivery_count = 3\n")
+        .replace(
+            "[engine]\n",
+            "[engine]\ntransient_backoff = \"50ms\"\ntransient_backoff_max = \"100ms\"\n",
+        );
+    let host = RunningHost::start_with_config(&scratch, &config);
+    let flaky = publish(
+        &host,
+        "Echo",
+        "s-flaky",
+        r#"{"Outcome":"Transient","ErrorType":"PartnerDown"}"#,
+    );
+    let dead = host.wait_status("s-flaky", &flaky, "DeadLettered");
+    let log = host.stderr();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("failed transiently") && line.contains(&id(&dead)))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].contains("WARN") && said[0].contains("error_type=PartnerDown"),
+        "{}",
+        said[0]
+    );
+}

@@ -395,6 +395,22 @@ impl<T: Transport> Delivery<'_, T> {
                     .policies
                     .transient
                     .delay(received.delivery_count, hint);
+                // Said once per event at the default level: no response is
+                // sent (SEMANTICS.md §3), so this line is all an operator sees
+                // until the event completes or is dead-lettered.
+                if received.delivery_count <= 1 {
+                    warn!(
+                        endpoint = %topic,
+                        session = %settled.message.session_id.as_deref().unwrap_or(""),
+                        event_id = %settled.event_id,
+                        error_type = %settled.failure.map_or("", |f| f.error_type.as_str()),
+                        error = %settled.failure.map_or("", |f| f.message.as_str()),
+                        max_deliveries = self.endpoint.max_delivery_count,
+                        "event failed transiently: its session waits while it is delivered again \
+                         after a backoff, until it succeeds or reaches the max delivery count \
+                         and is dead-lettered"
+                    );
+                }
                 info!(endpoint = %topic, event_id = settled.event_id, ?backoff, delivery = received.delivery_count, "transient failure: holding the session, then abandoning");
                 self.hold(backoff).await?;
                 let settlement = Settlement::abandon(received, Properties::new());
