@@ -107,10 +107,7 @@ impl Scratch {
     /// for anything else, e.g. `--help`.
     pub fn run(&self, args: &[&str]) -> Run {
         let cache = self.path("cache");
-        let mut all: Vec<&str> = args.to_vec();
-        let cache = cache.to_str().expect("utf-8 temp path");
-        all.extend(["--cache-dir", cache]);
-        self.run_raw(&all)
+        self.run_raw(&with_cache(args, &cache))
     }
 
     /// Runs `nimbus` with exactly `args`, with `XDG_CACHE_HOME` pointing
@@ -124,10 +121,8 @@ impl Scratch {
     /// the test failed, if it runs longer than `limit`.
     pub fn run_within(&self, args: &[&str], limit: std::time::Duration) -> Run {
         let cache = self.path("cache");
-        let mut all: Vec<&str> = args.to_vec();
-        all.extend(["--cache-dir", cache.to_str().expect("utf-8 temp path")]);
         let mut child = self
-            .command(&all)
+            .command(&with_cache(args, &cache))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -154,6 +149,13 @@ impl Scratch {
             .env_remove("RUST_LOG");
         command
     }
+}
+
+/// `args` followed by `--cache-dir cache`.
+fn with_cache<'a>(args: &[&'a str], cache: &'a Path) -> Vec<&'a str> {
+    let mut all = args.to_vec();
+    all.extend(["--cache-dir", cache.to_str().expect("utf-8 temp path")]);
+    all
 }
 
 /// What one run of the binary produced.

@@ -165,9 +165,14 @@ impl<T: Transport> Delivery<'_, T> {
             Turn::Go => {}
             Turn::Wait { sequence, counted } => {
                 debug!(endpoint = %self.endpoint.name, %event_id, sequence, floor = self.state.replay_floor(), "a replayed copy came back before a lower parked one: parked again in its place");
-                return self
-                    .park_again(received, &message, sequence, counted, timing)
-                    .await;
+                // Blocked, this is what the guard would do; unblocked, the
+                // event is recorded as parked already, so nothing is said.
+                let why = match self.state.blocked_by() {
+                    Some(owner) if !counted => ParkedBy::Block(owner.to_owned()),
+                    _ => ParkedBy::OutOfTurn,
+                };
+                let sequence = session_state::ParkSequence::Keep(sequence);
+                return self.park(received, &message, why, sequence, timing).await;
             }
             Turn::GiveUpBelow { sequence, floor } => {
                 error!(
@@ -218,8 +223,8 @@ impl<T: Transport> Delivery<'_, T> {
                 blocked_by,
                 sequence,
             } => {
-                self.park(received, &message, blocked_by, sequence, timing)
-                    .await
+                let why = blocked_by.map_or(ParkedBy::EarlierParked, ParkedBy::Block);
+                self.park(received, &message, why, sequence, timing).await
             }
             Guard::CompleteSilently(why) => {
                 debug!(endpoint = %self.endpoint.name, %event_id, ?why, "completed without a handler or a response");
@@ -399,12 +404,13 @@ impl<T: Transport> Delivery<'_, T> {
                 // sent (SEMANTICS.md §3), so this line is all an operator sees
                 // until the event completes or is dead-lettered.
                 if received.delivery_count <= 1 {
+                    let (error_type, error) = settled.error();
                     warn!(
                         endpoint = %topic,
-                        session = %settled.message.session_id.as_deref().unwrap_or(""),
+                        session = %settled.session(),
                         event_id = %settled.event_id,
-                        error_type = %settled.failure.map_or("", |f| f.error_type.as_str()),
-                        error = %settled.failure.map_or("", |f| f.message.as_str()),
+                        %error_type,
+                        %error,
                         max_deliveries = self.endpoint.max_delivery_count,
                         "event failed transiently: its session waits while it is delivered again \
                          after a backoff, until it succeeds or reaches the max delivery count \
@@ -543,12 +549,13 @@ impl<T: Transport> Delivery<'_, T> {
         {
             // A retry or a resubmission of the blocker failed with no retry
             // left: from now on only an operator unblocks the session.
+            let (error_type, error) = settled.error();
             warn!(
                 endpoint = %topic,
-                session = %settled.message.session_id.as_deref().unwrap_or(""),
+                session = %settled.session(),
                 event_id = %settled.event_id,
-                error_type = %settled.failure.map_or("", |f| f.error_type.as_str()),
-                error = %settled.failure.map_or("", |f| f.message.as_str()),
+                %error_type,
+                %error,
                 "event failed again and no retry is left: its session stays blocked until it is \
                  resubmitted or skipped (`nimbus event ID`)"
             );
@@ -631,66 +638,40 @@ impl<T: Transport> Delivery<'_, T> {
         &mut self,
         received: ReceivedMessage,
         message: &NimbusMessage,
-        blocked_by: Option<String>,
+        why: ParkedBy,
         sequence: session_state::ParkSequence,
         timing: Timing,
     ) -> Result<(), DeliveryError> {
         let topic = self.endpoint.name.clone();
         let mut next = self.state.clone();
         let sequence = session_state::park(&mut next, sequence);
-        let response = match &blocked_by {
-            Some(owner) => build::deferral_response(message, timing.times(), owner),
-            None => build::deferral_response_behind_parked(
+        let response = match &why {
+            ParkedBy::Block(owner) => {
+                Some(build::deferral_response(message, timing.times(), owner))
+            }
+            ParkedBy::EarlierParked => Some(build::deferral_response_behind_parked(
                 message,
                 timing.times(),
                 self.state.deferred_count,
-            ),
+            )),
+            ParkedBy::OutOfTurn => {
+                next.out_of_turn_replays = next.out_of_turn_replays.saturating_add(1);
+                None
+            }
         };
+        let mut settlement = Settlement::complete(received);
+        if let Some(response) = response {
+            settlement = settlement.publish(topic.clone(), response.to_transport());
+        }
         let parked = build::parked_copy(message, sequence);
-        let mut settlement = Settlement::complete(received)
-            .publish(topic.clone(), response.to_transport())
-            .publish(topic.clone(), parked.to_transport());
+        settlement = settlement.publish(topic.clone(), parked.to_transport());
         settlement = self.with_state(settlement, &next);
-        if blocked_by.is_none() && session_state::needs_replay_trigger(&next) {
-            // Parked only by the gate: make sure a replay will pick it up.
+        if !matches!(why, ParkedBy::Block(_)) && session_state::needs_replay_trigger(&next) {
+            // Not parked by a block: make sure a replay will pick it up.
             let trigger = build::process_deferred_request(message);
             settlement = settlement.publish(topic, trigger.to_transport());
         }
-        debug!(endpoint = %self.endpoint.name, event_id = ?message.event_id, sequence, blocked_by = ?blocked_by, "parked");
-        self.commit(settlement, Some(next)).await
-    }
-
-    /// Parks a replayed copy again under its own sequence, because a lower
-    /// one has not run yet (decision 0050, rule 4). While the session is
-    /// blocked this is what the guard would do, with its DeferralResponse.
-    /// Otherwise the event is already recorded as parked, so no response is
-    /// sent; the copy is `counted` as out of turn, and a replay trigger goes
-    /// with it, so the copy comes back after the lower ones.
-    async fn park_again(
-        &mut self,
-        received: ReceivedMessage,
-        message: &NimbusMessage,
-        sequence: u32,
-        counted: bool,
-        timing: Timing,
-    ) -> Result<(), DeliveryError> {
-        if let Some(owner) = self.state.blocked_by().map(str::to_owned) {
-            let sequence = session_state::ParkSequence::Keep(sequence);
-            return self
-                .park(received, message, Some(owner), sequence, timing)
-                .await;
-        }
-        let topic = self.endpoint.name.clone();
-        let mut next = self.state.clone();
-        if counted {
-            next.out_of_turn_replays = next.out_of_turn_replays.saturating_add(1);
-        }
-        let parked = build::parked_copy(message, sequence);
-        let trigger = build::process_deferred_request(message);
-        let settlement = Settlement::complete(received)
-            .publish(topic.clone(), parked.to_transport())
-            .publish(topic, trigger.to_transport());
-        let settlement = self.with_state(settlement, &next);
+        debug!(endpoint = %self.endpoint.name, event_id = ?message.event_id, sequence, ?why, "parked");
         self.commit(settlement, Some(next)).await
     }
 
@@ -797,6 +778,20 @@ impl<T: Transport> Delivery<'_, T> {
     }
 }
 
+/// Why a message is parked, which says what the Resolver is told.
+#[derive(Debug)]
+enum ParkedBy {
+    /// This event blocks the session: DeferralResponse naming it.
+    Block(String),
+    /// Nothing blocks, but earlier events are parked (the gate):
+    /// DeferralResponse saying it waits behind them.
+    EarlierParked,
+    /// A replayed copy back before a lower parked one (decision 0050, rule
+    /// 4): already recorded as parked, so no response; counted towards
+    /// giving up on a lost parked message.
+    OutOfTurn,
+}
+
 /// What a settlement knows about the delivery it settles.
 struct Settled<'a> {
     message: &'a NimbusMessage,
@@ -810,10 +805,23 @@ struct Settled<'a> {
     inbox_key: Option<InboxKey>,
 }
 
+impl Settled<'_> {
+    /// The session, for log lines (`""` without one).
+    fn session(&self) -> &str {
+        self.message.session_id.as_deref().unwrap_or("")
+    }
+
+    /// The failure's type and message, for log lines (`""` without one).
+    fn error(&self) -> (&str, &str) {
+        self.failure
+            .map_or(("", ""), |f| (f.error_type.as_str(), f.message.as_str()))
+    }
+}
+
 /// Says why a session is now blocked: a failure at warn (the default level
 /// shows it; the operator has to act), a handoff at info (the job settles it).
 fn log_block(endpoint: &str, settled: &Settled<'_>, retry_at: Option<SystemTime>) {
-    let session = settled.message.session_id.as_deref().unwrap_or("");
+    let session = settled.session();
     let event_type = settled.message.event_type().unwrap_or("");
     if let Some(HandlerResult::PendingHandoff {
         reason,
@@ -832,9 +840,7 @@ fn log_block(endpoint: &str, settled: &Settled<'_>, retry_at: Option<SystemTime>
         );
         return;
     }
-    let (error_type, error) = settled.failure.map_or(("", String::new()), |f| {
-        (f.error_type.as_str(), f.message.clone())
-    });
+    let (error_type, error) = settled.error();
     let what = if retry_at.is_some() {
         "event failed: its session is blocked and its later events are parked; a retry is \
          scheduled (`nimbus event ID`)"
