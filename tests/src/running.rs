@@ -177,6 +177,28 @@ impl RunningHost {
         run.json()
     }
 
+    /// `GET /metrics` (the CLI has no command for it: Prometheus scrapes
+    /// it), over a plain HTTP/1.0 request; the body.
+    #[track_caller]
+    pub fn metrics(&self) -> String {
+        use std::io::Write as _;
+        let address = self.api.trim_start_matches("http://");
+        let mut stream = std::net::TcpStream::connect(address).expect("connect to the API");
+        write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("send");
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .expect("read the response");
+        let (head, body) = response
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("no HTTP response: {response}"));
+        assert!(
+            head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+            "{head}"
+        );
+        body.to_owned()
+    }
+
     /// Polls `check` until it returns `Some`; panics with `what` and the
     /// host's log after [`DEADLINE`].
     #[track_caller]

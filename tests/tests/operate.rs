@@ -1319,6 +1319,65 @@ fn a_blocked_session_says_whether_a_retry_is_coming() {
     );
 }
 
+/// While an event is delivered again after a transient failure, the
+/// Resolver still says Pending (no response is sent, SEMANTICS §3);
+/// `nimbus event` says which delivery failed, why, and when the next comes.
+#[test]
+fn an_event_failing_transiently_shows_its_failure_while_it_waits() {
+    let scratch = Scratch::new();
+    scratch.install("app", "echo", "echo");
+    // A backoff longer than the test: the event stays in its first wait.
+    let config = nimbus_blackbox_tests::running::config_text("")
+        .replace("[broker]\n", "[broker]\nmax_delivery_count = 3\n")
+        .replace(
+            "[engine]\n",
+            "[engine]\ntransient_backoff = \"10m\"\ntransient_backoff_max = \"10m\"\n",
+        );
+    let host = RunningHost::start_with_config(&scratch, &config);
+    let flaky = publish(
+        &host,
+        "Echo",
+        "s-flaky",
+        r#"{"Outcome":"Transient","ErrorType":"PartnerDown"}"#,
+    );
+    let event = host.eventually("the transient failure is shown", || {
+        let event = host.cli_json(&["event", &flaky, "--json"]);
+        (!event["endpoints"][0]["transient_failure"].is_null()).then_some(event)
+    });
+    let at = &event["endpoints"][0];
+    assert_eq!(at["record"]["status"], "Pending", "{event:#}");
+    let failure = &at["transient_failure"];
+    assert_eq!(
+        (
+            &failure["delivery"],
+            &failure["max_deliveries"],
+            &failure["error_type"]
+        ),
+        (&json!(1), &json!(3), &json!("PartnerDown")),
+        "{event:#}"
+    );
+    let shown = host.cli(&["event", &flaky]);
+    let line = shown
+        .stdout()
+        .lines()
+        .find(|l| l.starts_with("retrying"))
+        .unwrap_or_else(|| panic!("no retrying line in\n{}", shown.stdout()))
+        .to_owned();
+    assert!(
+        line.contains("delivery 1 of 3 failed transiently at ")
+            && line.contains("(PartnerDown: ")
+            && line.contains("; next delivery after "),
+        "{line}"
+    );
+    let metrics = host.metrics();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "nimbus_retrying_events{endpoint=\"app\"} 1"),
+        "{metrics}"
+    );
+}
+
 /// A transient failure sends no response (SEMANTICS §3): the warning, once
 /// per event, is what tells an operator why its session waits.
 #[test]

@@ -20,6 +20,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::handler::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
 use crate::policies::Policies;
+use crate::retrying::{Retrying, TransientAttempt};
 use crate::session_state::{
     self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle, Turn,
 };
@@ -49,6 +50,9 @@ pub struct Endpoint {
     /// How long the endpoint's inbox remembers a handled message id; `None`
     /// for no inbox (no duplicate check, no record).
     pub inbox_retention: Option<Duration>,
+    /// Where the endpoint notes the events it is delivering again after a
+    /// transient failure (shared by the host's endpoints, read by its API).
+    pub retrying: Arc<Retrying>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -418,6 +422,21 @@ impl<T: Transport> Delivery<'_, T> {
                     );
                 }
                 info!(endpoint = %topic, event_id = settled.event_id, ?backoff, delivery = received.delivery_count, "transient failure: holding the session, then abandoning");
+                let (error_type, error) = settled.error();
+                let failed_at = SystemTime::now();
+                self.endpoint.retrying.note(
+                    &topic,
+                    settled.event_id,
+                    TransientAttempt {
+                        session: settled.session().to_owned(),
+                        delivery: received.delivery_count,
+                        max_deliveries: self.endpoint.max_delivery_count,
+                        error_type: error_type.to_owned(),
+                        error: error.to_owned(),
+                        failed_at,
+                        next_delivery_after: failed_at + backoff,
+                    },
+                );
                 self.hold(backoff).await?;
                 let settlement = Settlement::abandon(received, Properties::new());
                 return self.commit(settlement, None).await;
@@ -425,6 +444,7 @@ impl<T: Transport> Delivery<'_, T> {
             plan.response = Some(Response::DeadLetterNotification);
             plan.settle = Settle::DeadLetter;
         }
+        self.endpoint.retrying.clear(&topic, settled.event_id);
         // After the transient decision: a replayed copy that is dead-lettered
         // leaves the parked set, one that is abandoned stays in flight.
         let mut next = self.state.clone();

@@ -22,6 +22,7 @@ pub mod policy_config;
 mod processor;
 mod replayer;
 pub mod retry;
+mod retrying;
 pub mod session_state;
 
 pub use delivery::{
@@ -33,6 +34,7 @@ pub use handler::{
 pub use policies::{Policies, TransientBackoff};
 pub use processor::{ProcessorSettings, run_endpoint};
 pub use replayer::run_replayer;
+pub use retrying::{Retrying, TransientAttempt};
 
 pub use classifier::{
     Classification, Classifier, ClassifierRule, Disposition, ErrorTypePattern, PatternError,

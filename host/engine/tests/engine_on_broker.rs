@@ -13,8 +13,8 @@ use nimbus_broker::{Broker, BrokerOptions, Durability};
 use nimbus_engine::Classifier;
 use nimbus_engine::{
     Endpoint, HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
-    Policies, ProcessorSettings, RetryPolicies, RetryPolicy, TransientBackoff, run_endpoint,
-    run_replayer,
+    Policies, ProcessorSettings, RetryPolicies, RetryPolicy, Retrying, TransientBackoff,
+    run_endpoint, run_replayer,
 };
 use nimbus_transport::{
     Admin, Message, Receiver, RuleDescription, SubQueue, SubscriptionPath, SubscriptionSettings,
@@ -102,6 +102,7 @@ struct Harness {
     broker: Arc<Broker>,
     handler: Arc<Scripted>,
     responses: nimbus_broker::BrokerReceiver,
+    retrying: Arc<Retrying>,
     shutdown: CancellationToken,
 }
 
@@ -205,6 +206,8 @@ struct Tuning {
     /// `None`.
     lock_duration: Option<Duration>,
     renew_every: Duration,
+    /// How long the session waits after a transient failure.
+    transient_backoff: TransientBackoff,
 }
 
 async fn start_with(
@@ -222,6 +225,10 @@ async fn start_with(
         },
         lock_duration: None,
         renew_every: Duration::from_secs(5),
+        transient_backoff: TransientBackoff {
+            base: Duration::from_millis(5),
+            max: Duration::from_millis(20),
+        },
     };
     tune(&mut tuning);
     let dir = tempfile::tempdir().unwrap();
@@ -232,21 +239,20 @@ async fn start_with(
     );
     provision(&broker, max_delivery_count, tuning.lock_duration).await;
     let handler = Arc::new(Scripted::default());
+    let retrying = Arc::new(Retrying::default());
     let endpoint = Arc::new(Endpoint {
         name: E.to_owned(),
         handlers: handler.clone(),
         policies: Arc::new(Policies::new(
             retry,
             Classifier::default(),
-            TransientBackoff {
-                base: Duration::from_millis(5),
-                max: Duration::from_millis(20),
-            },
+            tuning.transient_backoff,
         )),
         max_delivery_count,
         renew_every: tuning.renew_every,
         sdk_version: "test".into(),
         inbox_retention,
+        retrying: Arc::clone(&retrying),
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(run_endpoint(
@@ -265,6 +271,7 @@ async fn start_with(
         broker,
         handler,
         responses,
+        retrying,
         shutdown,
     }
 }
@@ -617,6 +624,64 @@ async fn transient_failure_is_redelivered_then_dead_lettered_at_max_delivery_cou
         "a transient failure never blocks"
     );
     h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_delivered_again_after_a_transient_failure_is_noted_until_it_settles() {
+    // A transient failure sends the Resolver nothing (SEMANTICS §3): the
+    // operator API learns from this note why the event is still Pending.
+    // The backoff is long enough to look while the session waits.
+    let backoff = Duration::from_secs(1);
+    for (action, max_deliveries, settles_as) in [
+        ("transient-once", 10, "ResolutionResponse"),
+        ("transient", 2, "ErrorResponse"),
+    ] {
+        let h = start_with(RetryPolicies::default(), max_deliveries, None, |t| {
+            t.transient_backoff = TransientBackoff {
+                base: backoff,
+                max: backoff,
+            };
+        })
+        .await;
+        h.publish(event("s1", "e1", "A", action)).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let noted = loop {
+            if let Some(noted) = h.retrying.of(E, "e1") {
+                break noted;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{action}: the transient failure was never noted"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert_eq!(
+            (noted.session.as_str(), noted.delivery, noted.max_deliveries),
+            ("s1", 1, max_deliveries),
+            "{action}"
+        );
+        assert_eq!(
+            (noted.error_type.as_str(), noted.error.as_str()),
+            ("Flaky", "scripted Flaky"),
+            "{action}"
+        );
+        assert_eq!(
+            noted
+                .next_delivery_after
+                .duration_since(noted.failed_at)
+                .ok(),
+            Some(backoff),
+            "{action}: the next delivery comes after the backoff"
+        );
+        let (kind, event_id, _) = h.response().await;
+        assert_eq!((kind.as_str(), event_id.as_str()), (settles_as, "e1"));
+        assert_eq!(
+            h.retrying.of(E, "e1"),
+            None,
+            "{action}: settled, so no longer retrying"
+        );
+        h.shutdown.cancel();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

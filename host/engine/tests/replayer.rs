@@ -634,6 +634,7 @@ async fn a_parked_copy_that_cannot_be_decoded_is_dead_lettered_and_no_longer_cou
         renew_every: Duration::from_secs(5),
         sdk_version: "test".into(),
         inbox_retention: None,
+        retrying: Arc::default(),
     });
     tokio::spawn(nimbus_engine::run_endpoint(
         h.broker.clone(),

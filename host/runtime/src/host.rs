@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use nimbus_broker::{Broker, BrokerOptions};
-use nimbus_engine::{Policies, ProcessorSettings};
+use nimbus_engine::{Policies, ProcessorSettings, Retrying};
 use nimbus_resolver::SqliteResolverStore;
 use nimbus_sandbox::{Limits, Registry, Sandbox, SandboxConfig, Snapshot, WatchGuard};
 use nimbus_transport::provision::{self, Topology};
@@ -35,6 +35,7 @@ pub struct Host {
     registry: Arc<Registry>,
     resolver: Arc<SqliteResolverStore>,
     metrics: Arc<Metrics>,
+    retrying: Arc<Retrying>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     _watch: WatchGuard,
@@ -122,6 +123,7 @@ impl Host {
             registry,
             resolver,
             metrics: Arc::new(Metrics::default()),
+            retrying: Arc::default(),
             shutdown,
             tasks,
             _watch: watch,
@@ -156,6 +158,12 @@ impl Host {
     /// The Resolver store.
     pub fn resolver(&self) -> &Arc<SqliteResolverStore> {
         &self.resolver
+    }
+
+    /// The events this host's endpoints are delivering again after a
+    /// transient failure.
+    pub fn retrying(&self) -> &Arc<Retrying> {
+        &self.retrying
     }
 
     /// The counters and histograms of what the Resolver records.
@@ -253,6 +261,7 @@ struct Supervisor {
     registry: Arc<Registry>,
     config: ValidConfig,
     policies: Arc<Policies>,
+    retrying: Arc<Retrying>,
     processor: ProcessorSettings,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -266,6 +275,7 @@ impl Supervisor {
             registry: Arc::clone(&host.registry),
             config: host.config.clone(),
             policies: Arc::new(wiring::policies(&host.config)),
+            retrying: Arc::clone(&host.retrying),
             processor: wiring::processor_settings(&host.config),
             shutdown: host.shutdown.clone(),
             tasks: host.tasks.clone(),
@@ -336,6 +346,7 @@ impl Supervisor {
             Arc::new(SandboxHandlers::new(Arc::clone(&self.registry))),
             Arc::clone(&self.policies),
             format!("nimbus {VERSION}"),
+            Arc::clone(&self.retrying),
         );
         info!(endpoint = name, "endpoint started");
         wiring::spawn_endpoint(

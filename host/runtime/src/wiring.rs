@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use nimbus_broker::Broker;
-use nimbus_engine::{Endpoint, Handlers, Policies, ProcessorSettings, TransientBackoff};
+use nimbus_engine::{Endpoint, Handlers, Policies, ProcessorSettings, Retrying, TransientBackoff};
 use nimbus_resolver::{ResolverSettings, ResolverStore, StoreDurability};
 use nimbus_transport::provision::Topology;
 use tokio_util::sync::CancellationToken;
@@ -75,6 +75,7 @@ pub(crate) fn endpoint(
     handlers: Arc<dyn Handlers>,
     policies: Arc<Policies>,
     sdk_version: String,
+    retrying: Arc<Retrying>,
 ) -> Endpoint {
     let engine = &config.config.engine;
     Endpoint {
@@ -85,6 +86,7 @@ pub(crate) fn endpoint(
         renew_every: config.config.broker.lock_duration / 3,
         sdk_version,
         inbox_retention: engine.inbox.then_some(engine.inbox_retention),
+        retrying,
     }
 }
 

@@ -443,6 +443,9 @@ fn event_text(event: &Value) -> String {
         let _ = writeln!(out, "event       {}", text(&r["event_id"]));
         let _ = writeln!(out, "endpoint    {}", text(&r["endpoint"]));
         let _ = writeln!(out, "status      {status}");
+        if let Some(line) = transient_line(&at["transient_failure"]) {
+            let _ = writeln!(out, "retrying    {line}");
+        }
         let _ = writeln!(out, "type        {}", text(&r["event_type"]));
         let _ = writeln!(out, "session     {}", text(&r["session_id"]));
         let _ = writeln!(out, "correlation {}", text(&r["correlation_id"]));
@@ -529,6 +532,26 @@ fn event_text(event: &Value) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Why a Pending event is still pending when the host is delivering it
+/// again after a transient failure (the Resolver is sent nothing for one):
+/// `delivery 2 of 10 failed transiently at 15:14:22Z (Timeout: partner
+/// down); next delivery after 15:14:27Z`.
+fn transient_line(failure: &Value) -> Option<String> {
+    let delivery = failure["delivery"].as_u64()?;
+    let error_type = text(&failure["error_type"]);
+    let mut error = text(&failure["error"]);
+    if !error_type.is_empty() && error_type != "-" {
+        error = format!("{error_type}: {error}");
+    }
+    Some(format!(
+        "delivery {delivery} of {} failed transiently at {} ({}); next delivery after {}",
+        text(&failure["max_deliveries"]),
+        clock_time(&text(&failure["failed_at"])),
+        one_line(&error),
+        clock_time(&text(&failure["next_delivery_after"])),
+    ))
 }
 
 /// How much of a handoff's details the history table shows; `--json` has
@@ -846,6 +869,34 @@ mod tests {
     /// A settled handoff: the event's own handoff fields are empty, and the
     /// history shows the job the park named and the details the completion
     /// carried, each on its own row.
+    #[test]
+    fn a_pending_event_failing_transiently_says_so_under_its_status() {
+        let event = json!({
+            "event_id": "ev-1",
+            "endpoints": [{
+                "record": {"event_id": "ev-1", "endpoint": "erp", "status": "Pending"},
+                "history": [],
+                "transient_failure": {
+                    "delivery": 2, "max_deliveries": 10,
+                    "error_type": "PartnerDown", "error": "erp said\n503",
+                    "failed_at": "2026-12-01T15:14:22.123Z",
+                    "next_delivery_after": "2026-12-01T15:14:27.123Z",
+                },
+            }],
+        });
+        let text = event_text(&event);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[2], "status      Pending", "{text}");
+        assert_eq!(
+            lines[3],
+            "retrying    delivery 2 of 10 failed transiently at 15:14:22Z (PartnerDown: erp \
+             said 503); next delivery after 15:14:27Z",
+            "{text}"
+        );
+        let quiet = json!({"endpoints": [{"record": {"status": "Pending"}, "history": []}]});
+        assert!(!event_text(&quiet).contains("retrying"));
+    }
+
     #[test]
     fn the_history_shows_each_messages_handoff() {
         let entry = |message_type: &str, at_ms: u64, handoff: serde_json::Value| {

@@ -12,6 +12,8 @@ use nimbus_resolver::{
 use nimbus_transport::{Admin as _, AdminError, SubscriptionPath};
 use serde::{Deserialize, Serialize};
 
+use nimbus_engine::Retrying;
+
 use crate::api::body::{ApiQuery, given, json};
 use crate::api::{ApiError, ApiState};
 use crate::config::Retention;
@@ -152,7 +154,51 @@ pub(crate) struct EventView {
     /// the Resolver recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     message_id: Option<String>,
-    endpoints: Vec<EventDetail>,
+    endpoints: Vec<EndpointView>,
+}
+
+/// The event at one endpoint: the Resolver's record and history, and, while
+/// it is `Pending` because this host is delivering it again after a
+/// transient failure, that failure (the Resolver is sent nothing for one).
+#[derive(Debug, Serialize)]
+pub(crate) struct EndpointView {
+    #[serde(flatten)]
+    detail: EventDetail,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transient_failure: Option<TransientFailureView>,
+}
+
+/// [`TransientAttempt`] as the API shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct TransientFailureView {
+    delivery: u32,
+    max_deliveries: u32,
+    error_type: String,
+    error: String,
+    failed_at: String,
+    next_delivery_after: String,
+}
+
+impl EndpointView {
+    fn of(detail: EventDetail, retrying: &Retrying) -> EndpointView {
+        let record = &detail.record;
+        let transient_failure = (record.status == Status::Pending && record.sub_status.is_none())
+            .then(|| retrying.of(&record.endpoint, &record.event_id))
+            .flatten()
+            .map(|a| TransientFailureView {
+                delivery: a.delivery,
+                max_deliveries: a.max_deliveries,
+                error_type: a.error_type,
+                error: a.error,
+                failed_at: humantime::format_rfc3339_millis(a.failed_at).to_string(),
+                next_delivery_after: humantime::format_rfc3339_millis(a.next_delivery_after)
+                    .to_string(),
+            });
+        EndpointView {
+            detail,
+            transient_failure,
+        }
+    }
 }
 
 /// `GET /api/events/{id}`: by event id; failing that, by the id of any
@@ -164,11 +210,17 @@ pub(crate) async fn detail(
 ) -> Result<Json<EventView>, ApiError> {
     let key = id.clone();
     let endpoints = state.read_store(move |store| store.event(&key)).await?;
+    let view = |details: Vec<EventDetail>| {
+        details
+            .into_iter()
+            .map(|d| EndpointView::of(d, &state.retrying))
+            .collect()
+    };
     if !endpoints.is_empty() {
         return Ok(Json(EventView {
             event_id: Some(id),
             message_id: None,
-            endpoints,
+            endpoints: view(endpoints),
         }));
     }
     let key = id.clone();
@@ -190,7 +242,7 @@ pub(crate) async fn detail(
     Ok(Json(EventView {
         event_id,
         message_id: Some(id),
-        endpoints,
+        endpoints: view(endpoints),
     }))
 }
 

@@ -20,6 +20,7 @@ struct Depths {
     dead_letter: u64,
     blocked_sessions: u64,
     parked: u64,
+    retrying: u64,
 }
 
 /// A gauge of [`Depths`]: its name, help and reading.
@@ -89,11 +90,15 @@ pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoRe
     let mut endpoints = Vec::new();
     let mut watched = known_endpoints(&state).await?;
     watched.push(nimbus_wire::addr::RESOLVER.to_owned());
+    let retrying = state.retrying.counts();
     for endpoint in watched {
-        let depths = depths(&state, &endpoint).await?;
+        let mut depths = depths(&state, &endpoint).await?;
+        depths.retrying = retrying
+            .get(&endpoint)
+            .map_or(0, |&n| u64::try_from(n).unwrap_or(u64::MAX));
         endpoints.push((endpoint, depths));
     }
-    let gauges: [Gauge; 4] = [
+    let gauges: [Gauge; 5] = [
         (
             "nimbus_active_messages",
             "Messages waiting or locked in the endpoint's subscription (endpoint=\"Resolver\": the Resolver's backlog).",
@@ -113,6 +118,11 @@ pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoRe
             "nimbus_parked_events",
             "Events parked (deferred) behind a session's block.",
             |d| d.parked,
+        ),
+        (
+            "nimbus_retrying_events",
+            "Events this host is delivering again after a transient failure (the Resolver still shows them Pending).",
+            |d| d.retrying,
         ),
     ];
     for (name, help, value) in gauges {

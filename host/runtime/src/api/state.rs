@@ -19,6 +19,8 @@ pub struct ApiState {
     pub(crate) store: Arc<SqliteResolverStore>,
     /// What the Resolver recorded, counted.
     pub(crate) metrics: Arc<crate::Metrics>,
+    /// The events this host is delivering again after a transient failure.
+    pub(crate) retrying: Arc<nimbus_engine::Retrying>,
     pub(crate) manager: Arc<Manager<Broker>>,
     /// Producer topics named in the configuration (plus the default one);
     /// endpoint topics are producers too, looked up live.
@@ -53,6 +55,7 @@ impl ApiState {
             registry: Arc::clone(host.registry()),
             store: Arc::clone(host.resolver()),
             metrics: Arc::clone(host.metrics()),
+            retrying: Arc::clone(host.retrying()),
             manager: Arc::new(Manager::new(Arc::clone(host.broker()), store)),
             producers: Arc::new(producers),
             retention: host.config().config.resolver.retention,

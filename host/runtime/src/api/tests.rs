@@ -1007,6 +1007,11 @@ async fn metrics_count_outcomes_and_show_blocked_sessions_and_handlers() {
         "{text}"
     );
     assert_eq!(
+        sample(&text, "nimbus_retrying_events{endpoint=\"billing\"}"),
+        Some(0.0),
+        "nothing failed transiently: {text}"
+    );
+    assert_eq!(
         sample(&text, "nimbus_dead_letter_messages{endpoint=\"billing\"}"),
         Some(1.0),
         "{text}"

@@ -85,6 +85,7 @@ impl Rig {
             Arc::new(Timed::new(spec.handlers, Arc::clone(&clock))),
             Arc::new(wiring::policies(&config)),
             format!("nimbus {} (bench)", crate::VERSION),
+            Arc::default(),
         );
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
