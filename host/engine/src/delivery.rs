@@ -16,6 +16,7 @@ use nimbus_transport::{
 };
 use nimbus_wire::build::{self, Handoff, ResponseTimes};
 use nimbus_wire::{Failure, InboxKey, MessageType, NimbusMessage, SessionState, dead_letter};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::handler::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
@@ -123,6 +124,9 @@ pub(crate) struct Delivery<'a, T: Transport> {
     pub(crate) transport: &'a T,
     pub(crate) lock: &'a T::Session,
     pub(crate) state: &'a mut SessionState,
+    /// The host's shutdown: it cuts a transient backoff short (the message
+    /// is abandoned at once), since no handler is running to let finish.
+    pub(crate) shutdown: &'a CancellationToken,
 }
 
 impl<T: Transport> Delivery<'_, T> {
@@ -766,15 +770,19 @@ impl<T: Transport> Delivery<'_, T> {
         settlement.set_session_state(blob)
     }
 
-    /// Holds the session for `duration`, renewing its lock.
+    /// Holds the session for `duration`, renewing its lock; until shutdown
+    /// begins, if sooner.
     async fn hold(&self, duration: Duration) -> Result<(), DeliveryError> {
         let until = tokio::time::Instant::now() + duration;
         loop {
             let now = tokio::time::Instant::now();
-            if now >= until {
+            if now >= until || self.shutdown.is_cancelled() {
                 return Ok(());
             }
-            tokio::time::sleep((until - now).min(self.endpoint.renew_every)).await;
+            tokio::select! {
+                () = self.shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep((until - now).min(self.endpoint.renew_every)) => {}
+            }
             if tokio::time::Instant::now() < until {
                 self.lock.renew().await.map_err(DeliveryError::Renew)?;
             }

@@ -175,6 +175,7 @@ async fn process_session<T: Transport>(
                     transport,
                     lock: &lock,
                     state: &mut state,
+                    shutdown,
                 };
                 if let Err(e) = delivery.run(message).await {
                     if e.lost_session() {

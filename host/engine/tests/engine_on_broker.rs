@@ -684,6 +684,51 @@ async fn an_event_delivered_again_after_a_transient_failure_is_noted_until_it_se
     }
 }
 
+/// Shutdown lets handlers finish (SEMANTICS §8), but a transient backoff
+/// runs no handler: the session lets its message go at once instead of
+/// holding it for the rest of the backoff, so a host stopping is not held
+/// up for as long as `transient_backoff_max`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cuts_a_transient_backoff_short_and_abandons_the_message() {
+    use nimbus_transport::SessionLock as _;
+    let h = start_with(RetryPolicies::default(), 10, None, |t| {
+        t.transient_backoff = TransientBackoff {
+            base: Duration::from_secs(600),
+            max: Duration::from_secs(600),
+        };
+    })
+    .await;
+    h.publish(event("s1", "e1", "A", "transient")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while h.retrying.of(E, "e1").is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the transient failure was never noted"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    h.shutdown.cancel();
+    // Held for its backoff, the session could not be taken for 600 s.
+    let session = h
+        .broker
+        .accept_session(
+            &SubscriptionPath::new(E, E),
+            nimbus_transport::SessionSelector::Named("s1".to_owned()),
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("the session is let go at shutdown");
+    let message = session
+        .receive(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the message is back");
+    assert_eq!(
+        message.delivery_count, 2,
+        "abandoned: the failed delivery counts"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permanent_failure_dead_letters_without_blocking() {
     let h = start(RetryPolicies::default(), 10).await;
