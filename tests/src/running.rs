@@ -23,6 +23,7 @@ pub fn config_text(extra: &str) -> String {
 [host]
 data_dir = "data"
 handlers_dir = "handlers"
+removal_grace = "1s"
 
 [api]
 listen = "127.0.0.1:0"

@@ -691,6 +691,61 @@ fn a_completed_event_leaves_the_store_after_the_retention_period_a_failed_one_st
     );
 }
 
+/// A deploy that deletes the old component and copies the new one in
+/// later is a swap: through `[host] removal_grace` the deleted version
+/// keeps serving and its event types stay registered, so what is published
+/// in between is handled, not dropped as reaching no endpoint.
+#[test]
+fn a_component_deleted_then_copied_back_loses_nothing_published_between() {
+    let scratch = Scratch::new();
+    let component = scratch.install("billing", "orders", "orders");
+    let config = nimbus_blackbox_tests::running::config_text("")
+        .replace("removal_grace = \"1s\"", "removal_grace = \"10m\"");
+    let host = RunningHost::start_with_config(&scratch, &config);
+    let first = publish(&host, "OrderPlaced", "s-1", &order("o-1", false));
+    host.wait_status("s-1", &first, "Completed");
+
+    std::fs::remove_file(&component).expect("delete the component");
+    let handlers = host.eventually("the deletion to be seen", || {
+        let handlers = host.cli_json(&["handlers", "--json"]);
+        (handlers["handlers"][0]["status"] == "removing").then_some(handlers)
+    });
+    assert!(
+        handlers["handlers"][0]["removing_at"].is_string(),
+        "{handlers:#}"
+    );
+    let table = host.cli(&["handlers"]).expect_code(0).stdout();
+    assert!(table.contains("removing (until "), "{table}");
+
+    let between = host.cli(&[
+        "publish",
+        "--event-type",
+        "OrderPlaced",
+        "--session",
+        "s-2",
+        "--data",
+        &order("o-2", false),
+    ]);
+    between.expect_code(0);
+    assert!(
+        !between.stderr().contains("reaches no endpoint"),
+        "{}",
+        between.stderr()
+    );
+    let between = between.stdout().trim().to_owned();
+    host.wait_status("s-2", &between, "Completed");
+
+    scratch.install("billing", "orders", "orders");
+    host.eventually("the handler to serve again", || {
+        let handlers = host.cli_json(&["handlers", "--json"]);
+        (handlers["handlers"][0]["status"] == "serving"
+            && handlers["handlers"][0]["removing_at"].is_null())
+        .then_some(())
+    });
+    let after = publish(&host, "OrderPlaced", "s-3", &order("o-3", false));
+    host.wait_status("s-3", &after, "Completed");
+}
+
 /// A handler deleted while its endpoint has a blocked session and a dead
 /// letter: listing every endpoint still shows both, since the endpoint's
 /// queues stay.

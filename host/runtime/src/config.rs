@@ -56,6 +56,14 @@ pub struct HostConfig {
     /// external system publishing as endpoint `storefront`, say).
     #[serde(default)]
     pub producers: Vec<String>,
+    /// How long a handler whose component file was deleted keeps serving
+    /// before its event types are unregistered (a file for it that comes
+    /// back first makes it a swap).
+    #[serde(
+        default = "default_removal_grace",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub removal_grace: Duration,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -66,12 +74,17 @@ fn default_handlers_dir() -> PathBuf {
     PathBuf::from("handlers")
 }
 
+fn default_removal_grace() -> Duration {
+    nimbus_sandbox::DEFAULT_REMOVAL_GRACE
+}
+
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
             data_dir: default_data_dir(),
             handlers_dir: default_handlers_dir(),
             producers: Vec::new(),
+            removal_grace: default_removal_grace(),
         }
     }
 }

@@ -106,6 +106,7 @@ impl Host {
             },
             max_concurrent_instances: config.config.sandbox.max_concurrent_instances,
             cache_dir: Some(host.data_dir.join("cache")),
+            removal_grace: host.removal_grace,
             ..SandboxConfig::default()
         })
         .context("starting the wasm sandbox")?;

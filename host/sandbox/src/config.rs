@@ -83,6 +83,12 @@ pub struct SandboxConfig {
     pub cache_dir: Option<PathBuf>,
     /// How long the directory watcher waits for quiet before reloading.
     pub watch_debounce: Duration,
+    /// How long a handler whose component file was deleted keeps serving
+    /// before its event types are unregistered, so that a deploy that
+    /// deletes the old file and then copies the new one is a swap, not a
+    /// removal that drops the events published in between. Zero unregisters
+    /// at the deletion.
+    pub removal_grace: Duration,
 }
 
 /// Default upper bound for a manifest's memory limit.
@@ -93,6 +99,9 @@ pub const DEFAULT_MAX_CONCURRENT_INSTANCES: u32 = 200;
 pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Default resident memory kept per pool slot.
 pub const DEFAULT_KEEP_RESIDENT_BYTES: usize = 256 << 10;
+/// Default [`SandboxConfig::removal_grace`]: longer than a deploy script
+/// takes between deleting a file and copying its replacement.
+pub const DEFAULT_REMOVAL_GRACE: Duration = Duration::from_secs(30);
 /// Default watcher quiet period: long enough to coalesce the events of one
 /// write-then-rename, short enough to keep swap latency low.
 pub const DEFAULT_WATCH_DEBOUNCE: Duration = Duration::from_millis(20);
@@ -108,6 +117,7 @@ impl Default for SandboxConfig {
             pagemap_scan: false,
             cache_dir: None,
             watch_debounce: DEFAULT_WATCH_DEBOUNCE,
+            removal_grace: DEFAULT_REMOVAL_GRACE,
         }
     }
 }

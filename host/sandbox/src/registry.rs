@@ -42,6 +42,10 @@ pub struct HandlerStatus {
     pub last_error: Option<String>,
     /// How many versions have been swapped in since the registry opened.
     pub swaps: u64,
+    /// Its component file is gone: the serving version keeps serving until
+    /// then ([`crate::SandboxConfig::removal_grace`]), and its event types
+    /// are unregistered unless a file for it comes back first.
+    pub removing_at: Option<SystemTime>,
     /// The inputs of the last load attempt (component digest and manifest
     /// digest), so an unchanged file is not loaded again.
     attempted: Option<(Digest, Digest)>,
@@ -49,10 +53,12 @@ pub struct HandlerStatus {
 
 impl HandlerStatus {
     /// In a word, for operators: `serving`, `serving-previous` (a newer
-    /// file failed to load; the version before it serves) or `failed` (no
-    /// version of it loaded).
+    /// file failed to load; the version before it serves), `removing` (its
+    /// file was deleted; it serves until [`HandlerStatus::removing_at`]) or
+    /// `failed` (no version of it loaded).
     pub fn state(&self) -> &'static str {
         match (&self.serving, &self.last_error) {
+            (Some(_), _) if self.removing_at.is_some() => "removing",
             (Some(_), None) => "serving",
             (Some(_), Some(_)) => "serving-previous",
             (None, _) => "failed",
@@ -258,14 +264,20 @@ impl Registry {
             }
         }
         next.problems = scan.problems;
-        let removed: Vec<HandlerKey> = next
-            .handlers
-            .keys()
-            .filter(|key| {
-                !scan.components.contains_key(*key) && !scan.unreadable.contains(&key.endpoint)
-            })
-            .cloned()
-            .collect();
+        let now = SystemTime::now();
+        let grace = self.sandbox.config().removal_grace;
+        let mut removed = Vec::new();
+        for status in next.handlers.values_mut() {
+            let present = scan.components.contains_key(&status.key)
+                || scan.unreadable.contains(&status.key.endpoint);
+            changed |= mark_removal(status, present, now, grace);
+            // A handler that never loaded serves nothing to keep.
+            if !present
+                && (status.serving.is_none() || status.removing_at.is_some_and(|at| at <= now))
+            {
+                removed.push(status.key.clone());
+            }
+        }
         for key in removed {
             if let Some(status) = next.handlers.remove(&key) {
                 changed = true;
@@ -293,6 +305,16 @@ impl Registry {
         Ok(())
     }
 
+    /// When the next deleted handler's grace ends (the watcher reconciles
+    /// then, to unregister it).
+    pub(crate) fn next_removal(&self) -> Option<SystemTime> {
+        self.snapshot()
+            .handlers
+            .values()
+            .filter_map(|status| status.removing_at)
+            .min()
+    }
+
     /// The symbolic links the last scan followed, so the watcher can watch
     /// their targets.
     pub(crate) fn links(&self) -> Vec<PathBuf> {
@@ -314,6 +336,7 @@ impl Registry {
                 last_swap: None,
                 last_error: None,
                 swaps: 0,
+                removing_at: None,
                 attempted: None,
             });
         let inputs = match Inputs::read(&path) {
@@ -479,6 +502,36 @@ impl Inputs {
 
 /// Records a failed load; the serving version (if any) stays. Returns
 /// whether the status changed.
+/// Starts or ends the grace of a handler whose file is gone (`present`
+/// false) or back; whether its status changed.
+fn mark_removal(
+    status: &mut HandlerStatus,
+    present: bool,
+    now: SystemTime,
+    grace: std::time::Duration,
+) -> bool {
+    match (present, status.removing_at) {
+        (true, Some(_)) => {
+            status.removing_at = None;
+            tracing::info!(handler = %status.key, "component back before its removal; it stays registered");
+            true
+        }
+        (false, None) if status.serving.is_some() => {
+            status.removing_at = Some(now + grace);
+            if !grace.is_zero() {
+                tracing::info!(
+                    handler = %status.key,
+                    grace = %humantime::format_duration(grace),
+                    "component deleted; it keeps serving for the grace in case a new version \
+                     follows, then its event types are unregistered"
+                );
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
 fn record_failure(
     status: &mut HandlerStatus,
     attempted: Option<(Digest, Digest)>,

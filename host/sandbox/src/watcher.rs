@@ -286,7 +286,31 @@ fn run(
     debounce: Duration,
     mut links: LinkWatches,
 ) {
-    while let Ok(event) = received.recv() {
+    loop {
+        // A deleted handler's grace ending is a change too: woken for it.
+        let removal = registry.upgrade().and_then(|r| r.next_removal());
+        let event = match removal {
+            None => match received.recv() {
+                Ok(event) => event,
+                Err(_) => return,
+            },
+            Some(at) => {
+                let wait = at
+                    .duration_since(std::time::SystemTime::now())
+                    .unwrap_or_default();
+                match received.recv_timeout(wait) {
+                    Ok(event) => event,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        let Some(registry) = registry.upgrade() else {
+                            return;
+                        };
+                        reconcile_and_watch(&registry, watcher, &mut links);
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            }
+        };
         if !relevant(&event) {
             continue;
         }

@@ -4,9 +4,10 @@ mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use nimbus_sandbox::{Digest, Outcome, Registry};
-use support::{HandlersDir, event, guest, sandbox, wait_for};
+use support::{HandlersDir, event, guest, sandbox, sandbox_with, wait_for};
 
 const WORKERS: usize = 4;
 
@@ -129,7 +130,10 @@ fn the_watcher_keeps_the_old_version_when_a_broken_file_arrives_and_reports_why(
 fn the_watcher_unregisters_a_deleted_component_and_registers_a_new_endpoint() {
     let dir = HandlersDir::new();
     dir.install("ep", "swap", &guest("swap-v1"));
-    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    // Nothing changes in the directory after the deletion: the watcher
+    // wakes for the grace's end on its own.
+    let sandbox = sandbox_with(None, |c| c.removal_grace = Duration::from_secs(2));
+    let registry = Registry::open(sandbox, dir.path()).expect("opens");
     let mut changes = registry.subscribe();
     let _watching = registry.watch().expect("watch");
 
@@ -149,6 +153,11 @@ fn the_watcher_unregisters_a_deleted_component_and_registers_a_new_endpoint() {
     );
 
     dir.remove("ep", "swap");
+    wait_for(&registry, "Swap to be marked for removal, serving", |r| {
+        let snapshot = r.snapshot();
+        snapshot.handlers().any(|s| s.state() == "removing")
+            && snapshot.lookup("ep", "Swap").is_some()
+    });
     wait_for(&registry, "Swap to be unregistered", |r| {
         r.lookup("ep", "Swap").is_none()
     });

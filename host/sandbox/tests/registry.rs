@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use nimbus_sandbox::{ArtifactSource, Digest, Outcome, Registry};
 use support::{HandlersDir, event, guest, sandbox, sandbox_with};
 
@@ -147,7 +149,8 @@ fn an_unreadable_endpoint_directory_keeps_its_handlers_and_holds_up_no_other_end
     let dir = HandlersDir::new();
     dir.install("billing", "noop", &guest("noop"));
     dir.install("warehouse", "swap", &guest("swap-v1"));
-    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    // Deleted at the end: unregistered at once, to see what was read.
+    let registry = Registry::open(no_removal_grace(), dir.path()).expect("opens");
     let billing = dir.path().join("billing");
     std::fs::set_permissions(&billing, std::fs::Permissions::from_mode(0o000)).expect("chmod");
     dir.install("warehouse", "swap", &guest("swap-v2"));
@@ -220,12 +223,56 @@ fn a_half_written_file_is_never_loaded_and_the_finished_one_is() {
     assert!(snapshot.handlers().all(|s| s.last_error.is_none()));
 }
 
+/// A sandbox that unregisters a deleted component at once.
+fn no_removal_grace() -> nimbus_sandbox::Sandbox {
+    sandbox_with(None, |c| c.removal_grace = Duration::ZERO)
+}
+
 #[test]
-fn deleting_a_component_unregisters_its_event_types() {
+fn a_deleted_component_serves_through_the_grace_and_a_file_back_in_time_is_a_swap() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "swap", &guest("swap-v1"));
+    let grace = Duration::from_millis(200);
+    let registry =
+        Registry::open(sandbox_with(None, |c| c.removal_grace = grace), dir.path()).expect("opens");
+
+    // Deleted, then a new version copied in within the grace: a swap.
+    dir.remove("ep", "swap");
+    registry.reconcile().expect("reconcile");
+    let removing = registry.snapshot();
+    let status = removing.handlers().next().expect("still listed");
+    assert_eq!(status.state(), "removing");
+    assert!(status.removing_at.is_some());
+    assert_eq!(
+        removing.lookup("ep", "Swap").expect("serves").digest(),
+        digest_of("swap-v1")
+    );
+    dir.install("ep", "swap", &guest("swap-v2"));
+    registry.reconcile().expect("reconcile");
+    let swapped = registry.snapshot();
+    let status = swapped.handlers().next().expect("listed");
+    assert_eq!((status.state(), status.removing_at), ("serving", None));
+    assert_eq!(
+        swapped.lookup("ep", "Swap").expect("serves").digest(),
+        digest_of("swap-v2")
+    );
+
+    // Deleted for good: unregistered once the grace has passed.
+    dir.remove("ep", "swap");
+    registry.reconcile().expect("reconcile");
+    assert!(registry.lookup("ep", "Swap").is_some(), "within the grace");
+    std::thread::sleep(grace + Duration::from_millis(50));
+    registry.reconcile().expect("reconcile");
+    assert!(registry.lookup("ep", "Swap").is_none());
+    assert_eq!(registry.snapshot().handlers().count(), 0);
+}
+
+#[test]
+fn deleting_a_component_without_a_grace_unregisters_its_event_types() {
     let dir = HandlersDir::new();
     dir.install("ep", "swap", &guest("swap-v1"));
     dir.install("ep", "noop", &guest("noop"));
-    let registry = Registry::open(sandbox(), dir.path()).expect("opens");
+    let registry = Registry::open(no_removal_grace(), dir.path()).expect("opens");
     let before = registry.snapshot();
     dir.remove("ep", "swap");
     registry.reconcile().expect("reconcile");

@@ -729,10 +729,14 @@ fn handlers_table(handlers: &Value) -> String {
                 .flatten()
                 .map(text)
                 .collect();
+            let mut status = text(&h["status"]);
+            if let Some(at) = h["removing_at"].as_str() {
+                let _ = write!(status, " (until {})", clock_time(at));
+            }
             vec![
                 text(&h["endpoint"]),
                 text(&h["handler"]),
-                text(&h["status"]),
+                status,
                 short_version(&h["version"]),
                 types.join(","),
                 text(&h["last_swap"]),

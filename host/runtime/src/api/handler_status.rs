@@ -24,8 +24,9 @@ pub(crate) struct HandlerView {
     endpoint: String,
     handler: String,
     path: String,
-    /// `serving`, `serving-previous` (a newer file failed to load) or
-    /// `failed` (no version of it loaded).
+    /// `serving`, `serving-previous` (a newer file failed to load),
+    /// `removing` (its file was deleted; see `removing_at`) or `failed` (no
+    /// version of it loaded).
     status: &'static str,
     /// The SHA-256 digest (hex) of the version serving, if any loaded; the
     /// same text the Resolver records as an event's handler version.
@@ -36,6 +37,10 @@ pub(crate) struct HandlerView {
     swaps: u64,
     /// Why the last load failed; the version before it keeps serving.
     load_error: Option<String>,
+    /// Its file was deleted: it serves until then, and is unregistered
+    /// unless a file for it comes back first (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    removing_at: Option<String>,
 }
 
 fn rfc3339(at: SystemTime) -> String {
@@ -60,6 +65,7 @@ pub(crate) async fn list(State(state): State<ApiState>) -> Result<Json<HandlersV
             last_swap: h.last_swap.map(rfc3339),
             swaps: h.swaps,
             load_error: h.last_error.clone(),
+            removing_at: h.removing_at.map(rfc3339),
         })
         .collect();
     Ok(Json(HandlersView {

@@ -88,6 +88,9 @@ pub fn config_text(max_delivery_count: u32, extra: &str) -> String {
 [host]
 data_dir = "data"
 handlers_dir = "handlers"
+# A deleted handler is unregistered at the reconcile that sees it gone (the
+# grace has tests of its own: the registry's and the black-box suite's).
+removal_grace = "0s"
 
 [broker]
 durability = "os"
