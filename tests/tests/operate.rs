@@ -1325,11 +1325,11 @@ fn published_data_reaches_the_audit_trail_as_written() {
 }
 
 /// An operator paged at night tells a session that will heal by itself
-/// from one that needs them: while a retry is scheduled `sessions` says
-/// when; once the retries are spent it says so, and the log says it at the
-/// default level.
+/// from one that needs them: while a retry is scheduled `sessions` and
+/// `event` say when; once the retries are spent they say so, and the log
+/// says it at the default level.
 #[test]
-fn a_blocked_session_says_whether_a_retry_is_coming() {
+fn a_blocked_session_and_its_event_say_whether_a_retry_is_coming() {
     let scratch = Scratch::new();
     scratch.install("app", "echo", "echo");
     let host = RunningHost::start(
@@ -1352,11 +1352,28 @@ fn a_blocked_session_says_whether_a_retry_is_coming() {
         "{}",
         blocked.stdout()
     );
+    let event = host.cli_json(&["event", &id(&failed), "--json"]);
+    let sessions = host.cli_json(&["sessions", "--blocked", "--json"]);
+    // The retry may have run between the two reads; then both say so.
+    if sessions[0]["awaits_retry"] == true {
+        assert_eq!(event["endpoints"][0]["awaits_retry"], true, "{event:#}");
+        assert_eq!(
+            event["endpoints"][0]["retry_at"], sessions[0]["retry_at"],
+            "{event:#}"
+        );
+        let shown = host.cli(&["event", &id(&failed)]).expect_code(0).stdout();
+        assert!(shown.contains("status      Failed, retry at "), "{shown}");
+    }
     let spent = host.eventually("the retry ran and failed", || {
         let sessions = host.cli_json(&["sessions", "--blocked", "--json"]);
         (sessions[0]["awaits_retry"] == false).then_some(sessions)
     });
     assert!(spent[0]["retry_at"].is_null(), "{spent:#}");
+    let shown = host.cli(&["event", &id(&failed)]).expect_code(0).stdout();
+    assert!(
+        shown.contains("status      Failed, no retry left: resubmit or skip it"),
+        "{shown}"
+    );
     let blocked = host.cli(&["sessions", "--blocked"]);
     assert!(
         blocked

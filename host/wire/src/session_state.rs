@@ -213,6 +213,12 @@ impl SessionState {
             .map(|pending| !pending.is_empty())
     }
 
+    /// When the retry the block waits for is due, when the state says.
+    pub fn retry_at(&self) -> Option<SystemTime> {
+        let ms = u64::try_from(self.pending_retry_at_ms?).ok()?;
+        Some(UNIX_EPOCH + std::time::Duration::from_millis(ms))
+    }
+
     /// Whether a RetryRequest with `message_id` is not the one the block
     /// waits for. Unknown (no record) accepts any, as upstream did.
     pub fn is_superseded_retry(&self, message_id: Option<&str>) -> bool {

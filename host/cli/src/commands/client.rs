@@ -440,6 +440,14 @@ fn event_text(event: &Value) -> String {
         if let Some(sub) = r["sub_status"].as_str() {
             let _ = write!(status, " ({sub})");
         }
+        // Only a Failed event that blocks its session carries these.
+        match (at["awaits_retry"].as_bool(), at["retry_at"].as_str()) {
+            (Some(true), Some(retry_at)) => {
+                let _ = write!(status, ", retry at {}", clock_time(retry_at));
+            }
+            (Some(false), _) => status.push_str(", no retry left: resubmit or skip it"),
+            _ => {}
+        }
         let _ = writeln!(out, "event       {}", text(&r["event_id"]));
         let _ = writeln!(out, "endpoint    {}", text(&r["endpoint"]));
         let _ = writeln!(out, "status      {status}");

@@ -10,6 +10,7 @@ use nimbus_resolver::{
     EventDetail, EventFilter, EventRecord, HANDOFF_SUB_STATUS, ResolverStore as _, Status,
 };
 use nimbus_transport::{Admin as _, AdminError, SubscriptionPath};
+use nimbus_wire::SessionState;
 use serde::{Deserialize, Serialize};
 
 use nimbus_engine::Retrying;
@@ -157,15 +158,23 @@ pub(crate) struct EventView {
     endpoints: Vec<EndpointView>,
 }
 
-/// The event at one endpoint: the Resolver's record and history, and, while
-/// it is `Pending` because this host is delivering it again after a
-/// transient failure, that failure (the Resolver is sent nothing for one).
+/// The event at one endpoint: the Resolver's record and history; while
+/// this host is delivering it again after a transient failure, that failure
+/// (the Resolver is sent nothing for one); and while it blocks its session
+/// as `Failed`, whether a retry is scheduled (the session state knows).
 #[derive(Debug, Serialize)]
 pub(crate) struct EndpointView {
     #[serde(flatten)]
     detail: EventDetail,
     #[serde(skip_serializing_if = "Option::is_none")]
     transient_failure: Option<TransientFailureView>,
+    /// Whether its block waits for a scheduled retry (`false`: an operator
+    /// must resubmit or skip it); only while it blocks its session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    awaits_retry: Option<bool>,
+    /// When that retry is due (ISO 8601 UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_at: Option<String>,
 }
 
 /// [`TransientAttempt`] as the API shows it.
@@ -182,22 +191,60 @@ pub(crate) struct TransientFailureView {
 impl EndpointView {
     fn of(detail: EventDetail, retrying: &Retrying) -> EndpointView {
         let record = &detail.record;
-        let transient_failure = (record.status == Status::Pending && record.sub_status.is_none())
-            .then(|| retrying.of(&record.endpoint, &record.event_id))
-            .flatten()
-            .map(|a| TransientFailureView {
-                delivery: a.delivery,
-                max_deliveries: a.max_deliveries,
-                error_type: a.error_type,
-                error: a.error,
-                failed_at: humantime::format_rfc3339_millis(a.failed_at).to_string(),
-                next_delivery_after: humantime::format_rfc3339_millis(a.next_delivery_after)
-                    .to_string(),
-            });
+        // Whatever the record says: a dead-lettered event replayed from the
+        // dead-letter queue may be failing transiently again.
+        let transient_failure =
+            retrying
+                .of(&record.endpoint, &record.event_id)
+                .map(|a| TransientFailureView {
+                    delivery: a.delivery,
+                    max_deliveries: a.max_deliveries,
+                    error_type: a.error_type,
+                    error: a.error,
+                    failed_at: humantime::format_rfc3339_millis(a.failed_at).to_string(),
+                    next_delivery_after: humantime::format_rfc3339_millis(a.next_delivery_after)
+                        .to_string(),
+                });
         EndpointView {
             detail,
             transient_failure,
+            awaits_retry: None,
+            retry_at: None,
         }
+    }
+
+    /// Reads, from its session's state, whether the event's block waits for
+    /// a retry; for a `Failed` event only.
+    async fn add_block_retry(&mut self, state: &ApiState) -> Result<(), ApiError> {
+        let record = &self.detail.record;
+        let Some(session_id) = record
+            .session_id
+            .as_deref()
+            .filter(|_| record.status == Status::Failed)
+        else {
+            return Ok(());
+        };
+        let path = SubscriptionPath::new(record.endpoint.as_str(), record.endpoint.as_str());
+        let sessions = match state.broker.list_sessions(&path).await {
+            Ok(sessions) => sessions,
+            Err(AdminError::NotFound { .. }) => return Ok(()),
+            Err(e) => {
+                return Err(ApiError::internal(format!(
+                    "listing the sessions of {path}: {e}"
+                )));
+            }
+        };
+        let Some(session) = sessions
+            .into_iter()
+            .filter(|s| s.session_id == session_id)
+            .find_map(|s| SessionState::from_bytes(s.state.as_deref()?).ok())
+            .filter(|s| s.blocked_by() == Some(record.event_id.as_str()))
+        else {
+            return Ok(());
+        };
+        self.awaits_retry = session.awaits_retry();
+        self.retry_at = session.retry_at().map(nimbus_wire::format_round_trip);
+        Ok(())
     }
 }
 
@@ -210,17 +257,11 @@ pub(crate) async fn detail(
 ) -> Result<Json<EventView>, ApiError> {
     let key = id.clone();
     let endpoints = state.read_store(move |store| store.event(&key)).await?;
-    let view = |details: Vec<EventDetail>| {
-        details
-            .into_iter()
-            .map(|d| EndpointView::of(d, &state.retrying))
-            .collect()
-    };
     if !endpoints.is_empty() {
         return Ok(Json(EventView {
             event_id: Some(id),
             message_id: None,
-            endpoints: view(endpoints),
+            endpoints: views(&state, endpoints).await?,
         }));
     }
     let key = id.clone();
@@ -242,8 +283,19 @@ pub(crate) async fn detail(
     Ok(Json(EventView {
         event_id,
         message_id: Some(id),
-        endpoints: view(endpoints),
+        endpoints: views(&state, endpoints).await?,
     }))
+}
+
+/// Each endpoint's record with what the host knows beyond it.
+async fn views(state: &ApiState, details: Vec<EventDetail>) -> Result<Vec<EndpointView>, ApiError> {
+    let mut views = Vec::with_capacity(details.len());
+    for detail in details {
+        let mut view = EndpointView::of(detail, &state.retrying);
+        view.add_block_retry(state).await?;
+        views.push(view);
+    }
+    Ok(views)
 }
 
 /// Why an id the operator saw may be unknown now: the Resolver removes an

@@ -72,14 +72,7 @@ impl SessionView {
             blocked_by: state.blocked_by().map(str::to_owned),
             blocker_status: None,
             awaits_retry: state.awaits_retry(),
-            retry_at: state
-                .pending_retry_at_ms
-                .and_then(|ms| u64::try_from(ms).ok())
-                .map(|ms| {
-                    nimbus_wire::format_round_trip(
-                        std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
-                    )
-                }),
+            retry_at: state.retry_at().map(nimbus_wire::format_round_trip),
             parked: state.deferred_count,
             settled_while_parked: state
                 .settled_parked_events
