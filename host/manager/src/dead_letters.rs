@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
-use nimbus_resolver::Status;
+use nimbus_resolver::{ReplayNote, Status};
 use nimbus_transport::{
     ErrorKind, ReceivedMessage, Receiver, SubQueue, SubscriptionPath, Transport,
 };
@@ -278,6 +278,7 @@ impl<T: Transport> Manager<T> {
             sequence_number = described.sequence_number,
             "manager: dead-lettered message replayed"
         );
+        self.note_replay(&described).await;
         Ok(Replayed { message: described })
     }
 
@@ -552,6 +553,7 @@ impl<T: Transport> Manager<T> {
             match receiver.replay_dead_letter(message).await {
                 Ok(()) => {
                     replayed_ids.extend(message_id);
+                    self.note_replay(&described).await;
                     done.replayed.push(described);
                 }
                 // Still dead-lettered; another pass will find it.
@@ -573,6 +575,53 @@ impl<T: Transport> Manager<T> {
             }
         }
         Ok(())
+    }
+
+    /// Adds a replay from an endpoint's own dead-letter queue (its handler
+    /// runs the event again) to the event's history, so the audit trail says
+    /// who sent it back and when. Copies bound to the Resolver are recorded
+    /// as themselves when they arrive. Not noting it leaves the replay done,
+    /// so a failure is logged, not returned.
+    async fn note_replay(&self, replayed: &DeadLetter) {
+        let (Some(event_id), true) = (
+            replayed.event_id.clone(),
+            replayed.subscription == replayed.endpoint && replayed.endpoint != RESOLVER,
+        ) else {
+            return;
+        };
+        let note = ReplayNote {
+            endpoint: replayed.endpoint.clone(),
+            event_id,
+            at_ms: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            note: format!(
+                "replayed from the dead-letter queue (message {}, dead-lettered: {})",
+                replayed.message_id.as_deref().unwrap_or("-"),
+                replayed.reason.as_deref().unwrap_or("-")
+            ),
+        };
+        let store = std::sync::Arc::clone(&self.store);
+        let recorded = tokio::task::spawn_blocking(move || {
+            let recorded = store.record_replay(&note);
+            (note, recorded)
+        })
+        .await;
+        match recorded {
+            Ok((_, Ok(true))) => {}
+            Ok((note, Ok(false))) => tracing::debug!(
+                endpoint = %note.endpoint,
+                event_id = %note.event_id,
+                "manager: the Resolver has no record of the replayed event to note the replay in"
+            ),
+            Ok((note, Err(error))) => tracing::warn!(
+                endpoint = %note.endpoint,
+                event_id = %note.event_id,
+                %error,
+                "manager: the replay is done, but noting it in the event's history failed"
+            ),
+            Err(join) => tracing::warn!(error = %join, "manager: noting a replay panicked"),
+        }
     }
 
     /// Why a dead-lettered message should not be replayed without `force`,

@@ -866,6 +866,16 @@ async fn a_dead_letter_whose_event_is_since_completed_is_replayed_only_when_forc
     assert_eq!(still.len(), 1, "left in place");
     assert_eq!(still[0].delivery_count, 1, "and no delivery counted");
 
+    let replays = |h: &Harness| -> Vec<nimbus_resolver::HistoryEntry> {
+        h.store.event(EVENT_ID).unwrap()[0]
+            .history
+            .iter()
+            .filter(|e| e.message_type == nimbus_resolver::DEAD_LETTER_REPLAY)
+            .cloned()
+            .collect()
+    };
+    assert!(replays(&h).is_empty(), "a refused replay is not noted");
+
     let replayed = h
         .manager
         .replay_dead_letter("billing", None, &which, true)
@@ -878,6 +888,19 @@ async fn a_dead_letter_whose_event_is_since_completed_is_replayed_only_when_forc
             .await
             .unwrap()
             .is_empty()
+    );
+    // The audit trail says the operator sent it back, and the status is
+    // left to the run it causes.
+    let noted = replays(&h);
+    assert_eq!(noted.len(), 1, "{noted:#?}");
+    assert_eq!(noted[0].status, Status::Completed);
+    assert_eq!(noted[0].from.as_deref(), Some("Manager"));
+    assert_eq!(
+        noted[0].error_text.as_deref(),
+        Some(
+            "replayed from the dead-letter queue (message msg-pub-1, dead-lettered: Failed to \
+             handle message.)"
+        )
     );
     h.stop().await;
 }
@@ -1113,6 +1136,15 @@ async fn replaying_every_dead_letter_moves_them_all_back_in_order_but_a_settled_
         .unwrap();
     assert_eq!(done.replayed.len(), count);
     assert_eq!(done.left.len(), 1);
+    let noted = |event_id: &str| {
+        h.store.event(event_id).unwrap()[0]
+            .history
+            .iter()
+            .filter(|e| e.message_type == nimbus_resolver::DEAD_LETTER_REPLAY)
+            .count()
+    };
+    assert_eq!(noted("event-all-0"), 1, "each replay is noted");
+    assert_eq!(noted(EVENT_ID), 0, "the one left is not");
     let (left, why) = &done.left[0];
     assert_eq!(left.message_id.as_deref(), Some("msg-pub-1"));
     assert!(

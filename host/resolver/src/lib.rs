@@ -42,6 +42,6 @@ pub use retention::{pass_interval, run_retention, sessions_in_use};
 pub use sqlite::{SqliteResolverStore, StoreDurability};
 pub use status::{HANDOFF_SUB_STATUS, MessageKind, Status, UnknownStatus, UnrecordedKind};
 pub use store::{
-    EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded, ResolverStore,
-    StoreError,
+    DEAD_LETTER_REPLAY, EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded,
+    ReplayNote, ResolverStore, StoreError,
 };

@@ -11,8 +11,8 @@ use crate::guard::{self, Row, Verdict};
 use crate::observation::{HandoffDetails, Observation};
 use crate::status::{MessageKind, Status};
 use crate::store::{
-    EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded, ResolverStore,
-    StoreError,
+    DEAD_LETTER_REPLAY, EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded,
+    ReplayNote, ResolverStore, StoreError,
 };
 use nimbus_checkpointer::{
     BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError, interval as checkpoint_interval,
@@ -617,6 +617,44 @@ impl ResolverStore for SqliteResolverStore {
             })
             .map_err(db("recording a heartbeat"))?;
         Ok(())
+    }
+
+    fn record_replay(&self, replay: &ReplayNote) -> Result<bool, StoreError> {
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        let current = tx
+            .prepare_cached(CURRENT_ROW_SQL)
+            .and_then(|mut stmt| {
+                stmt.query_row(params![replay.event_id, replay.endpoint], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })
+                .optional()
+            })
+            .map_err(db("reading the event"))?;
+        let Some((event_ref, status)) = current else {
+            return Ok(false);
+        };
+        // No message id: each replay is a row of its own (the unique key
+        // holds for NULL ids), and the note names the message.
+        tx.prepare_cached(
+            "INSERT INTO history (event_ref, endpoint, event_id, message_type, status, at_ms, from_endpoint, retry_count, error_text)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                event_ref,
+                replay.endpoint,
+                replay.event_id,
+                DEAD_LETTER_REPLAY,
+                status,
+                replay.at_ms,
+                nimbus_wire::addr::MANAGER,
+                replay.note,
+            ])
+        })
+        .map_err(db("recording the replay"))?;
+        tx.commit().map_err(db("committing"))?;
+        Ok(true)
     }
 
     fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {

@@ -218,4 +218,30 @@ pub trait ResolverStore: Send + Sync {
     fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError>;
     /// The last heartbeat answer of every endpoint, by endpoint.
     fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError>;
+    /// Appends an operator's dead-letter replay to the event's history
+    /// (message type [`DEAD_LETTER_REPLAY`], the status as it is, the note
+    /// as its text): the replay sends the Resolver no message of its own,
+    /// so without it the history would show the outcome of a run nobody
+    /// asked for. `false` when the store has no such event, or keeps no
+    /// operator actions (this default).
+    fn record_replay(&self, replay: &ReplayNote) -> Result<bool, StoreError> {
+        let _ = replay;
+        Ok(false)
+    }
+}
+
+/// The message type of a history row that records a dead-letter replay.
+pub const DEAD_LETTER_REPLAY: &str = "DeadLetterReplay";
+
+/// An operator's dead-letter replay of one of an event's messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayNote {
+    /// The endpoint whose queue it went back to.
+    pub endpoint: String,
+    /// The event.
+    pub event_id: String,
+    /// When (ms since the epoch).
+    pub at_ms: i64,
+    /// What was replayed, from where (shown as the row's note).
+    pub note: String,
 }

@@ -1130,3 +1130,53 @@ fn an_edited_resubmission_keeps_the_payload_it_replaced() {
         ]
     );
 }
+
+/// A dead-letter replay sends the Resolver no message: the Manager notes
+/// it, as a history row of its own that leaves the status alone, and each
+/// replay of the same message is a row of its own.
+#[test]
+fn a_dead_letter_replay_is_noted_in_a_known_events_history_only() {
+    let (_dir, store) = open();
+    store
+        .record(&obs(MessageKind::EventRequest, "m1", 1))
+        .unwrap();
+    let note = |event_id: &str, at_ms: i64| nimbus_resolver::ReplayNote {
+        endpoint: "billing".to_owned(),
+        event_id: event_id.to_owned(),
+        at_ms,
+        note: "replayed from the dead-letter queue (message m1, dead-lettered: boom)".to_owned(),
+    };
+    assert!(store.record_replay(&note("e1", 5)).unwrap());
+    assert!(store.record_replay(&note("e1", 6)).unwrap());
+    assert!(!store.record_replay(&note("unknown", 7)).unwrap());
+    let detail = &store.event("e1").unwrap()[0];
+    assert_eq!(
+        detail.record.status,
+        Status::Pending,
+        "the status is left alone"
+    );
+    let replays: Vec<_> = detail
+        .history
+        .iter()
+        .filter(|h| h.message_type == nimbus_resolver::DEAD_LETTER_REPLAY)
+        .map(|h| {
+            (
+                h.at_ms,
+                h.status,
+                h.from.as_deref(),
+                h.message_id.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        replays,
+        [
+            (5, Status::Pending, Some("Manager"), None),
+            (6, Status::Pending, Some("Manager"), None)
+        ]
+    );
+    assert!(
+        store.event("unknown").unwrap().is_empty(),
+        "nothing made up"
+    );
+}

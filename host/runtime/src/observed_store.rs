@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use nimbus_resolver::{
-    EventDetail, EventFilter, EventRecord, Heartbeat, Observation, Recorded, ResolverStore,
-    StoreError,
+    EventDetail, EventFilter, EventRecord, Heartbeat, Observation, Recorded, ReplayNote,
+    ResolverStore, StoreError,
 };
 
 /// What an [`ObservedStore`] reports each committed record to. Called on
@@ -65,5 +65,9 @@ impl<O: RecordObserver> ResolverStore for ObservedStore<O> {
 
     fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {
         self.inner.heartbeats()
+    }
+
+    fn record_replay(&self, replay: &ReplayNote) -> Result<bool, StoreError> {
+        self.inner.record_replay(replay)
     }
 }
