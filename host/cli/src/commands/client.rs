@@ -222,7 +222,11 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             } else {
                 let removed = answer["removed"].as_array().map_or(0, Vec::len);
                 let kept: Vec<&Value> = answer["kept"].as_array().into_iter().flatten().collect();
-                outln!("removed {removed} dead-lettered message(s)");
+                // As for a replay: one summary, the last line, when some
+                // were kept.
+                if removed > 0 || kept.is_empty() {
+                    outln!("removed {removed} dead-lettered message(s)");
+                }
                 if removed > 0 {
                     out!("{}", dead_letters_table(&answer["removed"]));
                 }
