@@ -130,6 +130,9 @@ pub struct BrokerConfig {
     pub max_delivery_count: u32,
 }
 
+/// Service Bus's longest message and session lock.
+const MAX_LOCK_DURATION: Duration = Duration::from_secs(5 * 60);
+
 fn default_lock_duration() -> Duration {
     Duration::from_secs(30)
 }
@@ -506,6 +509,15 @@ impl Config {
         }
         if self.broker.lock_duration < Duration::from_secs(1) {
             problems.push("broker.lock_duration: must be at least 1s".to_owned());
+        } else if self.broker.lock_duration > MAX_LOCK_DURATION {
+            // The embedded broker would take it, but the same configuration
+            // must provision on Service Bus. A handler that runs longer keeps
+            // its lock by renewal.
+            problems.push(format!(
+                "broker.lock_duration: {} is over Service Bus's maximum of 5m (the lock is \
+                 renewed while a handler runs, so a long handler needs no long lock)",
+                humantime::format_duration(self.broker.lock_duration)
+            ));
         }
         if let Retention::For(keep_for) = self.resolver.retention
             && keep_for < Duration::from_secs(1)
@@ -719,6 +731,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("session_max_hold"), "{err}");
+    }
+
+    #[test]
+    fn a_lock_longer_than_service_bus_allows_is_refused() {
+        let err = parse("[broker]\nlock_duration = \"6m\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("broker.lock_duration: 6m is over Service Bus's maximum of 5m"),
+            "{err}"
+        );
+        assert!(parse("[broker]\nlock_duration = \"5m\"\n").is_ok());
     }
 
     #[test]
