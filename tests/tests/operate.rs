@@ -1387,27 +1387,37 @@ fn a_blocked_session_and_its_event_say_whether_a_retry_is_coming() {
     );
 }
 
-/// While an event is delivered again after a transient failure, the
-/// Resolver still says Pending (no response is sent, SEMANTICS §3);
-/// `nimbus event` says which delivery failed, why, and when the next comes.
-#[test]
-fn an_event_failing_transiently_shows_its_failure_while_it_waits() {
-    let scratch = Scratch::new();
+/// A host whose `app` endpoint runs `echo` (three deliveries, the transient
+/// backoff between `base` and `max`), and the message id of an event
+/// published to it that fails transiently every time.
+fn publish_flaky(scratch: &Scratch, base: &str, max: &str) -> (RunningHost, String) {
     scratch.install("app", "echo", "echo");
-    // A backoff longer than the test: the event stays in its first wait.
     let config = nimbus_blackbox_tests::running::config_text("")
         .replace("[broker]\n", "[broker]\nmax_delivery_count = 3\n")
         .replace(
             "[engine]\n",
-            "[engine]\ntransient_backoff = \"10m\"\ntransient_backoff_max = \"10m\"\n",
+            &format!(
+                "[engine]\ntransient_backoff = \"{base}\"\ntransient_backoff_max = \"{max}\"\n"
+            ),
         );
-    let host = RunningHost::start_with_config(&scratch, &config);
+    let host = RunningHost::start_with_config(scratch, &config);
     let flaky = publish(
         &host,
         "Echo",
         "s-flaky",
         r#"{"Outcome":"Transient","ErrorType":"PartnerDown"}"#,
     );
+    (host, flaky)
+}
+
+/// While an event is delivered again after a transient failure, the
+/// Resolver still says Pending (no response is sent, SEMANTICS §3);
+/// `nimbus event` says which delivery failed, why, and when the next comes.
+#[test]
+fn an_event_failing_transiently_shows_its_failure_while_it_waits() {
+    let scratch = Scratch::new();
+    // A backoff longer than the test: the event stays in its first wait.
+    let (host, flaky) = publish_flaky(&scratch, "10m", "10m");
     let event = host.eventually("the transient failure is shown", || {
         let event = host.cli_json(&["event", &flaky, "--json"]);
         (!event["endpoints"][0]["transient_failure"].is_null()).then_some(event)
@@ -1451,20 +1461,7 @@ fn an_event_failing_transiently_shows_its_failure_while_it_waits() {
 #[test]
 fn a_transient_failure_is_said_once_at_the_default_level() {
     let scratch = Scratch::new();
-    scratch.install("app", "echo", "echo");
-    let config = nimbus_blackbox_tests::running::config_text("")
-        .replace("[broker]\n", "[broker]\nmax_delivery_count = 3\n")
-        .replace(
-            "[engine]\n",
-            "[engine]\ntransient_backoff = \"50ms\"\ntransient_backoff_max = \"100ms\"\n",
-        );
-    let host = RunningHost::start_with_config(&scratch, &config);
-    let flaky = publish(
-        &host,
-        "Echo",
-        "s-flaky",
-        r#"{"Outcome":"Transient","ErrorType":"PartnerDown"}"#,
-    );
+    let (host, flaky) = publish_flaky(&scratch, "50ms", "100ms");
     let dead = host.wait_status("s-flaky", &flaky, "DeadLettered");
     let log = host.stderr();
     let said: Vec<&str> = log

@@ -432,7 +432,6 @@ impl<T: Transport> Delivery<'_, T> {
                     &topic,
                     settled.event_id,
                     TransientAttempt {
-                        session: settled.session().to_owned(),
                         delivery: received.delivery_count,
                         max_deliveries: self.endpoint.max_delivery_count,
                         error_type: error_type.to_owned(),

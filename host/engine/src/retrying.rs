@@ -21,13 +21,11 @@ const MOST_REMEMBERED: usize = 10_000;
 /// One event's last transient failure at one endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransientAttempt {
-    /// The event's session.
-    pub session: String,
     /// The delivery that failed (1 for the first).
     pub delivery: u32,
     /// The delivery at which a transient failure dead-letters the event.
     pub max_deliveries: u32,
-    /// The failure's type and message, as the handler reported them.
+    /// The failure's type, as the handler reported it.
     pub error_type: String,
     /// The failure's message.
     pub error: String,
@@ -100,7 +98,6 @@ mod tests {
 
     fn attempt(delivery: u32, failed_at: SystemTime) -> TransientAttempt {
         TransientAttempt {
-            session: "s".to_owned(),
             delivery,
             max_deliveries: 10,
             error_type: "TimeoutError".to_owned(),

@@ -121,7 +121,7 @@ pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoRe
         ),
         (
             "nimbus_retrying_events",
-            "Events this host is delivering again after a transient failure (the Resolver still shows them Pending).",
+            "Events this host is delivering again after a transient failure (none is reported to the Resolver, whose status does not show it).",
             |d| d.retrying,
         ),
     ];
