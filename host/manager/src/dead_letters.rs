@@ -278,7 +278,8 @@ impl<T: Transport> Manager<T> {
             sequence_number = described.sequence_number,
             "manager: dead-lettered message replayed"
         );
-        self.note_replay(&described).await;
+        let mut described = described;
+        self.note_replay(&mut described).await;
         Ok(Replayed { message: described })
     }
 
@@ -553,7 +554,8 @@ impl<T: Transport> Manager<T> {
             match receiver.replay_dead_letter(message).await {
                 Ok(()) => {
                     replayed_ids.extend(message_id);
-                    self.note_replay(&described).await;
+                    let mut described = described;
+                    self.note_replay(&mut described).await;
                     done.replayed.push(described);
                 }
                 // Still dead-lettered; another pass will find it.
@@ -581,8 +583,9 @@ impl<T: Transport> Manager<T> {
     /// runs the event again) to the event's history, so the audit trail says
     /// who sent it back and when. Copies bound to the Resolver are recorded
     /// as themselves when they arrive. Not noting it leaves the replay done,
-    /// so a failure is logged, not returned.
-    async fn note_replay(&self, replayed: &DeadLetter) {
+    /// so a failure is logged, not returned. Sets the event's status as the
+    /// Resolver shows it, for the result.
+    async fn note_replay(&self, replayed: &mut DeadLetter) {
         let (Some(event_id), true) = (
             replayed.event_id.clone(),
             replayed.subscription == replayed.endpoint && replayed.endpoint != RESOLVER,
@@ -608,8 +611,8 @@ impl<T: Transport> Manager<T> {
         })
         .await;
         match recorded {
-            Ok((_, Ok(true))) => {}
-            Ok((note, Ok(false))) => tracing::debug!(
+            Ok((_, Ok(Some(status)))) => replayed.event_status = Some(status),
+            Ok((note, Ok(None))) => tracing::debug!(
                 endpoint = %note.endpoint,
                 event_id = %note.event_id,
                 "manager: the Resolver has no record of the replayed event to note the replay in"

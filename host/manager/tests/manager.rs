@@ -882,6 +882,11 @@ async fn a_dead_letter_whose_event_is_since_completed_is_replayed_only_when_forc
         .await
         .unwrap();
     assert_eq!(replayed.message.event_id.as_deref(), Some(EVENT_ID));
+    assert_eq!(
+        replayed.message.event_status,
+        Some(Status::Completed),
+        "the result says what the Resolver shows"
+    );
     assert!(
         h.manager
             .dead_letters("billing", None)

@@ -619,7 +619,7 @@ impl ResolverStore for SqliteResolverStore {
         Ok(())
     }
 
-    fn record_replay(&self, replay: &ReplayNote) -> Result<bool, StoreError> {
+    fn record_replay(&self, replay: &ReplayNote) -> Result<Option<Status>, StoreError> {
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
         let current = tx
@@ -632,7 +632,7 @@ impl ResolverStore for SqliteResolverStore {
             })
             .map_err(db("reading the event"))?;
         let Some((event_ref, status)) = current else {
-            return Ok(false);
+            return Ok(None);
         };
         // No message id: each replay is a row of its own (the unique key
         // holds for NULL ids), and the note names the message.
@@ -654,7 +654,10 @@ impl ResolverStore for SqliteResolverStore {
         })
         .map_err(db("recording the replay"))?;
         tx.commit().map_err(db("committing"))?;
-        Ok(true)
+        status
+            .parse()
+            .map(Some)
+            .map_err(|_| StoreError::Corrupt(format!("event status '{status}'")))
     }
 
     fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {

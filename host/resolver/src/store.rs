@@ -222,11 +222,11 @@ pub trait ResolverStore: Send + Sync {
     /// (message type [`DEAD_LETTER_REPLAY`], the status as it is, the note
     /// as its text): the replay sends the Resolver no message of its own,
     /// so without it the history would show the outcome of a run nobody
-    /// asked for. `false` when the store has no such event, or keeps no
-    /// operator actions (this default).
-    fn record_replay(&self, replay: &ReplayNote) -> Result<bool, StoreError> {
+    /// asked for. The event's status; `None` when the store has no such
+    /// event, or keeps no operator actions (this default).
+    fn record_replay(&self, replay: &ReplayNote) -> Result<Option<Status>, StoreError> {
         let _ = replay;
-        Ok(false)
+        Ok(None)
     }
 }
 

@@ -1146,9 +1146,12 @@ fn a_dead_letter_replay_is_noted_in_a_known_events_history_only() {
         at_ms,
         note: "replayed from the dead-letter queue (message m1, dead-lettered: boom)".to_owned(),
     };
-    assert!(store.record_replay(&note("e1", 5)).unwrap());
-    assert!(store.record_replay(&note("e1", 6)).unwrap());
-    assert!(!store.record_replay(&note("unknown", 7)).unwrap());
+    assert_eq!(
+        store.record_replay(&note("e1", 5)).unwrap(),
+        Some(Status::Pending)
+    );
+    assert!(store.record_replay(&note("e1", 6)).unwrap().is_some());
+    assert_eq!(store.record_replay(&note("unknown", 7)).unwrap(), None);
     let detail = &store.event("e1").unwrap()[0];
     assert_eq!(
         detail.record.status,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use nimbus_resolver::{
     EventDetail, EventFilter, EventRecord, Heartbeat, Observation, Recorded, ReplayNote,
-    ResolverStore, StoreError,
+    ResolverStore, Status, StoreError,
 };
 
 /// What an [`ObservedStore`] reports each committed record to. Called on
@@ -67,7 +67,7 @@ impl<O: RecordObserver> ResolverStore for ObservedStore<O> {
         self.inner.heartbeats()
     }
 
-    fn record_replay(&self, replay: &ReplayNote) -> Result<bool, StoreError> {
+    fn record_replay(&self, replay: &ReplayNote) -> Result<Option<Status>, StoreError> {
         self.inner.record_replay(replay)
     }
 }
