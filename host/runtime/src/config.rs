@@ -507,6 +507,13 @@ impl Config {
                 self.engine.transient_backoff, self.engine.transient_backoff_max
             ));
         }
+        if self.host.removal_grace > nimbus_sandbox::MAX_REMOVAL_GRACE {
+            problems.push(format!(
+                "host.removal_grace: {} is over the maximum of {}",
+                humantime::format_duration(self.host.removal_grace),
+                humantime::format_duration(nimbus_sandbox::MAX_REMOVAL_GRACE)
+            ));
+        }
         if self.broker.lock_duration < Duration::from_secs(1) {
             problems.push("broker.lock_duration: must be at least 1s".to_owned());
         } else if self.broker.lock_duration > MAX_LOCK_DURATION {
@@ -731,6 +738,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("session_max_hold"), "{err}");
+    }
+
+    #[test]
+    fn a_removal_grace_over_a_day_is_refused() {
+        let err = parse("[host]\nremoval_grace = \"18446744073709551615s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("host.removal_grace: ") && err.contains("is over the maximum of 1day"),
+            "{err}"
+        );
+        assert!(parse("[host]\nremoval_grace = \"1day\"\n").is_ok());
     }
 
     #[test]

@@ -102,6 +102,9 @@ pub const DEFAULT_KEEP_RESIDENT_BYTES: usize = 256 << 10;
 /// Default [`SandboxConfig::removal_grace`]: longer than a deploy script
 /// takes between deleting a file and copying its replacement.
 pub const DEFAULT_REMOVAL_GRACE: Duration = Duration::from_secs(30);
+/// The longest [`SandboxConfig::removal_grace`] (a longer one is this long):
+/// a day, far past any deploy, and a time the clock can always add.
+pub const MAX_REMOVAL_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default watcher quiet period: long enough to coalesce the events of one
 /// write-then-rename, short enough to keep swap latency low.
 pub const DEFAULT_WATCH_DEBOUNCE: Duration = Duration::from_millis(20);

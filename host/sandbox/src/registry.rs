@@ -14,6 +14,7 @@ use std::time::SystemTime;
 
 use tokio::sync::watch;
 
+use crate::config::MAX_REMOVAL_GRACE;
 use crate::error::{LoadError, RegistryError};
 use crate::event::Digest;
 use crate::layout::{self, HandlerKey};
@@ -503,7 +504,8 @@ impl Inputs {
 /// Records a failed load; the serving version (if any) stays. Returns
 /// whether the status changed.
 /// Starts or ends the grace of a handler whose file is gone (`present`
-/// false) or back; whether its status changed.
+/// false) or back; whether its status changed. A grace over
+/// [`MAX_REMOVAL_GRACE`] is that long.
 fn mark_removal(
     status: &mut HandlerStatus,
     present: bool,
@@ -517,6 +519,7 @@ fn mark_removal(
             true
         }
         (false, None) if status.serving.is_some() => {
+            let grace = grace.min(MAX_REMOVAL_GRACE);
             status.removing_at = Some(now + grace);
             if !grace.is_zero() {
                 tracing::info!(

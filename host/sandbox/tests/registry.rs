@@ -267,6 +267,31 @@ fn a_deleted_component_serves_through_the_grace_and_a_file_back_in_time_is_a_swa
     assert_eq!(registry.snapshot().handlers().count(), 0);
 }
 
+/// A grace longer than the clock can add is a day long, not a panic of
+/// the thread that reconciles.
+#[test]
+fn a_grace_too_long_for_the_clock_is_a_day() {
+    let dir = HandlersDir::new();
+    dir.install("ep", "swap", &guest("swap-v1"));
+    let registry = Registry::open(
+        sandbox_with(None, |c| c.removal_grace = Duration::MAX),
+        dir.path(),
+    )
+    .expect("opens");
+    dir.remove("ep", "swap");
+    let before = std::time::SystemTime::now();
+    registry.reconcile().expect("reconcile");
+    let snapshot = registry.snapshot();
+    let status = snapshot.handlers().next().expect("still listed");
+    let removing_at = status.removing_at.expect("removing");
+    let grace = removing_at.duration_since(before).expect("after now");
+    assert!(
+        grace <= nimbus_sandbox::MAX_REMOVAL_GRACE + Duration::from_secs(60),
+        "{grace:?}"
+    );
+    assert!(grace >= nimbus_sandbox::MAX_REMOVAL_GRACE - Duration::from_secs(60));
+}
+
 #[test]
 fn deleting_a_component_without_a_grace_unregisters_its_event_types() {
     let dir = HandlersDir::new();
