@@ -1454,6 +1454,18 @@ fn an_event_failing_transiently_shows_its_failure_while_it_waits() {
             .any(|l| l == "nimbus_retrying_events{endpoint=\"app\"} 1"),
         "{metrics}"
     );
+    // The listing says it too, in the status and error columns.
+    let listed = host.cli_json(&["events", "--json"]);
+    assert_eq!(listed[0]["transient_failure"]["delivery"], 1, "{listed:#}");
+    let table = host.cli(&["events"]).expect_code(0).stdout();
+    let row = table
+        .lines()
+        .find(|l| l.contains("s-flaky"))
+        .unwrap_or_else(|| panic!("no row in\n{table}"));
+    assert!(
+        row.contains("Pending (retrying: delivery 1 of 3 failed)") && row.ends_with("PartnerDown"),
+        "{row}"
+    );
 }
 
 /// A transient failure sends no response (SEMANTICS §3): the warning, once

@@ -405,6 +405,18 @@ fn events_table(events: &Value) -> String {
             if let Some(late) = overdue(&e["expected_by"], now) {
                 let _ = write!(status, " (overdue {late})");
             }
+            let failing = &e["transient_failure"];
+            if let Some(delivery) = failing["delivery"].as_u64() {
+                let _ = write!(
+                    status,
+                    " (retrying: delivery {delivery} of {} failed)",
+                    text(&failing["max_deliveries"])
+                );
+            }
+            let error_type = match failing["error_type"].as_str() {
+                Some(transient) if e["error_type"].is_null() => transient.to_owned(),
+                _ => text(&e["error_type"]),
+            };
             vec![
                 text(&e["event_id"]),
                 text(&e["endpoint"]),
@@ -413,7 +425,7 @@ fn events_table(events: &Value) -> String {
                 text(&e["event_type"]),
                 text(&e["retry_count"]),
                 time_ms(&e["updated_ms"]),
-                text(&e["error_type"]),
+                error_type,
             ]
         })
         .collect();

@@ -38,10 +38,20 @@ pub(crate) struct EventsQuery {
     limit: Option<usize>,
 }
 
+/// One listed event: its record, and while this host delivers it again
+/// after a transient failure, that failure.
+#[derive(Debug, Serialize)]
+pub(crate) struct ListedEvent {
+    #[serde(flatten)]
+    record: EventRecord,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transient_failure: Option<TransientFailureView>,
+}
+
 pub(crate) async fn list(
     State(state): State<ApiState>,
     ApiQuery(query): ApiQuery<EventsQuery>,
-) -> Result<(HeaderMap, Json<Vec<EventRecord>>), ApiError> {
+) -> Result<(HeaderMap, Json<Vec<ListedEvent>>), ApiError> {
     let (status, sub_status) = match given(query.status) {
         None => (None, None),
         Some(asked) => {
@@ -74,7 +84,14 @@ pub(crate) async fn list(
     {
         check_endpoint_exists(&state, &endpoint).await?;
     }
-    Ok((headers, Json(records)))
+    let listed = records
+        .into_iter()
+        .map(|record| ListedEvent {
+            transient_failure: TransientFailureView::of(&state.retrying, &record),
+            record,
+        })
+        .collect();
+    Ok((headers, Json(listed)))
 }
 
 /// A status filter as the table shows statuses: a status, or
@@ -188,26 +205,30 @@ pub(crate) struct TransientFailureView {
     next_delivery_after: String,
 }
 
+impl TransientFailureView {
+    /// The record's event's transient failure in progress, if any. Whatever
+    /// the record says: a dead-lettered event replayed from the dead-letter
+    /// queue may be failing transiently again.
+    fn of(retrying: &Retrying, record: &EventRecord) -> Option<TransientFailureView> {
+        retrying
+            .of(&record.endpoint, &record.event_id)
+            .map(|a| TransientFailureView {
+                delivery: a.delivery,
+                max_deliveries: a.max_deliveries,
+                error_type: a.error_type,
+                error: a.error,
+                failed_at: humantime::format_rfc3339_millis(a.failed_at).to_string(),
+                next_delivery_after: humantime::format_rfc3339_millis(a.next_delivery_after)
+                    .to_string(),
+            })
+    }
+}
+
 impl EndpointView {
     fn of(detail: EventDetail, retrying: &Retrying) -> EndpointView {
-        let record = &detail.record;
-        // Whatever the record says: a dead-lettered event replayed from the
-        // dead-letter queue may be failing transiently again.
-        let transient_failure =
-            retrying
-                .of(&record.endpoint, &record.event_id)
-                .map(|a| TransientFailureView {
-                    delivery: a.delivery,
-                    max_deliveries: a.max_deliveries,
-                    error_type: a.error_type,
-                    error: a.error,
-                    failed_at: humantime::format_rfc3339_millis(a.failed_at).to_string(),
-                    next_delivery_after: humantime::format_rfc3339_millis(a.next_delivery_after)
-                        .to_string(),
-                });
         EndpointView {
+            transient_failure: TransientFailureView::of(retrying, &detail.record),
             detail,
-            transient_failure,
             awaits_retry: None,
             retry_at: None,
         }
