@@ -521,6 +521,8 @@ fn mark_removal(
         (false, None) if status.serving.is_some() => {
             let grace = grace.min(MAX_REMOVAL_GRACE);
             status.removing_at = Some(now + grace);
+            // It was about a file that is gone.
+            status.last_error = None;
             if !grace.is_zero() {
                 tracing::info!(
                     handler = %status.key,

@@ -257,9 +257,19 @@ fn a_deleted_component_serves_through_the_grace_and_a_file_back_in_time_is_a_swa
         digest_of("swap-v2")
     );
 
-    // Deleted for good: unregistered once the grace has passed.
+    // A broken file, then deleted for good: the load error went with the
+    // file, and it is unregistered once the grace has passed.
+    dir.install_bytes("ep", "swap", b"not wasm");
+    registry.reconcile().expect("reconcile");
+    assert_eq!(
+        registry.snapshot().handlers().next().map(|s| s.state()),
+        Some("serving-previous")
+    );
     dir.remove("ep", "swap");
     registry.reconcile().expect("reconcile");
+    let removing = registry.snapshot();
+    let status = removing.handlers().next().expect("listed");
+    assert_eq!((status.state(), &status.last_error), ("removing", &None));
     assert!(registry.lookup("ep", "Swap").is_some(), "within the grace");
     std::thread::sleep(grace + Duration::from_millis(50));
     registry.reconcile().expect("reconcile");
