@@ -246,7 +246,7 @@ impl<T: Transport> Manager<T> {
         force: bool,
     ) -> Result<Replayed, ManagerError> {
         let (path, receiver, message) = self.locate(endpoint, subscription, which).await?;
-        let described = describe(endpoint, &path, &message);
+        let mut described = describe(endpoint, &path, &message);
         if let Some(refusal) = parked_copy_not_replayable(&path, which) {
             receiver.close().await;
             return Err(refusal);
@@ -278,7 +278,6 @@ impl<T: Transport> Manager<T> {
             sequence_number = described.sequence_number,
             "manager: dead-lettered message replayed"
         );
-        let mut described = described;
         self.note_replay(&mut described).await;
         Ok(Replayed { message: described })
     }
@@ -523,7 +522,7 @@ impl<T: Transport> Manager<T> {
         let mut replayed_ids = HashSet::new();
         let mut seen = HashSet::new();
         while let Some(message) = next_unseen(receiver, path, &mut seen).await? {
-            let described = describe(endpoint, path, &message);
+            let mut described = describe(endpoint, path, &message);
             let which = DeadLetterId::SequenceNumber(message.sequence_number);
             if let Some(refusal) = parked_copy_not_replayable(path, &which) {
                 done.left.push((described, refusal));
@@ -554,7 +553,6 @@ impl<T: Transport> Manager<T> {
             match receiver.replay_dead_letter(message).await {
                 Ok(()) => {
                     replayed_ids.extend(message_id);
-                    let mut described = described;
                     self.note_replay(&mut described).await;
                     done.replayed.push(described);
                 }
