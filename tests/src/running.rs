@@ -256,6 +256,12 @@ impl RunningHost {
         self.wait_exit()
     }
 
+    /// SIGKILL, as a crash: nothing is shut down.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGTERM, without waiting.
     pub fn sigterm(&self) {
         let status = Command::new("kill")

@@ -1468,6 +1468,28 @@ fn an_event_failing_transiently_shows_its_failure_while_it_waits() {
     );
 }
 
+/// A host killed while an event waits out its transient backoff does not
+/// forget the failed delivery: the next one after the restart is the second,
+/// so a crash loop still ends at the max delivery count.
+#[test]
+fn a_delivery_that_failed_transiently_still_counts_after_a_crash() {
+    let scratch = Scratch::new();
+    let (host, flaky) = publish_flaky(&scratch, "10m", "10m");
+    let failed_once = |host: &RunningHost, delivery: u64| {
+        host.eventually("the transient failure is noted", || {
+            let event = host.cli_json(&["event", &flaky, "--json"]);
+            (event["endpoints"][0]["transient_failure"]["delivery"] == delivery).then_some(())
+        });
+    };
+    failed_once(&host, 1);
+    host.kill();
+    let host = RunningHost::start_with_config(
+        &scratch,
+        &std::fs::read_to_string(scratch.path("nimbus.toml")).expect("the config"),
+    );
+    failed_once(&host, 2);
+}
+
 /// A transient failure sends no response (SEMANTICS §3): the warning, once
 /// per event, is what tells an operator why its session waits.
 #[test]

@@ -392,8 +392,8 @@ impl<T: Transport> Delivery<'_, T> {
         let topic = self.endpoint.name.clone();
         let mut settlement = Settlement::new();
 
-        // Transient: hold the session for the backoff, then hand the message
-        // back so the broker redelivers it first in its session. At the last
+        // Transient: hand the message back and hold the session for the
+        // backoff, so the broker redelivers it first in its session. At the last
         // delivery the engine dead-letters it itself, so the Resolver is told
         // in the same commit (F1, F29).
         let mut plan = plan;
@@ -425,7 +425,7 @@ impl<T: Transport> Delivery<'_, T> {
                          and is dead-lettered"
                     );
                 }
-                info!(endpoint = %topic, event_id = settled.event_id, ?backoff, delivery = received.delivery_count, "transient failure: holding the session, then abandoning");
+                info!(endpoint = %topic, event_id = settled.event_id, ?backoff, delivery = received.delivery_count, "transient failure: abandoning, then holding the session for the backoff");
                 let (error_type, error) = settled.error();
                 let failed_at = SystemTime::now();
                 self.endpoint.retrying.note(
@@ -440,9 +440,15 @@ impl<T: Transport> Delivery<'_, T> {
                         next_delivery_after: failed_at + backoff,
                     },
                 );
-                self.hold(backoff).await?;
+                // Abandoned before the wait, still holding the session, so
+                // the message is first in it when the wait ends and no one
+                // else can take it meanwhile; and its raised delivery count
+                // is on disk, so a host killed during the backoff does not
+                // deliver it again as if this failure had not happened (a
+                // crash loop would never reach the max delivery count).
                 let settlement = Settlement::abandon(received, Properties::new());
-                return self.commit(settlement, None).await;
+                self.commit(settlement, None).await?;
+                return self.hold(backoff).await;
             }
             plan.response = Some(Response::DeadLetterNotification);
             plan.settle = Settle::DeadLetter;
