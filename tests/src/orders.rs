@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 
+use crate::Run;
 use crate::running::RunningHost;
 
 /// An `OrderPlaced` payload for the `orders` example: one line, failing
@@ -16,15 +17,7 @@ pub fn order(id: &str, fail: bool) -> String {
 /// Publishes through the CLI; returns the message id it printed.
 #[track_caller]
 pub fn publish(host: &RunningHost, event_type: &str, session: &str, data: &str) -> String {
-    let run = host.cli(&[
-        "publish",
-        "--event-type",
-        event_type,
-        "--session",
-        session,
-        "--data",
-        data,
-    ]);
+    let run = publish_run(host, event_type, session, data);
     run.expect_code(0);
     let id = run.stdout().trim().to_owned();
     assert!(
@@ -32,6 +25,20 @@ pub fn publish(host: &RunningHost, event_type: &str, session: &str, data: &str) 
         "publish prints one id: {id:?}"
     );
     id
+}
+
+/// Runs `nimbus publish` and returns the run, for a test that reads what it
+/// said besides the id.
+pub fn publish_run(host: &RunningHost, event_type: &str, session: &str, data: &str) -> Run {
+    host.cli(&[
+        "publish",
+        "--event-type",
+        event_type,
+        "--session",
+        session,
+        "--data",
+        data,
+    ])
 }
 
 /// The event id of a record from `nimbus events --json`.

@@ -7,7 +7,7 @@
 use std::process::Command;
 
 use nimbus_blackbox_tests::Scratch;
-use nimbus_blackbox_tests::orders::{id, order, publish};
+use nimbus_blackbox_tests::orders::{id, order, publish, publish_run};
 use nimbus_blackbox_tests::running::RunningHost;
 use serde_json::json;
 
@@ -717,15 +717,7 @@ fn a_component_deleted_then_copied_back_loses_nothing_published_between() {
     let table = host.cli(&["handlers"]).expect_code(0).stdout();
     assert!(table.contains("removing (until "), "{table}");
 
-    let between = host.cli(&[
-        "publish",
-        "--event-type",
-        "OrderPlaced",
-        "--session",
-        "s-2",
-        "--data",
-        &order("o-2", false),
-    ]);
+    let between = publish_run(&host, "OrderPlaced", "s-2", &order("o-2", false));
     between.expect_code(0);
     assert!(
         !between.stderr().contains("reaches no endpoint"),
@@ -816,15 +808,7 @@ fn publish_says_whether_an_event_for_a_handler_that_does_not_load_waits_or_reach
     std::fs::write(&component, b"not a component").expect("break the component");
     scratch.write("handlers/shipping/labels.wasm", b"not a component either");
     let host = RunningHost::start(&scratch, "");
-    let waits = host.cli(&[
-        "publish",
-        "--event-type",
-        "OrderPlaced",
-        "--session",
-        "s-2",
-        "--data",
-        &order("o-2", false),
-    ]);
+    let waits = publish_run(&host, "OrderPlaced", "s-2", &order("o-2", false));
     waits.expect_code(0);
     assert!(
         waits
@@ -971,15 +955,7 @@ fn publish_names_where_a_copy_waits_even_when_another_endpoint_handles_it() {
 
     std::fs::write(&billing, b"not a component").expect("break billing's component");
     let host = RunningHost::start(&scratch, "");
-    let run = host.cli(&[
-        "publish",
-        "--event-type",
-        "OrderPlaced",
-        "--session",
-        "s-2",
-        "--data",
-        &order("o-2", false),
-    ]);
+    let run = publish_run(&host, "OrderPlaced", "s-2", &order("o-2", false));
     run.expect_code(0);
     assert!(
         run.stderr().contains(
@@ -1161,15 +1137,7 @@ fn an_event_of_a_handler_that_stopped_loading_waits_for_the_fix_not_unsupported(
     // of `Noop` to billing kept as it was.
     scratch.write("handlers/billing/noop.wasm", b"\0asm not a component");
     let host = RunningHost::start(&scratch, "");
-    let said = host.cli(&[
-        "publish",
-        "--event-type",
-        "Noop",
-        "--session",
-        "s-noop-2",
-        "--data",
-        "{}",
-    ]);
+    let said = publish_run(&host, "Noop", "s-noop-2", "{}");
     said.expect_code(0);
     assert!(
         said.stderr()

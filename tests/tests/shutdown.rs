@@ -35,17 +35,7 @@ fn config(handler_deadline: &str, grace: &str) -> String {
 }
 
 fn publish_sleep(host: &RunningHost) -> String {
-    let run = host.cli(&[
-        "publish",
-        "--event-type",
-        "Sleep",
-        "--session",
-        "s-1",
-        "--data",
-        "{}",
-    ]);
-    run.expect_code(0);
-    run.stdout().trim().to_owned()
+    nimbus_blackbox_tests::orders::publish(host, "Sleep", "s-1", "{}")
 }
 
 /// The history's message types of the event recorded as `record`.

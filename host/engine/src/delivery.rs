@@ -408,11 +408,11 @@ impl<T: Transport> Delivery<'_, T> {
                     .policies
                     .transient
                     .delay(received.delivery_count, hint);
+                let (error_type, error) = settled.error();
                 // Said once per event at the default level: no response is
                 // sent (SEMANTICS.md §3), so this line is all an operator sees
                 // until the event completes or is dead-lettered.
                 if received.delivery_count <= 1 {
-                    let (error_type, error) = settled.error();
                     warn!(
                         endpoint = %topic,
                         session = %settled.session(),
@@ -426,7 +426,6 @@ impl<T: Transport> Delivery<'_, T> {
                     );
                 }
                 info!(endpoint = %topic, event_id = settled.event_id, ?backoff, delivery = received.delivery_count, "transient failure: abandoning, then holding the session for the backoff");
-                let (error_type, error) = settled.error();
                 let failed_at = SystemTime::now();
                 self.endpoint.retrying.note(
                     &topic,

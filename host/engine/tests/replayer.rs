@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use nimbus_broker::{Broker, BrokerOptions, Durability};
+use nimbus_broker::{Broker, BrokerOptions, BrokerSession, Durability};
 use nimbus_engine::run_replayer;
 use nimbus_transport::{
     Admin, Message, PropertyValue, ReceivedMessage, Receiver, RuleDescription, SessionLock,
@@ -157,18 +157,23 @@ impl Harness {
         self.broker.publish(E, messages).await.unwrap();
     }
 
-    /// The next `n` messages of `session` on the endpoint subscription `E/E`
-    /// (where the replays land), completed, in the order received.
-    async fn replays(&self, session: &str, n: usize) -> Vec<ReceivedMessage> {
-        let lock = self
-            .broker
+    /// Locks `session` on the subscription `E/subscription`, as another
+    /// receiver would.
+    async fn lock(&self, subscription: &str, session: &str) -> BrokerSession {
+        self.broker
             .accept_session(
-                &sub(E),
+                &sub(subscription),
                 SessionSelector::Named(session.to_owned()),
                 DEADLINE,
             )
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// The next `n` messages of `session` on the endpoint subscription `E/E`
+    /// (where the replays land), completed, in the order received.
+    async fn replays(&self, session: &str, n: usize) -> Vec<ReceivedMessage> {
+        let lock = self.lock(E, session).await;
         let mut out = Vec::new();
         for i in 0..n {
             let received = lock
@@ -306,15 +311,7 @@ async fn a_trigger_for_a_locked_parked_session_is_rescheduled_and_replays_once_i
     h.publish(vec![parked("s1", "e1", 0)]).await;
     h.await_active("Deferred", 1, "one parked copy").await;
     // Another replayer's hold on the parked session.
-    let held = h
-        .broker
-        .accept_session(
-            &sub("Deferred"),
-            SessionSelector::Named("s1".to_owned()),
-            DEADLINE,
-        )
-        .await
-        .unwrap();
+    let held = h.lock("Deferred", "s1").await;
 
     h.publish(vec![trigger("s1", "trigger-1")]).await;
     let original = tap.receive(DEADLINE).await.unwrap().expect("the trigger");
@@ -674,15 +671,7 @@ async fn a_parked_copy_that_cannot_be_decoded_is_dead_lettered_and_no_longer_cou
     // The parked copy of e2 is damaged in place (as corruption, or a
     // foreign writer, would leave it): same session and sequence, a
     // MessageType nobody knows.
-    let lock = h
-        .broker
-        .accept_session(
-            &sub("Deferred"),
-            SessionSelector::Named("s1".to_owned()),
-            DEADLINE,
-        )
-        .await
-        .unwrap();
+    let lock = h.lock("Deferred", "s1").await;
     let copy = lock.receive(DEADLINE).await.unwrap().expect("e2 parked");
     let mut damaged = copy.message.clone();
     damaged
@@ -718,11 +707,7 @@ async fn a_parked_copy_that_cannot_be_decoded_is_dead_lettered_and_no_longer_cou
         pair("ResolutionResponse", "e3"),
         "nothing is parked, so e3 must not wait behind anything"
     );
-    let lock = h
-        .broker
-        .accept_session(&sub(E), SessionSelector::Named("s1".to_owned()), DEADLINE)
-        .await
-        .unwrap();
+    let lock = h.lock(E, "s1").await;
     let state = lock.get_state().await.unwrap();
     lock.close().await;
     let state =
@@ -745,15 +730,7 @@ async fn triggers_queued_for_one_session_are_answered_by_one_replay() {
     let tap = h.broker.receiver(&sub(TAP), SubQueue::Main).await.unwrap();
     h.publish(vec![parked("s1", "e1", 0)]).await;
     h.await_active("Deferred", 1, "one parked copy").await;
-    let held = h
-        .broker
-        .accept_session(
-            &sub("Deferred"),
-            SessionSelector::Named("s1".to_owned()),
-            DEADLINE,
-        )
-        .await
-        .unwrap();
+    let held = h.lock("Deferred", "s1").await;
 
     h.publish(vec![
         trigger("s1", "trigger-1"),
