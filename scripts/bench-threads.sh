@@ -20,7 +20,7 @@ declare -A written calls cpu_ns
 while kill -0 "$pid" 2>/dev/null; do
   for task in /proc/"$pid"/task/*; do
     name=$(cat "$task/comm" 2>/dev/null) || continue
-    case "$name" in nimbus-broker-w* | nimbus-recorder* | nimbus-checkpoi*) ;; *) continue ;; esac
+    case "$name" in nimbus-broker-w* | nimbus-broker-c* | nimbus-recorder* | nimbus-checkpoi*) ;; *) continue ;; esac
     w=$(awk '/^wchar/{print $2}' "$task/io" 2>/dev/null || true)
     c=$(awk '/^syscw/{print $2}' "$task/io" 2>/dev/null || true)
     s=$(awk '{print $1}' "$task/schedstat" 2>/dev/null || true)

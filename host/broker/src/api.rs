@@ -591,4 +591,27 @@ impl Broker {
     pub async fn flush(&self) -> Result<(), TransientError> {
         self.commit(vec![StoreOp::SequenceHighWater(0)]).await
     }
+
+    /// Keeps the log's writer from committing until the returned hold is
+    /// released: operations stay waiting for their acknowledgement, and the
+    /// messages they queue are not handed out. For tests of what a consumer
+    /// sees before a commit (decision 0107); release before dropping the
+    /// broker, whose shutdown waits for the writer.
+    #[doc(hidden)]
+    pub fn hold_commits(&self) -> CommitHold {
+        let gate = std::sync::Arc::clone(self.inner.store.commit_gate());
+        gate.hold();
+        CommitHold(gate)
+    }
+}
+
+/// See [`Broker::hold_commits`]; dropping it releases the writer.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct CommitHold(std::sync::Arc<crate::store::CommitGate>);
+
+impl Drop for CommitHold {
+    fn drop(&mut self) {
+        self.0.release();
+    }
 }

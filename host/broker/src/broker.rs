@@ -61,6 +61,7 @@ pub struct BrokerOptions {
     pub(crate) data_dir: PathBuf,
     pub(crate) durability: Durability,
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) segment_bytes: u64,
 }
 
 impl std::fmt::Debug for BrokerOptions {
@@ -68,6 +69,7 @@ impl std::fmt::Debug for BrokerOptions {
         f.debug_struct("BrokerOptions")
             .field("data_dir", &self.data_dir)
             .field("durability", &self.durability)
+            .field("segment_bytes", &self.segment_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -80,7 +82,17 @@ impl BrokerOptions {
             data_dir: data_dir.into(),
             durability: Durability::default(),
             clock: Arc::new(SystemClock),
+            segment_bytes: store::DEFAULT_SEGMENT_BYTES,
         }
+    }
+
+    /// Sets the size at which the log starts a new segment (64 MiB by
+    /// default). Sealed segments are folded into a snapshot in the
+    /// background, so the log on disk stays within about twice what is live
+    /// plus a segment or two. Smaller segments mean more, smaller compactions.
+    pub fn log_segment_bytes(mut self, bytes: u64) -> Self {
+        self.segment_bytes = bytes.max(1);
+        self
     }
 
     /// Sets the durability level.
@@ -1114,10 +1126,9 @@ pub(crate) fn row(topic: &str, sub: &str, dead: bool, entry: &Entry) -> EntryRow
 
 /// Opens the store, rebuilds memory state and starts the timer task.
 pub(crate) fn open(options: BrokerOptions) -> Result<Arc<Inner>, OpenError> {
-    let (store, reader) = Store::open(&options.data_dir, options.durability)?;
-    let path = options.data_dir.join("broker.sqlite3");
-    let snapshot = store::load(&reader, &path)?;
-    drop(reader);
+    let (store, snapshot) =
+        Store::open(&options.data_dir, options.durability, options.segment_bytes)?;
+    let path = options.data_dir.join(crate::log::DIR_NAME);
     let now = options.clock.now();
     let timers = Arc::new(Timers::default());
     let mut sequence = snapshot.sequence;

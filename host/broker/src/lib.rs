@@ -10,10 +10,11 @@
 //! sees [`Broker`] only as a `Transport` + `Admin`.
 //!
 //! Key decisions (see `docs/broker.md`):
-//! - **SQLite (WAL) is the log of record, memory holds the hot state.**
-//!   Every acknowledged operation is committed by one writer thread that
-//!   group-commits whatever is queued, so concurrent operations share one
-//!   fsync. Memory is rebuilt from SQLite on open.
+//! - **An append-only log is the record, memory holds the hot state.**
+//!   Every acknowledged operation is appended by one writer thread that
+//!   group-commits whatever is queued as one checksummed frame, so
+//!   concurrent operations share one sync. Sealed segments are folded into
+//!   snapshots in the background. Memory is rebuilt from the log on open.
 //! - **One mutex per topic, never held across I/O**; operations spanning
 //!   topics lock them in id order. Receivers wake on per-session and
 //!   per-subscription `Notify`s; deadlines run on one timer task over a heap,
@@ -27,14 +28,19 @@ mod api;
 mod broker;
 mod clock;
 mod codec;
+mod compact;
 mod handles;
+mod legacy;
+mod live;
+mod log;
+mod op_serde;
 mod rules;
 mod state;
 mod store;
 mod timers;
 mod wait;
 
-pub use api::Broker;
+pub use api::{Broker, CommitHold};
 pub use broker::{
     BrokerOptions, Durability, MAX_FORWARD_HOPS, REASON_EXPIRED, REASON_FILTER_FAILED,
     REASON_FORWARD_TARGET_MISSING, REASON_MAX_DELIVERY, REASON_MAX_HOPS,

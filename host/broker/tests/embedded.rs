@@ -143,20 +143,39 @@ async fn delivery_counts_survive_a_restart_but_locks_do_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_database_from_another_schema_version_is_refused_by_name() {
+async fn a_log_from_another_format_version_is_refused_by_name() {
     let dir = tempfile::tempdir().expect("dir");
     let clock = ManualClock::at_fixed_start();
     drop(open(dir.path(), &clock, Durability::Fsync).await);
-    {
-        let conn = rusqlite::Connection::open(dir.path().join("broker.sqlite3")).expect("sqlite");
-        conn.pragma_update(None, "user_version", 99)
-            .expect("pragma");
-    }
+    let segment = log_files(dir.path())
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "log"))
+        .expect("a segment");
+    let mut bytes = std::fs::read(&segment).expect("read");
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(&segment, bytes).expect("write");
     let error = Broker::open(BrokerOptions::new(dir.path()))
         .await
         .expect_err("refused");
     assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
-    assert!(error.to_string().contains("schema version 99"), "{error}");
+    assert!(
+        error.to_string().contains("log format version 99"),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains(&segment.display().to_string()),
+        "{error}"
+    );
+}
+
+/// The files of the broker's log, sorted.
+fn log_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("broker-log"))
+        .expect("log dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    files
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,16 +277,37 @@ async fn a_message_that_expires_while_locked_is_dead_lettered_once_released() {
 async fn a_failed_commit_is_a_transient_error_and_poisons_the_broker_until_reopened() {
     let dir = tempfile::tempdir().expect("dir");
     let clock = ManualClock::at_fixed_start();
-    let broker = open(dir.path(), &clock, Durability::Fsync).await;
+    // Every commit starts a new segment.
+    let broker = Broker::open(
+        BrokerOptions::new(dir.path())
+            .clock(Arc::new(clock.clone()))
+            .log_segment_bytes(1),
+    )
+    .await
+    .expect("open");
     let path = with_sub(&broker, SubscriptionSettings::default()).await;
     broker
         .publish("t", vec![Message::new(b"kept".to_vec())])
         .await
         .expect("publish");
 
-    // Another process holds the database's write lock past the busy timeout.
-    let blocker = rusqlite::Connection::open(dir.path().join("broker.sqlite3")).expect("sqlite");
-    blocker.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+    // The next segment cannot be created: a directory holds its name.
+    let next_segment = {
+        let last = log_files(dir.path())
+            .into_iter()
+            .rev()
+            .find(|p| p.extension().is_some_and(|e| e == "log"))
+            .expect("a segment");
+        let number: u64 = last
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse().ok())
+            .expect("numbered");
+        dir.path()
+            .join("broker-log")
+            .join(format!("{:020}.log", number + 1))
+    };
+    std::fs::create_dir(&next_segment).expect("in the way");
     let error = broker
         .publish("t", vec![Message::new(b"refused".to_vec())])
         .await
@@ -279,9 +319,8 @@ async fn a_failed_commit_is_a_transient_error_and_poisons_the_broker_until_reope
         .await
         .expect_err("poisoned");
     assert!(again.to_string().contains("reopen"), "{again}");
-    blocker.execute_batch("ROLLBACK").expect("unlock");
-    drop(blocker);
     drop(broker);
+    std::fs::remove_dir(&next_segment).expect("out of the way");
 
     let broker = open(dir.path(), &clock, Durability::Fsync).await;
     let r = broker
@@ -297,34 +336,79 @@ async fn a_failed_commit_is_a_transient_error_and_poisons_the_broker_until_reope
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn committed_messages_reach_the_database_file_while_the_broker_runs() {
-    // Fewer pages than SQLite's own automatic checkpoint would wait for:
-    // only the background checkpointer moves them out of the WAL.
+async fn the_log_is_compacted_while_the_broker_runs_and_keeps_exactly_what_is_live() {
     let dir = tempfile::tempdir().expect("dir");
     let clock = ManualClock::at_fixed_start();
-    let broker = open(dir.path(), &clock, Durability::Fsync).await;
-    let _path = with_sub(&broker, SubscriptionSettings::default()).await;
-    let database = dir.path().join("broker.sqlite3");
-    let before = std::fs::metadata(&database).expect("database").len();
-    for _ in 0..100 {
+    let options = || {
+        BrokerOptions::new(dir.path())
+            .clock(Arc::new(clock.clone()))
+            .log_segment_bytes(64 * 1024)
+    };
+    let broker = Broker::open(options()).await.expect("open");
+    let path = with_sub(&broker, SubscriptionSettings::default()).await;
+    let receiver = broker
+        .receiver(&path, SubQueue::Main)
+        .await
+        .expect("receiver");
+    // 4 MiB through the log, of which the last message stays live.
+    for n in 0..1000u32 {
+        let mut body = vec![0u8; 4096];
+        body[..4].copy_from_slice(&n.to_le_bytes());
         broker
-            .publish("t", vec![Message::new(vec![7u8; 4096])])
+            .publish("t", vec![Message::new(body)])
             .await
             .expect("publish");
+        if n < 999 {
+            let m = receiver
+                .receive(ARRIVES)
+                .await
+                .expect("receive")
+                .expect("m");
+            receiver.complete(m).await.expect("complete");
+        }
     }
     let deadline = std::time::Instant::now() + ARRIVES;
     loop {
-        let len = std::fs::metadata(&database).expect("database").len();
-        if len >= before + 100 * 4096 {
+        let files = log_files(dir.path());
+        let bytes: u64 = files
+            .iter()
+            .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+            .sum();
+        if bytes < 512 * 1024 {
+            assert!(
+                files
+                    .iter()
+                    .any(|f| f.extension().is_some_and(|e| e == "snapshot")),
+                "{files:?}"
+            );
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "the database file is still {len} bytes ({before} before 400 KiB were committed)"
+            "the log still holds {bytes} bytes in {files:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    drop(receiver);
     drop(broker);
+
+    let broker = Broker::open(options()).await.expect("reopen");
+    let receiver = broker
+        .receiver(&path, SubQueue::Main)
+        .await
+        .expect("receiver");
+    let m = receiver
+        .receive(ARRIVES)
+        .await
+        .expect("receive")
+        .expect("the live one");
+    assert_eq!(&m.message.body[..4], &999u32.to_le_bytes());
+    receiver.complete(m).await.expect("complete");
+    assert!(receiver.receive(ABSENT).await.expect("receive").is_none());
+    assert!(
+        broker.get_topic("t").await.expect("get").is_some(),
+        "the topic is in the snapshot"
+    );
 }
 
 // A zero wait means "only what is already there": a receive or accept with
@@ -395,24 +479,8 @@ async fn accepting_with_zero_wait_and_no_session_fails_on_its_first_poll() {
 // queue has committed (decision 0107). Before, a receiver could take a
 // message whose publish a crash then took back: the host crash test found a
 // Resolver that had recorded an event the broker no longer had. These tests
-// hold the database's write lock from another connection, so the broker's
-// commits wait (well within its five-second busy timeout) while they look.
-
-/// The database's write lock, held by another connection until released.
-struct HeldWriteLock(rusqlite::Connection);
-
-impl HeldWriteLock {
-    fn take(dir: &std::path::Path) -> Self {
-        let connection =
-            rusqlite::Connection::open(dir.join("broker.sqlite3")).expect("open sqlite");
-        connection.execute_batch("BEGIN IMMEDIATE").expect("lock");
-        HeldWriteLock(connection)
-    }
-
-    fn release(self) {
-        self.0.execute_batch("ROLLBACK").expect("unlock");
-    }
-}
+// hold the log's writer (`Broker::hold_commits`), so the broker's commits
+// wait while they look.
 
 fn in_session(body: &[u8], session: &str) -> Message {
     let mut m = Message::new(body.to_vec());
@@ -450,7 +518,7 @@ async fn a_published_message_is_handed_out_only_once_its_publish_has_committed()
         .await
         .expect("named session");
 
-    let held = HeldWriteLock::take(dir.path());
+    let held = broker.hold_commits();
     let publishing = publish_in_background(&broker, in_session(b"m", "k"));
     // Give the publish time to be applied in memory and queued.
     tokio::time::sleep(ABSENT).await;
@@ -477,7 +545,7 @@ async fn a_published_message_is_handed_out_only_once_its_publish_has_committed()
     // Receivers already waiting get it when the commit happens.
     let waiting = tokio::spawn(async move { receiver.receive(ARRIVES).await });
     tokio::time::sleep(ABSENT).await;
-    held.release();
+    drop(held);
     publishing.await.expect("join").expect("publish");
     let got = waiting.await.expect("join").expect("receive");
     assert_eq!(got.as_ref().map(body), Some(&b"m"[..]));
@@ -509,7 +577,7 @@ async fn a_dead_lettered_message_is_in_the_dead_letter_queue_only_once_that_is_c
         .expect("receive")
         .expect("arrived");
 
-    let held = HeldWriteLock::take(dir.path());
+    let held = broker.hold_commits();
     let settling = tokio::spawn(async move {
         receiver
             .dead_letter(message, "Poison".into(), "cannot be read".into())
@@ -520,7 +588,7 @@ async fn a_dead_lettered_message_is_in_the_dead_letter_queue_only_once_that_is_c
         dead.receive(ABSENT).await.expect("receive").is_none(),
         "the dead-letter queue handed out a move that is not committed"
     );
-    held.release();
+    drop(held);
     settling.await.expect("join").expect("dead-letter");
     let got = dead.receive(ARRIVES).await.expect("receive").expect("dead");
     assert_eq!(got.dead_letter_reason.as_deref(), Some("Poison"));
@@ -549,7 +617,7 @@ async fn a_duplicate_is_acknowledged_only_once_its_original_is_committed() {
         m
     };
 
-    let held = HeldWriteLock::take(dir.path());
+    let held = broker.hold_commits();
     let original = publish_in_background(&broker, with_id());
     tokio::time::sleep(ABSENT).await;
     assert!(!original.is_finished(), "the original waits for its commit");
@@ -560,7 +628,7 @@ async fn a_duplicate_is_acknowledged_only_once_its_original_is_committed() {
         duplicate.is_err(),
         "the duplicate was acknowledged before its original was committed: {duplicate:?}"
     );
-    held.release();
+    drop(held);
     let first = original.await.expect("join").expect("publish");
     let again = broker
         .publish("t", vec![with_id()])
@@ -592,7 +660,7 @@ async fn a_session_released_before_its_message_commits_is_offered_once_it_commit
         .accept_session(&path, SessionSelector::Named("k".into()), ARRIVES)
         .await
         .expect("named session");
-    let held = HeldWriteLock::take(dir.path());
+    let held = broker.hold_commits();
     let publishing = publish_in_background(&broker, in_session(b"m", "k"));
     tokio::time::sleep(ABSENT).await;
     held_session.close().await;
@@ -607,7 +675,7 @@ async fn a_session_released_before_its_message_commits_is_offered_once_it_commit
     });
     tokio::time::sleep(ABSENT).await;
     assert!(!accepting.is_finished(), "offered before the commit");
-    held.release();
+    drop(held);
     publishing.await.expect("join").expect("publish");
     let session = accepting
         .await
@@ -629,7 +697,7 @@ async fn a_session_listing_counts_a_message_only_once_its_publish_has_committed(
         .await
         .expect("publish");
 
-    let held = HeldWriteLock::take(dir.path());
+    let held = broker.hold_commits();
     let to_k = publish_in_background(&broker, in_session(b"second", "k"));
     let to_new = publish_in_background(&broker, in_session(b"only", "new"));
     tokio::time::sleep(ABSENT).await;
@@ -645,7 +713,7 @@ async fn a_session_listing_counts_a_message_only_once_its_publish_has_committed(
         "messages a crash can still take back are counted"
     );
 
-    held.release();
+    drop(held);
     to_k.await.expect("join").expect("publish");
     to_new.await.expect("join").expect("publish");
     let listed = broker.list_sessions(&path).await.expect("list");
