@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command (a `nimbus bench`, typically) and reports, for the threads
-# that write to SQLite (the broker's writer, the Resolver's recorder, the
-# checkpointers), their CPU time and what they wrote (bytes and write calls
+# that write the stores (the broker's writer and compactor, the Resolver's
+# recorder, the checkpointer), their CPU time and what they wrote (bytes and write calls
 # from /proc/PID/task/TID/io), sampled until the command exits. Divide by the
 # events the run published for per-event figures. Linux only.
 #

@@ -360,10 +360,14 @@ CREATE TABLE IF NOT EXISTS inbox (
     }
 
     #[test]
-    fn a_database_without_a_schema_imports_nothing() {
+    fn a_database_without_a_schema_imports_nothing_and_is_renamed_aside() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(FILE_NAME);
         drop(Connection::open(&path).unwrap());
         assert!(read(&path).unwrap().is_none());
+        let snapshot = open(dir.path());
+        assert!(snapshot.topics.is_empty() && snapshot.entries.is_empty());
+        assert!(!path.exists());
+        assert!(dir.path().join("broker.sqlite3.imported").exists());
     }
 }

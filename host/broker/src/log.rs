@@ -2,8 +2,8 @@
 //! and never rewritten, and snapshots that replace the segments they fold.
 //!
 //! `<data_dir>/broker-log/` holds
-//! - `NNNNNNNNNNNNNNNNNNNN.log`: a segment. A header (magic, format version),
-//!   then frames: `[payload length u32 LE][CRC-32 of the payload u32 LE]
+//! - `NNNNNNNNNNNNNNNNNNNN.log`: a segment. A header (magic, format version,
+//!   flags: whether its commits were synced one by one), then frames: `[payload length u32 LE][CRC-32 of the payload u32 LE]
 //!   [payload]`, the payload being the postcard encodings of one commit's
 //!   [`StoreOp`]s back to back. One frame per commit, so a commit is on disk
 //!   whole or, torn by a crash, dropped whole at open. No frame is empty: a
@@ -28,7 +28,10 @@ pub(crate) const DIR_NAME: &str = "broker-log";
 const MAGIC: &[u8; 8] = b"nimbusbl";
 /// The format this build writes and reads.
 pub(crate) const FORMAT_VERSION: u32 = 1;
-pub(crate) const HEADER_LEN: u64 = 12;
+pub(crate) const HEADER_LEN: u64 = 16;
+/// Header flag: the file's commits were acknowledged without a sync each
+/// (`Durability::Os`), so after a power cut a gap may precede later data.
+const FLAG_UNSYNCED: u32 = 1;
 const FRAME_HEADER_LEN: usize = 8;
 /// A frame longer than this is damage, not data: no commit comes near it.
 const MAX_FRAME: u32 = 1 << 30;
@@ -122,14 +125,17 @@ pub(crate) fn list(dir: &Path) -> io::Result<Listing> {
     })
 }
 
-/// Creates a new file with the header written (and synced when asked).
-pub(crate) fn create(path: &Path, sync: bool) -> io::Result<File> {
+/// Creates a new file with the header written. `unsynced_commits` marks a
+/// segment written at `Durability::Os`; `sync_now` syncs the header.
+pub(crate) fn create(path: &Path, unsynced_commits: bool, sync_now: bool) -> io::Result<File> {
     let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    let flags = if unsynced_commits { FLAG_UNSYNCED } else { 0 };
     let mut header = Vec::with_capacity(HEADER_LEN as usize);
     header.extend_from_slice(MAGIC);
     header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header.extend_from_slice(&flags.to_le_bytes());
     file.write_all(&header)?;
-    if sync {
+    if sync_now {
         file.sync_all()?;
     }
     Ok(file)
@@ -179,13 +185,36 @@ pub(crate) enum End {
     Torn { valid_len: u64 },
 }
 
+/// What reading a file found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Contents {
+    pub(crate) end: End,
+    /// Its commits were not synced one by one (see [`create`]).
+    pub(crate) unsynced_commits: bool,
+}
+
 /// Reads every frame of `path`, handing each op to `apply` in order.
 /// A file shorter than its header is torn at 0.
 pub(crate) fn read(
     path: &Path,
+    apply: impl FnMut(StoreOp) -> Result<(), String>,
+) -> Result<Contents, ReadError> {
+    let mut unsynced_commits = false;
+    let end = read_frames(path, &mut unsynced_commits, apply)?;
+    Ok(Contents {
+        end,
+        unsynced_commits,
+    })
+}
+
+fn read_frames(
+    path: &Path,
+    unsynced_commits: &mut bool,
     mut apply: impl FnMut(StoreOp) -> Result<(), String>,
 ) -> Result<End, ReadError> {
-    let mut reader = BufReader::with_capacity(1 << 20, File::open(path)?);
+    let file = File::open(path)?;
+    let file_len = file.metadata()?.len();
+    let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut header = [0u8; HEADER_LEN as usize];
     if read_full(&mut reader, &mut header)? < header.len() {
         return Ok(End::Torn { valid_len: 0 });
@@ -199,6 +228,8 @@ pub(crate) fn read(
             "log format version {version}, this build reads version {FORMAT_VERSION}"
         )));
     }
+    let flags = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+    *unsynced_commits = flags & FLAG_UNSYNCED != 0;
     let mut offset = HEADER_LEN;
     let mut payload = Vec::new();
     loop {
@@ -224,7 +255,9 @@ pub(crate) fn read(
             frame_header[6],
             frame_header[7],
         ]);
-        if len >= MAX_FRAME {
+        // A damaged length must not make us allocate what the file cannot hold.
+        let frame_end = offset + FRAME_HEADER_LEN as u64 + u64::from(len);
+        if len >= MAX_FRAME || frame_end > file_len {
             return Ok(End::Torn { valid_len: offset });
         }
         payload.resize(len as usize, 0);
@@ -270,20 +303,20 @@ mod tests {
 
     fn seqs(path: &Path) -> (Vec<i64>, End) {
         let mut seen = Vec::new();
-        let end = read(path, |op| {
+        let contents = read(path, |op| {
             if let StoreOp::DeleteScheduled { seq } = op {
                 seen.push(seq);
             }
             Ok(())
         })
         .unwrap();
-        (seen, end)
+        (seen, contents.end)
     }
 
     /// A segment of three commits: (1), (2, 3), (4).
     fn three_commits(dir: &Path) -> (PathBuf, Vec<u64>) {
         let path = segment_path(dir, 1);
-        let mut file = create(&path, false).unwrap();
+        let mut file = create(&path, false, false).unwrap();
         let mut ends = vec![HEADER_LEN];
         let mut frame = Vec::new();
         for ops in [vec![op(1)], vec![op(2), op(3)], vec![op(4)]] {

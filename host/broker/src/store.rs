@@ -370,7 +370,7 @@ struct ActiveSegment {
 
 impl ActiveSegment {
     fn create(dir: &Path, number: u64, limit: u64, sync: bool) -> std::io::Result<Self> {
-        let file = log::create(&log::segment_path(dir, number), sync)?;
+        let file = log::create(&log::segment_path(dir, number), !sync, sync)?;
         if sync {
             log::sync_dir(dir)?;
         }
@@ -496,7 +496,7 @@ impl Store {
         };
         if let Some(number) = listing.snapshot {
             let path = log::snapshot_path(&log_dir, number);
-            match read_file(&path, &mut apply)? {
+            match read_file(&path, &mut apply)?.end {
                 log::End::Clean { .. } => {}
                 log::End::Torn { valid_len } => {
                     return Err(OpenError::Corrupt {
@@ -507,26 +507,41 @@ impl Store {
             }
         }
         let last = listing.segments.last().copied();
-        for &number in &listing.segments {
+        for (i, &number) in listing.segments.iter().enumerate() {
             let path = log::segment_path(&log_dir, number);
-            if let log::End::Torn { valid_len } = read_file(&path, &mut apply)? {
-                if Some(number) != last {
-                    return Err(OpenError::Corrupt {
-                        path: path.display().to_string(),
-                        reason: format!(
-                            "segment damaged at byte {valid_len}, with segments after it"
-                        ),
-                    });
-                }
-                // The commit a crash cut short: never acknowledged.
-                tracing::warn!(segment = %path.display(), valid_len, "dropping the torn end of the broker log");
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(io_error(&path))?;
-                file.set_len(valid_len).map_err(io_error(&path))?;
-                file.sync_all().map_err(io_error(&path))?;
+            let contents = read_file(&path, &mut apply)?;
+            let log::End::Torn { valid_len } = contents.end else {
+                continue;
+            };
+            let later = &listing.segments[i + 1..];
+            if !later.is_empty() && !contents.unsynced_commits {
+                // Every commit of a sealed segment was synced before any
+                // later one was acknowledged: this is damage, not a crash.
+                return Err(OpenError::Corrupt {
+                    path: path.display().to_string(),
+                    reason: format!("segment damaged at byte {valid_len}, with segments after it"),
+                });
             }
+            // The commit a crash cut short, never acknowledged; or, at `os`,
+            // the first commit a power cut lost, and everything after it
+            // goes too so what remains is a prefix of the history.
+            tracing::warn!(
+                segment = %path.display(),
+                valid_len,
+                later_segments_dropped = later.len(),
+                "dropping the torn end of the broker log"
+            );
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(io_error(&path))?;
+            file.set_len(valid_len).map_err(io_error(&path))?;
+            file.sync_all().map_err(io_error(&path))?;
+            for &dropped in later {
+                let dropped = log::segment_path(&log_dir, dropped);
+                std::fs::remove_file(&dropped).map_err(io_error(&dropped))?;
+            }
+            break;
         }
         let snapshot = live.into_snapshot().map_err(|reason| OpenError::Corrupt {
             path: log_dir.display().to_string(),
@@ -665,7 +680,7 @@ impl Drop for Store {
 fn read_file(
     path: &Path,
     apply: &mut impl FnMut(StoreOp) -> Result<(), String>,
-) -> Result<log::End, OpenError> {
+) -> Result<log::Contents, OpenError> {
     log::read(path, apply).map_err(|error| match error {
         log::ReadError::Io(source) => OpenError::Log {
             path: path.display().to_string(),
@@ -681,9 +696,9 @@ fn read_file(
 /// Writes an earlier build's SQLite database into the empty log directory as
 /// its first snapshot, then renames the database aside.
 fn import_legacy(database: &Path, log_dir: &Path) -> Result<(), OpenError> {
-    let Some(ops) = legacy::read(database)? else {
-        return Ok(());
-    };
+    // A database without a schema imports as nothing, and is renamed all
+    // the same so later opens do not find it again.
+    let ops = legacy::read(database)?.unwrap_or_default();
     let mut live = LiveState::default();
     for op in ops {
         live.apply(op);
@@ -899,7 +914,7 @@ mod tests {
         let log_dir = dir.path().join(log::DIR_NAME);
         let listing = log::list(&log_dir).unwrap();
         let last = log::segment_path(&log_dir, *listing.segments.last().unwrap());
-        let log::End::Clean { data_len } = log::read(&last, |_| Ok(())).unwrap() else {
+        let log::End::Clean { data_len } = log::read(&last, |_| Ok(())).unwrap().end else {
             panic!("a clean shutdown leaves whole frames");
         };
         let mut frame = Vec::new();
@@ -916,24 +931,31 @@ mod tests {
         assert_eq!(ids(dir.path()), vec![1, 2, 4]);
     }
 
-    #[test]
-    fn a_damaged_segment_with_segments_after_it_is_refused_by_name() {
-        let dir = tempfile::tempdir().unwrap();
-        let log_dir = dir.path().join(log::DIR_NAME);
-        std::fs::create_dir_all(&log_dir).unwrap();
+    /// Two segments of one entry each, the first followed by junk: a torn
+    /// sealed segment. Returns the first segment's path.
+    fn torn_sealed_segment(log_dir: &Path, unsynced_commits: bool) -> PathBuf {
+        std::fs::create_dir_all(log_dir).unwrap();
         let mut frame = Vec::new();
         for (number, id) in [(1, 1), (2, 2)] {
-            let mut file = log::create(&log::segment_path(&log_dir, number), false).unwrap();
+            let mut file =
+                log::create(&log::segment_path(log_dir, number), unsynced_commits, false).unwrap();
             log::encode_frame(&[StoreOp::InsertEntry(Box::new(row(id)))], &mut frame).unwrap();
             file.write_all(&frame).unwrap();
         }
-        let first = log::segment_path(&log_dir, 1);
+        let first = log::segment_path(log_dir, 1);
         std::fs::OpenOptions::new()
             .append(true)
             .open(&first)
             .unwrap()
             .write_all(b"junk")
             .unwrap();
+        first
+    }
+
+    #[test]
+    fn a_damaged_segment_with_segments_after_it_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = torn_sealed_segment(&dir.path().join(log::DIR_NAME), false);
         let Err(error) = Store::open(dir.path(), Durability::Fsync, DEFAULT_SEGMENT_BYTES) else {
             panic!("refused");
         };
@@ -941,6 +963,20 @@ mod tests {
         assert!(
             error.to_string().contains(&first.display().to_string()),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn a_gap_in_a_segment_written_at_os_ends_the_log_there() {
+        // After a power cut at `os`, a later segment's pages may have reached
+        // the disk before an earlier one's: what is kept is the prefix.
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join(log::DIR_NAME);
+        torn_sealed_segment(&log_dir, true);
+        assert_eq!(ids(dir.path()), vec![1]);
+        assert!(
+            !log::segment_path(&log_dir, 2).exists(),
+            "the commits after the gap are dropped, not replayed later"
         );
     }
 }
