@@ -178,6 +178,19 @@ impl RunningHost {
         run.json()
     }
 
+    /// `nimbus event ID --json`, or `None` while the Resolver does not know
+    /// the event yet (it records a publish shortly after the broker
+    /// acknowledged it). Any other failure panics.
+    #[track_caller]
+    pub fn event_json(&self, id: &str) -> Option<serde_json::Value> {
+        let run = self.cli(&["event", id, "--json"]);
+        if run.code() != Some(0) && run.stderr().contains("is known to the Resolver") {
+            return None;
+        }
+        run.expect_code(0);
+        Some(run.json())
+    }
+
     /// `GET /metrics` (the CLI has no command for it: Prometheus scrapes
     /// it), over a plain HTTP/1.0 request; the body.
     #[track_caller]

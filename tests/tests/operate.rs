@@ -201,7 +201,7 @@ fn a_failed_event_is_fixed_by_dropping_in_a_new_version_and_resubmitting() {
 /// the request's copy after the engine's answer to it).
 fn handoff_history(host: &RunningHost, event_id: &str, awaited: &str) -> serde_json::Value {
     host.eventually(&format!("{awaited} is in the history"), || {
-        let event = host.cli_json(&["event", event_id, "--json"]);
+        let event = host.event_json(event_id)?;
         let history = event["endpoints"][0]["history"].as_array()?.clone();
         history
             .iter()
@@ -1387,7 +1387,7 @@ fn an_event_failing_transiently_shows_its_failure_while_it_waits() {
     // A backoff longer than the test: the event stays in its first wait.
     let (host, flaky) = publish_flaky(&scratch, "10m", "10m");
     let event = host.eventually("the transient failure is shown", || {
-        let event = host.cli_json(&["event", &flaky, "--json"]);
+        let event = host.event_json(&flaky)?;
         (!event["endpoints"][0]["transient_failure"].is_null()).then_some(event)
     });
     let at = &event["endpoints"][0];
@@ -1445,7 +1445,7 @@ fn a_delivery_that_failed_transiently_still_counts_after_a_crash() {
     let (host, flaky) = publish_flaky(&scratch, "10m", "10m");
     let failed_once = |host: &RunningHost, delivery: u64| {
         host.eventually("the transient failure is noted", || {
-            let event = host.cli_json(&["event", &flaky, "--json"]);
+            let event = host.event_json(&flaky)?;
             (event["endpoints"][0]["transient_failure"]["delivery"] == delivery).then_some(())
         });
     };

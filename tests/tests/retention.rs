@@ -63,7 +63,7 @@ fn retention_keeps_a_sessions_blocker_and_its_skipped_parked_event_until_they_ar
     host.cli(&["resubmit", &id(&gone)]).expect_code(0);
     let unsupported_id = id(&gone);
     host.eventually("the blocker to be Unsupported", || {
-        let event = host.cli_json(&["event", &unsupported_id, "--json"]);
+        let event = host.event_json(&unsupported_id)?;
         (event["endpoints"][0]["record"]["status"] == "Unsupported").then_some(())
     });
 

@@ -46,12 +46,13 @@ pub const REASON_FILTER_FAILED: &str = "FilterEvaluationException";
 /// How durable an acknowledged operation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
-    /// Survives power loss: every commit fsyncs the WAL (concurrent
-    /// operations share one commit). The default.
+    /// Survives power loss: every commit's frame is synced before it is
+    /// acknowledged (concurrent operations share one commit). The default.
     #[default]
     Fsync,
     /// Survives `kill -9` of the process, not of the machine: commits reach
-    /// the OS page cache; fsync happens at WAL checkpoints only.
+    /// the OS page cache; the log is synced at a clean shutdown, and a power
+    /// cut keeps a prefix of it.
     Os,
 }
 

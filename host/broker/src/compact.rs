@@ -140,7 +140,7 @@ fn compact(dir: &Path, sealed: u64, stop: &AtomicBool) -> io::Result<Option<u64>
         if stop.load(Ordering::Acquire) {
             return Ok(None);
         }
-        match log::read(path, &mut apply).map(|contents| contents.end) {
+        match log::read(path, &mut apply) {
             Ok(log::End::Clean { .. }) => {}
             Ok(log::End::Torn { valid_len }) => {
                 return Err(io::Error::other(format!(
@@ -213,7 +213,8 @@ pub(crate) fn write_snapshot(
 }
 
 fn write_ops(path: &Path, live: LiveState, stop: &AtomicBool) -> io::Result<bool> {
-    let mut out = BufWriter::with_capacity(1 << 20, log::create(path, false, false)?);
+    let mut out =
+        BufWriter::with_capacity(1 << 20, log::create(path, log::Header::default(), false)?);
     let mut ops: Vec<StoreOp> = Vec::with_capacity(OPS_PER_FRAME);
     let mut frame = Vec::new();
     let mut flush = |ops: &mut Vec<StoreOp>, out: &mut BufWriter<File>| -> io::Result<()> {

@@ -3,7 +3,8 @@
 //!
 //! `<data_dir>/broker-log/` holds
 //! - `NNNNNNNNNNNNNNNNNNNN.log`: a segment. A header (magic, format version,
-//!   flags: whether its commits were synced one by one), then frames: `[payload length u32 LE][CRC-32 of the payload u32 LE]
+//!   flags: whether its commits were synced one by one; the data length of
+//!   the segment before it, when known), then frames: `[payload length u32 LE][CRC-32 of the payload u32 LE]
 //!   [payload]`, the payload being the postcard encodings of one commit's
 //!   [`StoreOp`]s back to back. One frame per commit, so a commit is on disk
 //!   whole or, torn by a crash, dropped whole at open. No frame is empty: a
@@ -28,7 +29,7 @@ pub(crate) const DIR_NAME: &str = "broker-log";
 const MAGIC: &[u8; 8] = b"nimbusbl";
 /// The format this build writes and reads.
 pub(crate) const FORMAT_VERSION: u32 = 1;
-pub(crate) const HEADER_LEN: u64 = 16;
+pub(crate) const HEADER_LEN: u64 = 24;
 /// Header flag: the file's commits were acknowledged without a sync each
 /// (`Durability::Os`), so after a power cut a gap may precede later data.
 const FLAG_UNSYNCED: u32 = 1;
@@ -125,16 +126,31 @@ pub(crate) fn list(dir: &Path) -> io::Result<Listing> {
     })
 }
 
-/// Creates a new file with the header written. `unsynced_commits` marks a
-/// segment written at `Durability::Os`; `sync_now` syncs the header.
-pub(crate) fn create(path: &Path, unsynced_commits: bool, sync_now: bool) -> io::Result<File> {
+/// What a file's header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Header {
+    /// The commits were acknowledged without a sync each
+    /// (`Durability::Os`), so after a power cut a gap may precede later data.
+    pub(crate) unsynced_commits: bool,
+    /// The data length of the segment before this one when this one was
+    /// started (0: none, or not known): a shorter predecessor lost its end.
+    pub(crate) prev_data_len: u64,
+}
+
+/// Creates a new file with `header` written; `sync_now` syncs it.
+pub(crate) fn create(path: &Path, header: Header, sync_now: bool) -> io::Result<File> {
     let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
-    let flags = if unsynced_commits { FLAG_UNSYNCED } else { 0 };
-    let mut header = Vec::with_capacity(HEADER_LEN as usize);
-    header.extend_from_slice(MAGIC);
-    header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    header.extend_from_slice(&flags.to_le_bytes());
-    file.write_all(&header)?;
+    let flags = if header.unsynced_commits {
+        FLAG_UNSYNCED
+    } else {
+        0
+    };
+    let mut bytes = Vec::with_capacity(HEADER_LEN as usize);
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    bytes.extend_from_slice(&flags.to_le_bytes());
+    bytes.extend_from_slice(&header.prev_data_len.to_le_bytes());
+    file.write_all(&bytes)?;
     if sync_now {
         file.sync_all()?;
     }
@@ -180,56 +196,58 @@ pub(crate) enum End {
     /// The data ends with a whole frame at `data_len`; anything after it
     /// is allocated space.
     Clean { data_len: u64 },
-    /// A frame is cut short or fails its checksum at this offset: the
-    /// commit a crash interrupted, never acknowledged.
+    /// A frame is cut short or fails its checksum at this offset, or zeros
+    /// stand where more data follows: the commit a crash interrupted, or
+    /// pages a power cut lost. A file without a header is torn at 0.
     Torn { valid_len: u64 },
 }
 
-/// What reading a file found.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Contents {
-    pub(crate) end: End,
-    /// Its commits were not synced one by one (see [`create`]).
-    pub(crate) unsynced_commits: bool,
+/// Reads a file's header: `None` when the file is shorter than a header or
+/// its header is zeros (created, and a crash came before the header was on
+/// disk: it holds no commit).
+pub(crate) fn read_header(path: &Path) -> Result<Option<Header>, ReadError> {
+    let mut bytes = [0u8; HEADER_LEN as usize];
+    if read_full(&mut File::open(path)?, &mut bytes)? < bytes.len()
+        || bytes == [0; HEADER_LEN as usize]
+    {
+        return Ok(None);
+    }
+    parse_header(&bytes).map(Some)
 }
 
-/// Reads every frame of `path`, handing each op to `apply` in order.
-/// A file shorter than its header is torn at 0.
-pub(crate) fn read(
-    path: &Path,
-    apply: impl FnMut(StoreOp) -> Result<(), String>,
-) -> Result<Contents, ReadError> {
-    let mut unsynced_commits = false;
-    let end = read_frames(path, &mut unsynced_commits, apply)?;
-    Ok(Contents {
-        end,
-        unsynced_commits,
+fn parse_header(bytes: &[u8; HEADER_LEN as usize]) -> Result<Header, ReadError> {
+    if &bytes[..8] != MAGIC {
+        return Err(ReadError::Corrupt("not a broker log file".into()));
+    }
+    let word =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let version = word(8);
+    if version != FORMAT_VERSION {
+        return Err(ReadError::Corrupt(format!(
+            "log format version {version}, this build reads version {FORMAT_VERSION}"
+        )));
+    }
+    let mut prev = [0u8; 8];
+    prev.copy_from_slice(&bytes[16..24]);
+    Ok(Header {
+        unsynced_commits: word(12) & FLAG_UNSYNCED != 0,
+        prev_data_len: u64::from_le_bytes(prev),
     })
 }
 
-fn read_frames(
+/// Reads every frame of `path`, handing each op to `apply` in order.
+pub(crate) fn read(
     path: &Path,
-    unsynced_commits: &mut bool,
     mut apply: impl FnMut(StoreOp) -> Result<(), String>,
 ) -> Result<End, ReadError> {
     let file = File::open(path)?;
     let file_len = file.metadata()?.len();
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut header = [0u8; HEADER_LEN as usize];
-    if read_full(&mut reader, &mut header)? < header.len() {
+    if read_full(&mut reader, &mut header)? < header.len() || header == [0; HEADER_LEN as usize] {
         return Ok(End::Torn { valid_len: 0 });
     }
-    if &header[..8] != MAGIC {
-        return Err(ReadError::Corrupt("not a broker log file".into()));
-    }
-    let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
-    if version != FORMAT_VERSION {
-        return Err(ReadError::Corrupt(format!(
-            "log format version {version}, this build reads version {FORMAT_VERSION}"
-        )));
-    }
-    let flags = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
-    *unsynced_commits = flags & FLAG_UNSYNCED != 0;
+    parse_header(&header)?;
     let mut offset = HEADER_LEN;
     let mut payload = Vec::new();
     loop {
@@ -240,8 +258,13 @@ fn read_frames(
             _ => return Ok(End::Torn { valid_len: offset }),
         }
         if frame_header == [0; FRAME_HEADER_LEN] {
-            // Space the writer allocated ahead; no frame is empty.
-            return Ok(End::Clean { data_len: offset });
+            // Space the writer allocated ahead (no frame is empty), unless
+            // data follows: then pages before it were lost.
+            return Ok(if only_zeros_left(&mut reader)? {
+                End::Clean { data_len: offset }
+            } else {
+                End::Torn { valid_len: offset }
+            });
         }
         let len = u32::from_le_bytes([
             frame_header[0],
@@ -279,6 +302,19 @@ fn read_frames(
     }
 }
 
+fn only_zeros_left(reader: &mut impl Read) -> io::Result<bool> {
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = read_full(reader, &mut chunk)?;
+        if chunk[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        if n < chunk.len() {
+            return Ok(true);
+        }
+    }
+}
+
 /// Reads until `buf` is full or the file ends; returns the bytes read.
 fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
@@ -303,20 +339,20 @@ mod tests {
 
     fn seqs(path: &Path) -> (Vec<i64>, End) {
         let mut seen = Vec::new();
-        let contents = read(path, |op| {
+        let end = read(path, |op| {
             if let StoreOp::DeleteScheduled { seq } = op {
                 seen.push(seq);
             }
             Ok(())
         })
         .unwrap();
-        (seen, contents.end)
+        (seen, end)
     }
 
     /// A segment of three commits: (1), (2, 3), (4).
     fn three_commits(dir: &Path) -> (PathBuf, Vec<u64>) {
         let path = segment_path(dir, 1);
-        let mut file = create(&path, false, false).unwrap();
+        let mut file = create(&path, Header::default(), false).unwrap();
         let mut ends = vec![HEADER_LEN];
         let mut frame = Vec::new();
         for ops in [vec![op(1)], vec![op(2), op(3)], vec![op(4)]] {
@@ -379,6 +415,31 @@ mod tests {
         );
         let mut frame = Vec::new();
         assert!(encode_frame(&[], &mut frame).is_err(), "no frame is empty");
+
+        // Data after the zeros: pages in between were lost.
+        file.write_all(&[1; 16]).unwrap();
+        assert_eq!(
+            seqs(&path),
+            (vec![1, 2, 3, 4], End::Torn { valid_len: ends[3] })
+        );
+    }
+
+    #[test]
+    fn a_file_without_its_header_holds_no_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.log");
+        for bytes in [&b""[..], &[0; 24][..], &[0; 4096][..], &MAGIC[..]] {
+            std::fs::write(&path, bytes).unwrap();
+            assert_eq!(read_header(&path).unwrap(), None, "{} bytes", bytes.len());
+            assert_eq!(seqs(&path), (vec![], End::Torn { valid_len: 0 }));
+        }
+        let header = Header {
+            unsynced_commits: true,
+            prev_data_len: 77,
+        };
+        std::fs::remove_file(&path).unwrap();
+        drop(create(&path, header, false).unwrap());
+        assert_eq!(read_header(&path).unwrap(), Some(header));
     }
 
     #[test]

@@ -369,8 +369,20 @@ struct ActiveSegment {
 }
 
 impl ActiveSegment {
-    fn create(dir: &Path, number: u64, limit: u64, sync: bool) -> std::io::Result<Self> {
-        let file = log::create(&log::segment_path(dir, number), !sync, sync)?;
+    /// Starts segment `number`; `prev_data_len` is the data length of the
+    /// segment before it (0 when there is none).
+    fn create(
+        dir: &Path,
+        number: u64,
+        prev_data_len: u64,
+        limit: u64,
+        sync: bool,
+    ) -> std::io::Result<Self> {
+        let header = log::Header {
+            unsynced_commits: !sync,
+            prev_data_len,
+        };
+        let file = log::create(&log::segment_path(dir, number), header, sync)?;
         if sync {
             log::sync_dir(dir)?;
         }
@@ -391,7 +403,8 @@ impl ActiveSegment {
     fn append(&mut self, batch: &[Request]) -> std::io::Result<Option<u64>> {
         let mut sealed = None;
         if self.len >= self.limit {
-            let next = ActiveSegment::create(&self.dir, self.number + 1, self.limit, self.sync)?;
+            let next =
+                ActiveSegment::create(&self.dir, self.number + 1, self.len, self.limit, self.sync)?;
             let old = std::mem::replace(self, next);
             sealed = Some(old.number);
         }
@@ -475,6 +488,11 @@ impl Store {
         };
         std::fs::create_dir_all(&log_dir).map_err(io_error(&log_dir))?;
         let mut listing = log::list(&log_dir).map_err(io_error(&log_dir))?;
+        // Leftovers first: an import interrupted by a crash left its
+        // temporary snapshot, which the next import must not trip over.
+        for stale in &listing.stale {
+            std::fs::remove_file(stale).map_err(io_error(stale))?;
+        }
         let legacy_path = dir.join(legacy::FILE_NAME);
         if listing.snapshot.is_none() && listing.segments.is_empty() && legacy_path.exists() {
             import_legacy(&legacy_path, &log_dir)?;
@@ -485,9 +503,6 @@ impl Store {
                 "an earlier build's broker database sits next to the broker log; the log is what is read"
             );
         }
-        for stale in &listing.stale {
-            std::fs::remove_file(stale).map_err(io_error(stale))?;
-        }
 
         let mut live = LiveState::default();
         let mut apply = |op| {
@@ -496,62 +511,42 @@ impl Store {
         };
         if let Some(number) = listing.snapshot {
             let path = log::snapshot_path(&log_dir, number);
-            match read_file(&path, &mut apply)?.end {
-                log::End::Clean { .. } => {}
-                log::End::Torn { valid_len } => {
-                    return Err(OpenError::Corrupt {
-                        path: path.display().to_string(),
-                        reason: format!("snapshot damaged at byte {valid_len}"),
-                    });
-                }
-            }
-        }
-        let last = listing.segments.last().copied();
-        for (i, &number) in listing.segments.iter().enumerate() {
-            let path = log::segment_path(&log_dir, number);
-            let contents = read_file(&path, &mut apply)?;
-            let log::End::Torn { valid_len } = contents.end else {
-                continue;
-            };
-            let later = &listing.segments[i + 1..];
-            if !later.is_empty() && !contents.unsynced_commits {
-                // Every commit of a sealed segment was synced before any
-                // later one was acknowledged: this is damage, not a crash.
+            if let log::End::Torn { valid_len } = read_file(&path, &mut apply)? {
                 return Err(OpenError::Corrupt {
                     path: path.display().to_string(),
-                    reason: format!("segment damaged at byte {valid_len}, with segments after it"),
+                    reason: format!("snapshot damaged at byte {valid_len}"),
                 });
             }
-            // The commit a crash cut short, never acknowledged; or, at `os`,
-            // the first commit a power cut lost, and everything after it
-            // goes too so what remains is a prefix of the history.
-            tracing::warn!(
-                segment = %path.display(),
-                valid_len,
-                later_segments_dropped = later.len(),
-                "dropping the torn end of the broker log"
-            );
-            let file = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(io_error(&path))?;
-            file.set_len(valid_len).map_err(io_error(&path))?;
-            file.sync_all().map_err(io_error(&path))?;
-            for &dropped in later {
-                let dropped = log::segment_path(&log_dir, dropped);
-                std::fs::remove_file(&dropped).map_err(io_error(&dropped))?;
-            }
-            break;
         }
+        let kept = read_segments(&log_dir, &listing.segments, &mut apply)?;
         let snapshot = live.into_snapshot().map_err(|reason| OpenError::Corrupt {
             path: log_dir.display().to_string(),
             reason,
         })?;
+        // Whatever was read is on disk before anything new is acknowledged,
+        // so a later commit at `fsync` never sits on top of a segment a
+        // power cut can still shorten.
+        for &(number, _) in &kept {
+            let path = log::segment_path(&log_dir, number);
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(io_error(&path))?;
+        }
+        log::sync_dir(&log_dir).map_err(io_error(&log_dir))?;
 
         let sync = durability == Durability::Fsync;
-        let next = last.or(listing.snapshot).unwrap_or(0) + 1;
-        let active = ActiveSegment::create(&log_dir, next, segment_bytes.max(1), sync)
-            .map_err(io_error(&log::segment_path(&log_dir, next)))?;
+        let last = kept.last().map(|&(number, _)| number);
+        let next = listing
+            .segments
+            .last()
+            .copied()
+            .or(listing.snapshot)
+            .unwrap_or(0)
+            + 1;
+        let prev_data_len = kept.last().map_or(0, |&(_, len)| len);
+        let active =
+            ActiveSegment::create(&log_dir, next, prev_data_len, segment_bytes.max(1), sync)
+                .map_err(io_error(&log::segment_path(&log_dir, next)))?;
         let compactor = Compactor::start(log_dir.clone()).map_err(OpenError::Thread)?;
         if let Some(sealed) = last {
             compactor.sealed(sealed);
@@ -676,21 +671,131 @@ impl Drop for Store {
     }
 }
 
+fn read_error(path: &Path) -> impl FnOnce(log::ReadError) -> OpenError {
+    let path = path.display().to_string();
+    move |error| match error {
+        log::ReadError::Io(source) => OpenError::Log { path, source },
+        log::ReadError::Corrupt(reason) => OpenError::Corrupt { path, reason },
+    }
+}
+
 /// Reads one file of the log into `apply`, naming the file in any error.
 fn read_file(
     path: &Path,
     apply: &mut impl FnMut(StoreOp) -> Result<(), String>,
-) -> Result<log::Contents, OpenError> {
-    log::read(path, apply).map_err(|error| match error {
-        log::ReadError::Io(source) => OpenError::Log {
+) -> Result<log::End, OpenError> {
+    log::read(path, apply).map_err(read_error(path))
+}
+
+/// Reads the segments after the snapshot in order into `apply`, and repairs
+/// what a crash or a power cut left (docs/broker.md, "Open"). Returns the
+/// segments kept, with their data lengths.
+fn read_segments(
+    log_dir: &Path,
+    numbers: &[u64],
+    apply: &mut impl FnMut(StoreOp) -> Result<(), String>,
+) -> Result<Vec<(u64, u64)>, OpenError> {
+    let io_error = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| OpenError::Log { path, source }
+    };
+    // (number, data length, written at `os`)
+    let mut kept: Vec<(u64, u64, bool)> = Vec::new();
+    for (i, &number) in numbers.iter().enumerate() {
+        let path = log::segment_path(log_dir, number);
+        let Some(header) = log::read_header(&path).map_err(read_error(&path))? else {
+            tracing::warn!(segment = %path.display(), "removing a segment created just before a crash; it holds no commit");
+            std::fs::remove_file(&path).map_err(io_error(&path))?;
+            continue;
+        };
+        if let Some(&(prev, prev_len, prev_unsynced)) = kept.last()
+            && header.prev_data_len > prev_len
+        {
+            // The segment before ended further on when this one started:
+            // a power cut took its end.
+            let prev_path = log::segment_path(log_dir, prev);
+            let reason = format!(
+                "ends at byte {prev_len}, but segment {number} was started after byte {}",
+                header.prev_data_len
+            );
+            drop_after_gap(log_dir, &prev_path, prev_unsynced, &numbers[i..], reason)?;
+            break;
+        }
+        match read_file(&path, apply)? {
+            log::End::Clean { data_len } => kept.push((number, data_len, header.unsynced_commits)),
+            log::End::Torn { valid_len } => {
+                let later = &numbers[i + 1..];
+                let reason = format!("segment damaged at byte {valid_len}, with segments after it");
+                drop_after_gap(
+                    log_dir,
+                    &path,
+                    header.unsynced_commits || later.is_empty(),
+                    later,
+                    reason,
+                )?;
+                // The commit a crash cut short, never acknowledged; or, at
+                // `os`, the first commit a power cut lost.
+                tracing::warn!(segment = %path.display(), valid_len, later_segments_dropped = later.len(), "dropping the torn end of the broker log");
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(io_error(&path))?;
+                file.set_len(valid_len).map_err(io_error(&path))?;
+                file.sync_all().map_err(io_error(&path))?;
+                kept.push((number, valid_len, header.unsynced_commits));
+                break;
+            }
+        }
+    }
+    Ok(kept
+        .into_iter()
+        .map(|(number, len, _)| (number, len))
+        .collect())
+}
+
+/// A gap in the segment at `gap_in`: the segments `later` hold commits made
+/// after it. Dropping them keeps a prefix of the history, which is what a
+/// power cut at `os` may cost (`droppable`); a gap where every commit was
+/// synced, or under a later segment whose commits were, is damage.
+fn drop_after_gap(
+    log_dir: &Path,
+    gap_in: &Path,
+    droppable: bool,
+    later: &[u64],
+    reason: String,
+) -> Result<(), OpenError> {
+    let corrupt = || OpenError::Corrupt {
+        path: gap_in.display().to_string(),
+        reason: reason.clone(),
+    };
+    if !droppable {
+        return Err(corrupt());
+    }
+    for &number in later {
+        let path = log::segment_path(log_dir, number);
+        if log::read_header(&path)
+            .map_err(read_error(&path))?
+            .is_some_and(|h| !h.unsynced_commits)
+        {
+            return Err(corrupt());
+        }
+    }
+    // Newest first, and the directory synced before the cut: a crash in
+    // between must not leave later segments on top of a shortened one.
+    for &number in later.iter().rev() {
+        let path = log::segment_path(log_dir, number);
+        std::fs::remove_file(&path).map_err(|source| OpenError::Log {
             path: path.display().to_string(),
             source,
-        },
-        log::ReadError::Corrupt(reason) => OpenError::Corrupt {
-            path: path.display().to_string(),
-            reason,
-        },
-    })
+        })?;
+    }
+    if !later.is_empty() {
+        log::sync_dir(log_dir).map_err(|source| OpenError::Log {
+            path: log_dir.display().to_string(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 /// Writes an earlier build's SQLite database into the empty log directory as
@@ -780,9 +885,43 @@ fn writer_loop(
             }
         }
     }
-    // At `os`, a clean shutdown still leaves everything on disk.
+    // At `os`, a clean shutdown still leaves everything on disk: the sealed
+    // segments not yet folded into a snapshot, the active one, and their
+    // directory entries.
+    if !segment.sync
+        && let Err(error) = sync_segments(&segment.dir, segment.number)
+    {
+        tracing::warn!(%error, "syncing the broker log at shutdown failed");
+    }
     if let Err(error) = segment.file.sync_data() {
         tracing::warn!(%error, "syncing the broker log at shutdown failed");
+    }
+}
+
+/// Syncs every segment up to `upto` still in `dir`, then `dir`. A directory
+/// removed under the broker (a bench's or a test's temporary one) has
+/// nothing left to keep.
+fn sync_segments(dir: &Path, upto: u64) -> std::io::Result<()> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let listing = match log::list(dir) {
+        Ok(listing) => listing,
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for number in listing.segments {
+        if number > upto {
+            continue;
+        }
+        match File::open(log::segment_path(dir, number)) {
+            Ok(file) => file.sync_data()?,
+            // Folded into a snapshot and removed meanwhile.
+            Err(e) if gone(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    match log::sync_dir(dir) {
+        Err(e) if gone(&e) => Ok(()),
+        other => other,
     }
 }
 
@@ -914,7 +1053,7 @@ mod tests {
         let log_dir = dir.path().join(log::DIR_NAME);
         let listing = log::list(&log_dir).unwrap();
         let last = log::segment_path(&log_dir, *listing.segments.last().unwrap());
-        let log::End::Clean { data_len } = log::read(&last, |_| Ok(())).unwrap().end else {
+        let log::End::Clean { data_len } = log::read(&last, |_| Ok(())).unwrap() else {
             panic!("a clean shutdown leaves whole frames");
         };
         let mut frame = Vec::new();
@@ -937,8 +1076,15 @@ mod tests {
         std::fs::create_dir_all(log_dir).unwrap();
         let mut frame = Vec::new();
         for (number, id) in [(1, 1), (2, 2)] {
-            let mut file =
-                log::create(&log::segment_path(log_dir, number), unsynced_commits, false).unwrap();
+            let mut file = log::create(
+                &log::segment_path(log_dir, number),
+                log::Header {
+                    unsynced_commits,
+                    prev_data_len: 0,
+                },
+                false,
+            )
+            .unwrap();
             log::encode_frame(&[StoreOp::InsertEntry(Box::new(row(id)))], &mut frame).unwrap();
             file.write_all(&frame).unwrap();
         }
@@ -978,5 +1124,87 @@ mod tests {
             !log::segment_path(&log_dir, 2).exists(),
             "the commits after the gap are dropped, not replayed later"
         );
+    }
+
+    /// Writes segment `number` holding one entry per id.
+    fn segment(log_dir: &Path, number: u64, header: log::Header, ids: &[i64]) -> PathBuf {
+        std::fs::create_dir_all(log_dir).unwrap();
+        let path = log::segment_path(log_dir, number);
+        let mut file = log::create(&path, header, false).unwrap();
+        let mut frame = Vec::new();
+        for &id in ids {
+            log::encode_frame(&[StoreOp::InsertEntry(Box::new(row(id)))], &mut frame).unwrap();
+            file.write_all(&frame).unwrap();
+        }
+        path
+    }
+
+    fn header(unsynced_commits: bool, prev_data_len: u64) -> log::Header {
+        log::Header {
+            unsynced_commits,
+            prev_data_len,
+        }
+    }
+
+    #[test]
+    fn a_segment_created_just_before_a_crash_is_removed_and_later_opens_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join(log::DIR_NAME);
+        segment(&log_dir, 1, header(false, 0), &[1]);
+        // The crash came between creating segment 2 and writing its header.
+        std::fs::write(log::segment_path(&log_dir, 2), b"").unwrap();
+        assert_eq!(ids(dir.path()), vec![1]);
+        assert_eq!(ids(dir.path()), vec![1], "and again");
+        assert!(!log::segment_path(&log_dir, 2).exists());
+    }
+
+    #[test]
+    fn a_segment_that_lost_its_end_before_the_next_began_is_a_gap() {
+        for (unsynced_commits, kept) in [(true, Some(vec![1])), (false, None)] {
+            let dir = tempfile::tempdir().unwrap();
+            let log_dir = dir.path().join(log::DIR_NAME);
+            let first = segment(&log_dir, 1, header(unsynced_commits, 0), &[1]);
+            let first_len = std::fs::metadata(&first).unwrap().len();
+            // Segment 2 began after more of segment 1 than is left of it.
+            segment(&log_dir, 2, header(unsynced_commits, first_len + 100), &[2]);
+            match (
+                Store::open(dir.path(), Durability::Fsync, DEFAULT_SEGMENT_BYTES),
+                kept,
+            ) {
+                (Ok((store, snapshot)), Some(kept)) => {
+                    store.shutdown();
+                    let ids: Vec<i64> = snapshot.entries.iter().map(|e| e.row.id).collect();
+                    assert_eq!(ids, kept, "a prefix at os");
+                    assert!(!log::segment_path(&log_dir, 2).exists());
+                }
+                (Err(error), None) => {
+                    assert!(
+                        error.to_string().contains("was started after byte"),
+                        "{error}"
+                    );
+                }
+                (Ok(_), None) => panic!("a gap under synced commits must be refused"),
+                (Err(error), Some(_)) => panic!("{error}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_gap_at_os_under_a_segment_whose_commits_were_synced_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join(log::DIR_NAME);
+        let first = segment(&log_dir, 1, header(true, 0), &[1]);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&first)
+            .unwrap()
+            .write_all(b"junk")
+            .unwrap();
+        segment(&log_dir, 2, header(false, 0), &[2]);
+        let Err(error) = Store::open(dir.path(), Durability::Fsync, DEFAULT_SEGMENT_BYTES) else {
+            panic!("refused");
+        };
+        assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
+        assert!(log::segment_path(&log_dir, 2).exists(), "nothing removed");
     }
 }

@@ -7,7 +7,7 @@
 //! The child is this same test binary re-invoked on `crash_child` with
 //! `NIMBUS_CRASH_DIR` set. Power loss cannot be simulated here (SIGKILL
 //! leaves the OS page cache intact), so this proves the `os` promise for
-//! both levels; the `fsync` promise rests on SQLite's `synchronous=FULL`.
+//! both levels; the `fsync` promise rests on `fdatasync`'s.
 
 #![allow(clippy::unwrap_used, reason = "test")]
 
@@ -27,6 +27,7 @@ const TOPIC: &str = "crash";
 const SUB: &str = "inbox";
 const SESSIONS: usize = 6;
 const ROUNDS: u64 = 16;
+const SEGMENT_BYTES: u64 = 16 * 1024;
 
 /// (round, counter): the publish order within a session.
 type Stamp = (u64, u64);
@@ -49,9 +50,15 @@ fn durability(round: u64) -> Durability {
 }
 
 async fn open(dir: &str, round: u64) -> Broker {
-    let broker = Broker::open(BrokerOptions::new(dir).durability(durability(round)))
-        .await
-        .unwrap();
+    // Small segments, so the kills also land in rotations and in the
+    // compactor's snapshot writes and removals.
+    let broker = Broker::open(
+        BrokerOptions::new(dir)
+            .durability(durability(round))
+            .log_segment_bytes(SEGMENT_BYTES),
+    )
+    .await
+    .unwrap();
     if broker.get_topic(TOPIC).await.unwrap().is_none() {
         broker
             .create_topic(TOPIC, TopicSettings::default())
