@@ -1073,29 +1073,19 @@ mod tests {
     /// Two segments of one entry each, the first followed by junk: a torn
     /// sealed segment. Returns the first segment's path.
     fn torn_sealed_segment(log_dir: &Path, unsynced_commits: bool) -> PathBuf {
-        std::fs::create_dir_all(log_dir).unwrap();
-        let mut frame = Vec::new();
-        for (number, id) in [(1, 1), (2, 2)] {
-            let mut file = log::create(
-                &log::segment_path(log_dir, number),
-                log::Header {
-                    unsynced_commits,
-                    prev_data_len: 0,
-                },
-                false,
-            )
-            .unwrap();
-            log::encode_frame(&[StoreOp::InsertEntry(Box::new(row(id)))], &mut frame).unwrap();
-            file.write_all(&frame).unwrap();
-        }
-        let first = log::segment_path(log_dir, 1);
+        let first = segment(log_dir, 1, header(unsynced_commits, 0), &[1]);
+        segment(log_dir, 2, header(unsynced_commits, 0), &[2]);
+        append_junk(&first);
+        first
+    }
+
+    fn append_junk(path: &Path) {
         std::fs::OpenOptions::new()
             .append(true)
-            .open(&first)
+            .open(path)
             .unwrap()
             .write_all(b"junk")
             .unwrap();
-        first
     }
 
     #[test]
@@ -1194,12 +1184,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log_dir = dir.path().join(log::DIR_NAME);
         let first = segment(&log_dir, 1, header(true, 0), &[1]);
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&first)
-            .unwrap()
-            .write_all(b"junk")
-            .unwrap();
+        append_junk(&first);
         segment(&log_dir, 2, header(false, 0), &[2]);
         let Err(error) = Store::open(dir.path(), Durability::Fsync, DEFAULT_SEGMENT_BYTES) else {
             panic!("refused");
