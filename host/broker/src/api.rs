@@ -55,7 +55,7 @@ impl Broker {
     ///
     /// # Errors
     ///
-    /// [`OpenError`] when the directory or database cannot be opened or
+    /// [`OpenError`] when the directory or its log cannot be opened or
     /// holds data this build cannot read.
     pub async fn open(options: BrokerOptions) -> Result<Broker, OpenError> {
         let inner = broker::open(options)?;

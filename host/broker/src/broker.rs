@@ -138,7 +138,7 @@ pub(crate) struct Inner {
 /// How many inbox records may be written between two purges of expired ones.
 const INBOX_PURGE_EVERY: usize = 10_000;
 
-/// Consumers' inbox records in memory: (scope, key) → expiry. SQLite holds
+/// Consumers' inbox records in memory: (scope, key) → expiry. The log holds
 /// the same, written in the settlement's commit.
 #[derive(Debug, Default)]
 pub(crate) struct Inbox {

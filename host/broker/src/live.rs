@@ -25,7 +25,8 @@ struct ScheduledRow {
     message: Vec<u8>,
 }
 
-/// Every live row, keyed as the rows were in the SQLite schema.
+/// Every live row, keyed as the rows of the earlier SQLite schema were (so
+/// the fold does what its statements did).
 #[derive(Debug, Default)]
 pub(crate) struct LiveState {
     sequence: i64,

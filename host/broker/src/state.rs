@@ -1,6 +1,6 @@
 //! Hot state in memory: per topic, its subscriptions, their queues, the
-//! sessions in them and who holds which lock. SQLite is the log of record;
-//! this is rebuilt from it on open.
+//! sessions in them and who holds which lock. The append-only log is the
+//! record; this is rebuilt from it on open.
 //!
 //! Indexes kept so no operation scans: per partition (session) the ids of
 //! available messages in order; per session queue the unlocked sessions that
