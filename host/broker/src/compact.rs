@@ -60,13 +60,6 @@ impl Compactor {
     pub(crate) fn handle(&self) -> Handle {
         Handle(self.tx.clone().unwrap_or_else(|| mpsc::channel().0))
     }
-
-    /// As [`Handle::sealed`].
-    pub(crate) fn sealed(&self, number: u64) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(number);
-        }
-    }
 }
 
 impl Drop for Compactor {

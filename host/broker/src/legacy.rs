@@ -59,132 +59,150 @@ fn read_rows(conn: &Connection) -> rusqlite::Result<Vec<StoreOp>> {
         ops.push(StoreOp::SequenceHighWater(sequence));
     }
 
-    let mut stmt = conn.prepare("SELECT name, default_ttl_ms, dedup_window_ms FROM topics")?;
-    let rows = stmt.query_map([], |r| {
-        let mut settings = TopicSettings::default();
-        settings.default_message_ttl = ms(r.get(1)?);
-        settings.duplicate_detection_window = ms(r.get(2)?);
-        Ok(StoreOp::PutTopic {
-            name: r.get(0)?,
-            settings,
-        })
-    })?;
-    for op in rows {
-        ops.push(op?);
-    }
+    push_rows(
+        conn,
+        "SELECT name, default_ttl_ms, dedup_window_ms FROM topics",
+        &mut ops,
+        |r| {
+            let mut settings = TopicSettings::default();
+            settings.default_message_ttl = ms(r.get(1)?);
+            settings.duplicate_detection_window = ms(r.get(2)?);
+            Ok(StoreOp::PutTopic {
+                name: r.get(0)?,
+                settings,
+            })
+        },
+    )?;
 
-    let mut stmt = conn.prepare(
+    push_rows(
+        conn,
         "SELECT topic, name, requires_session, lock_ms, max_delivery, default_ttl_ms,
          dead_letter_on_expiry, forward_to FROM subscriptions",
+        &mut ops,
+        |r| {
+            let mut settings = SubscriptionSettings::default();
+            settings.requires_session = r.get(2)?;
+            settings.lock_duration =
+                Duration::from_millis(r.get::<_, i64>(3)?.max(0).unsigned_abs());
+            settings.max_delivery_count = r.get(4)?;
+            settings.default_message_ttl = ms(r.get(5)?);
+            settings.dead_letter_on_expiry = r.get(6)?;
+            settings.forward_to = r.get(7)?;
+            Ok(StoreOp::PutSubscription {
+                topic: r.get(0)?,
+                name: r.get(1)?,
+                settings,
+            })
+        },
     )?;
-    let rows = stmt.query_map([], |r| {
-        let mut settings = SubscriptionSettings::default();
-        settings.requires_session = r.get(2)?;
-        settings.lock_duration = Duration::from_millis(r.get::<_, i64>(3)?.max(0).unsigned_abs());
-        settings.max_delivery_count = r.get(4)?;
-        settings.default_message_ttl = ms(r.get(5)?);
-        settings.dead_letter_on_expiry = r.get(6)?;
-        settings.forward_to = r.get(7)?;
-        Ok(StoreOp::PutSubscription {
-            topic: r.get(0)?,
-            name: r.get(1)?,
-            settings,
-        })
-    })?;
-    for op in rows {
-        ops.push(op?);
-    }
 
-    let mut stmt =
-        conn.prepare("SELECT topic, subscription, name, filter, action, ord FROM rules")?;
-    let rows = stmt.query_map([], |r| {
-        Ok(StoreOp::PutRule {
-            topic: r.get(0)?,
-            subscription: r.get(1)?,
-            name: r.get(2)?,
-            filter: r.get(3)?,
-            action: r.get(4)?,
-            order: r.get(5)?,
-        })
-    })?;
-    for op in rows {
-        ops.push(op?);
-    }
+    push_rows(
+        conn,
+        "SELECT topic, subscription, name, filter, action, ord FROM rules",
+        &mut ops,
+        |r| {
+            Ok(StoreOp::PutRule {
+                topic: r.get(0)?,
+                subscription: r.get(1)?,
+                name: r.get(2)?,
+                filter: r.get(3)?,
+                action: r.get(4)?,
+                order: r.get(5)?,
+            })
+        },
+    )?;
 
-    let mut stmt = conn.prepare(
+    push_rows(
+        conn,
         "SELECT id, topic, subscription, dead_letter, seq, enqueued_ms, expires_ms, failures,
          dl_reason, dl_description, message FROM entries ORDER BY id",
+        &mut ops,
+        |r| {
+            Ok(StoreOp::InsertEntry(Box::new(EntryRow {
+                id: r.get(0)?,
+                topic: r.get(1)?,
+                subscription: r.get(2)?,
+                dead_letter: r.get(3)?,
+                seq: r.get(4)?,
+                enqueued: from_millis(r.get(5)?),
+                expires: r.get::<_, Option<i64>>(6)?.map(from_millis),
+                failures: r.get(7)?,
+                dead_letter_reason: r.get(8)?,
+                dead_letter_description: r.get(9)?,
+                message: r.get(10)?,
+            })))
+        },
     )?;
-    let rows = stmt.query_map([], |r| {
-        Ok(StoreOp::InsertEntry(Box::new(EntryRow {
-            id: r.get(0)?,
-            topic: r.get(1)?,
-            subscription: r.get(2)?,
-            dead_letter: r.get(3)?,
-            seq: r.get(4)?,
-            enqueued: from_millis(r.get(5)?),
-            expires: r.get::<_, Option<i64>>(6)?.map(from_millis),
-            failures: r.get(7)?,
-            dead_letter_reason: r.get(8)?,
-            dead_letter_description: r.get(9)?,
-            message: r.get(10)?,
-        })))
-    })?;
-    for op in rows {
-        ops.push(op?);
-    }
 
-    let mut stmt = conn.prepare("SELECT seq, topic, at_ms, message FROM scheduled")?;
-    let rows = stmt.query_map([], |r| {
-        Ok(StoreOp::InsertScheduled {
-            seq: r.get(0)?,
-            topic: r.get(1)?,
-            at: from_millis(r.get(2)?),
-            message: r.get(3)?,
-        })
-    })?;
-    for op in rows {
-        ops.push(op?);
-    }
+    push_rows(
+        conn,
+        "SELECT seq, topic, at_ms, message FROM scheduled",
+        &mut ops,
+        |r| {
+            Ok(StoreOp::InsertScheduled {
+                seq: r.get(0)?,
+                topic: r.get(1)?,
+                at: from_millis(r.get(2)?),
+                message: r.get(3)?,
+            })
+        },
+    )?;
 
-    let mut stmt = conn.prepare("SELECT topic, subscription, session, state FROM session_state")?;
-    let rows = stmt.query_map([], |r| {
-        Ok(StoreOp::SetSessionState {
-            topic: r.get(0)?,
-            subscription: r.get(1)?,
-            session: r.get(2)?,
-            state: Some(r.get(3)?),
-        })
-    })?;
-    for op in rows {
-        ops.push(op?);
-    }
+    push_rows(
+        conn,
+        "SELECT topic, subscription, session, state FROM session_state",
+        &mut ops,
+        |r| {
+            Ok(StoreOp::SetSessionState {
+                topic: r.get(0)?,
+                subscription: r.get(1)?,
+                session: r.get(2)?,
+                state: Some(r.get(3)?),
+            })
+        },
+    )?;
 
-    let mut stmt = conn.prepare("SELECT topic, message_id, at_ms, seq FROM dedup")?;
-    let rows = stmt.query_map([], |r| {
-        Ok(StoreOp::PutDedup {
-            topic: r.get(0)?,
-            message_id: r.get(1)?,
-            at: from_millis(r.get(2)?),
-            seq: r.get(3)?,
-        })
-    })?;
-    for op in rows {
-        ops.push(op?);
-    }
+    push_rows(
+        conn,
+        "SELECT topic, message_id, at_ms, seq FROM dedup",
+        &mut ops,
+        |r| {
+            Ok(StoreOp::PutDedup {
+                topic: r.get(0)?,
+                message_id: r.get(1)?,
+                at: from_millis(r.get(2)?),
+                seq: r.get(3)?,
+            })
+        },
+    )?;
 
-    let mut stmt = conn.prepare("SELECT scope, key, expires_ms FROM inbox")?;
-    let rows = stmt.query_map([], |r| {
-        Ok(StoreOp::PutInbox {
-            scope: r.get(0)?,
-            key: r.get(1)?,
-            expires: from_millis(r.get(2)?),
-        })
-    })?;
-    for op in rows {
-        ops.push(op?);
-    }
+    push_rows(
+        conn,
+        "SELECT scope, key, expires_ms FROM inbox",
+        &mut ops,
+        |r| {
+            Ok(StoreOp::PutInbox {
+                scope: r.get(0)?,
+                key: r.get(1)?,
+                expires: from_millis(r.get(2)?),
+            })
+        },
+    )?;
     Ok(ops)
+}
+
+/// Runs `sql` and pushes the op `to_op` makes of each row.
+fn push_rows(
+    conn: &Connection,
+    sql: &str,
+    ops: &mut Vec<StoreOp>,
+    to_op: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<StoreOp>,
+) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare(sql)?;
+    for op in stmt.query_map([], to_op)? {
+        ops.push(op?);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -482,21 +482,17 @@ impl Store {
             source,
         })?;
         let log_dir = dir.join(log::DIR_NAME);
-        let io_error = |path: &Path| {
-            let path = path.display().to_string();
-            move |source| OpenError::Log { path, source }
-        };
-        std::fs::create_dir_all(&log_dir).map_err(io_error(&log_dir))?;
-        let mut listing = log::list(&log_dir).map_err(io_error(&log_dir))?;
+        std::fs::create_dir_all(&log_dir).map_err(log_error(&log_dir))?;
+        let mut listing = log::list(&log_dir).map_err(log_error(&log_dir))?;
         // Leftovers first: an import interrupted by a crash left its
         // temporary snapshot, which the next import must not trip over.
         for stale in &listing.stale {
-            std::fs::remove_file(stale).map_err(io_error(stale))?;
+            std::fs::remove_file(stale).map_err(log_error(stale))?;
         }
         let legacy_path = dir.join(legacy::FILE_NAME);
         if listing.snapshot.is_none() && listing.segments.is_empty() && legacy_path.exists() {
             import_legacy(&legacy_path, &log_dir)?;
-            listing = log::list(&log_dir).map_err(io_error(&log_dir))?;
+            listing = log::list(&log_dir).map_err(log_error(&log_dir))?;
         } else if legacy_path.exists() {
             tracing::warn!(
                 database = %legacy_path.display(),
@@ -530,9 +526,9 @@ impl Store {
             let path = log::segment_path(&log_dir, number);
             File::open(&path)
                 .and_then(|f| f.sync_all())
-                .map_err(io_error(&path))?;
+                .map_err(log_error(&path))?;
         }
-        log::sync_dir(&log_dir).map_err(io_error(&log_dir))?;
+        log::sync_dir(&log_dir).map_err(log_error(&log_dir))?;
 
         let sync = durability == Durability::Fsync;
         let last = kept.last().map(|&(number, _)| number);
@@ -546,12 +542,12 @@ impl Store {
         let prev_data_len = kept.last().map_or(0, |&(_, len)| len);
         let active =
             ActiveSegment::create(&log_dir, next, prev_data_len, segment_bytes.max(1), sync)
-                .map_err(io_error(&log::segment_path(&log_dir, next)))?;
+                .map_err(log_error(&log::segment_path(&log_dir, next)))?;
         let compactor = Compactor::start(log_dir.clone()).map_err(OpenError::Thread)?;
-        if let Some(sealed) = last {
-            compactor.sealed(sealed);
-        }
         let compactor_handle = compactor.handle();
+        if let Some(sealed) = last {
+            compactor_handle.sealed(sealed);
+        }
         let (tx, rx) = mpsc::channel();
         let failure = Arc::new(Mutex::new(None));
         let thread_failure = Arc::clone(&failure);
@@ -671,6 +667,12 @@ impl Drop for Store {
     }
 }
 
+/// An I/O error on a file or directory of the log, naming it.
+fn log_error(path: &Path) -> impl FnOnce(std::io::Error) -> OpenError {
+    let path = path.display().to_string();
+    move |source| OpenError::Log { path, source }
+}
+
 fn read_error(path: &Path) -> impl FnOnce(log::ReadError) -> OpenError {
     let path = path.display().to_string();
     move |error| match error {
@@ -695,17 +697,13 @@ fn read_segments(
     numbers: &[u64],
     apply: &mut impl FnMut(StoreOp) -> Result<(), String>,
 ) -> Result<Vec<(u64, u64)>, OpenError> {
-    let io_error = |path: &Path| {
-        let path = path.display().to_string();
-        move |source| OpenError::Log { path, source }
-    };
     // (number, data length, written at `os`)
     let mut kept: Vec<(u64, u64, bool)> = Vec::new();
     for (i, &number) in numbers.iter().enumerate() {
         let path = log::segment_path(log_dir, number);
         let Some(header) = log::read_header(&path).map_err(read_error(&path))? else {
             tracing::warn!(segment = %path.display(), "removing a segment created just before a crash; it holds no commit");
-            std::fs::remove_file(&path).map_err(io_error(&path))?;
+            std::fs::remove_file(&path).map_err(log_error(&path))?;
             continue;
         };
         if let Some(&(prev, prev_len, prev_unsynced)) = kept.last()
@@ -739,9 +737,9 @@ fn read_segments(
                 let file = std::fs::OpenOptions::new()
                     .write(true)
                     .open(&path)
-                    .map_err(io_error(&path))?;
-                file.set_len(valid_len).map_err(io_error(&path))?;
-                file.sync_all().map_err(io_error(&path))?;
+                    .map_err(log_error(&path))?;
+                file.set_len(valid_len).map_err(log_error(&path))?;
+                file.sync_all().map_err(log_error(&path))?;
                 kept.push((number, valid_len, header.unsynced_commits));
                 break;
             }
@@ -784,16 +782,10 @@ fn drop_after_gap(
     // between must not leave later segments on top of a shortened one.
     for &number in later.iter().rev() {
         let path = log::segment_path(log_dir, number);
-        std::fs::remove_file(&path).map_err(|source| OpenError::Log {
-            path: path.display().to_string(),
-            source,
-        })?;
+        std::fs::remove_file(&path).map_err(log_error(&path))?;
     }
     if !later.is_empty() {
-        log::sync_dir(log_dir).map_err(|source| OpenError::Log {
-            path: log_dir.display().to_string(),
-            source,
-        })?;
+        log::sync_dir(log_dir).map_err(log_error(log_dir))?;
     }
     Ok(())
 }
@@ -808,18 +800,11 @@ fn import_legacy(database: &Path, log_dir: &Path) -> Result<(), OpenError> {
     for op in ops {
         live.apply(op);
     }
-    crate::compact::write_snapshot(log_dir, 0, live, &AtomicBool::new(false)).map_err(
-        |source| OpenError::Log {
-            path: log_dir.display().to_string(),
-            source,
-        },
-    )?;
+    crate::compact::write_snapshot(log_dir, 0, live, &AtomicBool::new(false))
+        .map_err(log_error(log_dir))?;
     let mut imported = database.as_os_str().to_owned();
     imported.push(".imported");
-    std::fs::rename(database, &imported).map_err(|source| OpenError::Log {
-        path: database.display().to_string(),
-        source,
-    })?;
+    std::fs::rename(database, &imported).map_err(log_error(database))?;
     tracing::info!(
         database = %database.display(),
         renamed = %Path::new(&imported).display(),
