@@ -131,12 +131,12 @@ pub(crate) struct Delivery<'a, T: Transport> {
 
 impl<T: Transport> Delivery<'_, T> {
     /// Handles `received` and settles it.
-    pub(crate) async fn run(&mut self, received: ReceivedMessage) -> Result<(), DeliveryError> {
+    pub(crate) async fn run(&mut self, mut received: ReceivedMessage) -> Result<(), DeliveryError> {
         let timing = Timing {
             enqueued: received.enqueued_time,
             started: SystemTime::now(),
         };
-        let message = match NimbusMessage::from_received(&received) {
+        let message = match NimbusMessage::take_from_received(&mut received) {
             Ok(message) => message,
             Err(error) => {
                 let reason = error.defect.to_string();

@@ -598,8 +598,8 @@ async fn settle_batch<T: Transport>(
 }
 
 /// Decodes `message`; an event's observation joins `run`.
-fn prepare(message: ReceivedMessage, run: &mut Vec<Observation>) -> Step {
-    match decode(&message) {
+fn prepare(mut message: ReceivedMessage, run: &mut Vec<Observation>) -> Step {
+    match decode(&mut message) {
         Ok(Decoded::Event(observation)) => {
             let endpoint = observation.endpoint.clone();
             let event_id = observation.event_id.clone();

@@ -7,7 +7,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nimbus_transport::{PropertyValue, ReceivedMessage};
-use nimbus_wire::{MessageType, NimbusMessage};
+use nimbus_wire::{MessageContent, MessageType, NimbusMessage};
 
 use crate::observation::{HandoffDetails, Observation};
 use crate::status::MessageKind;
@@ -35,8 +35,10 @@ pub(crate) enum Decoded {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unrecordable(pub(crate) String);
 
-pub(crate) fn decode(received: &ReceivedMessage) -> Result<Decoded, Unrecordable> {
-    let message = NimbusMessage::from_received(received)
+/// Decodes `received`, taking its properties and body: what stays is the
+/// header and the lock, all that settling it and reporting on it read.
+pub(crate) fn decode(received: &mut ReceivedMessage) -> Result<Decoded, Unrecordable> {
+    let message = NimbusMessage::take_from_received(received)
         .map_err(|e| Unrecordable(format!("the message cannot be decoded: {e}")))?;
     let at_ms = millis_since_epoch(received.enqueued_time);
     let type_name = message.message_type.as_str();
@@ -77,50 +79,15 @@ pub(crate) fn decode(received: &ReceivedMessage) -> Result<Decoded, Unrecordable
     })?;
 
     let mut obs = Observation::new(endpoint, event_id, kind, at_ms);
-    obs.message_id = received.message.message_id.clone();
-    obs.session_id = message.session_id.clone();
-    obs.correlation_id = message.correlation_id.clone();
+    // The observation takes the model's strings; what it borrows from the
+    // model (the event type, the payload, the handler version) is copied
+    // before the model is taken apart.
     obs.event_type = message.event_type().map(str::to_owned);
-    obs.from = message.from.clone();
-    obs.parent_message_id = message.parent_message_id.clone();
-    obs.originating_message_id = message.originating_message_id.clone();
-    obs.originating_from = message.originating_from.clone();
-    obs.retry_count = message.retry_count;
-    if let Some(error) = message
-        .content
-        .as_ref()
-        .and_then(|c| c.error_content.as_ref())
-    {
-        obs.error_type = error.error_type.clone();
-        obs.error_text = error.error_text.clone();
-    }
-    obs.dead_letter_reason = message.dead_letter_reason.clone();
-    obs.dead_letter_description = message.dead_letter_error_description.clone();
-    match kind {
-        MessageKind::PendingHandoffResponse => {
-            obs.handoff = Some(HandoffDetails {
-                reason: message.handoff_reason.clone(),
-                external_job_id: message.external_job_id.clone(),
-                expected_by: message.expected_by.map(nimbus_wire::format_round_trip),
-                details: None,
-            });
-        }
-        // The details go to the history only (see `carries_event` below).
-        MessageKind::HandoffCompletedRequest => {
-            obs.handoff = message.event_json().map(|details| HandoffDetails {
-                details: Some(details.to_owned()),
-                ..HandoffDetails::default()
-            });
-        }
-        _ => {}
-    }
     obs.handler_version = message
         .properties
         .get(HANDLER_VERSION_PROPERTY)
         .and_then(PropertyValue::as_str)
         .map(str::to_owned);
-    obs.queue_time_ms = message.queue_time_ms.map(saturating_i64);
-    obs.processing_time_ms = message.processing_time_ms.map(saturating_i64);
     // A handoff request's EventContent holds the external job's details,
     // not the event: keeping it as the payload would make a later resubmit
     // send the details to the handler.
@@ -128,8 +95,66 @@ pub(crate) fn decode(received: &ReceivedMessage) -> Result<Decoded, Unrecordable
         message.message_type,
         MessageType::HandoffCompletedRequest | MessageType::HandoffFailedRequest
     );
+    let NimbusMessage {
+        message_id,
+        session_id,
+        correlation_id,
+        from,
+        parent_message_id,
+        originating_message_id,
+        originating_from,
+        retry_count,
+        dead_letter_reason,
+        dead_letter_error_description,
+        handoff_reason,
+        external_job_id,
+        expected_by,
+        queue_time_ms,
+        processing_time_ms,
+        content,
+        ..
+    } = message;
+    let MessageContent {
+        event_content,
+        error_content,
+    } = content.unwrap_or_default();
+    let event_json = event_content.and_then(|c| c.event_json);
+    obs.message_id = message_id;
+    obs.session_id = session_id;
+    obs.correlation_id = correlation_id;
+    obs.from = from;
+    obs.parent_message_id = parent_message_id;
+    obs.originating_message_id = originating_message_id;
+    obs.originating_from = originating_from;
+    obs.retry_count = retry_count;
+    if let Some(error) = error_content {
+        obs.error_type = error.error_type;
+        obs.error_text = error.error_text;
+    }
+    obs.dead_letter_reason = dead_letter_reason;
+    obs.dead_letter_description = dead_letter_error_description;
+    match kind {
+        MessageKind::PendingHandoffResponse => {
+            obs.handoff = Some(HandoffDetails {
+                reason: handoff_reason,
+                external_job_id,
+                expected_by: expected_by.map(nimbus_wire::format_round_trip),
+                details: None,
+            });
+        }
+        // The details go to the history only (see `carries_event` above).
+        MessageKind::HandoffCompletedRequest => {
+            obs.handoff = event_json.clone().map(|details| HandoffDetails {
+                details: Some(details),
+                ..HandoffDetails::default()
+            });
+        }
+        _ => {}
+    }
+    obs.queue_time_ms = queue_time_ms.map(saturating_i64);
+    obs.processing_time_ms = processing_time_ms.map(saturating_i64);
     if carries_event {
-        obs.payload = message.event_json().map(str::to_owned);
+        obs.payload = event_json;
     }
     Ok(Decoded::Event(Box::new(obs)))
 }
@@ -200,7 +225,7 @@ mod tests {
 
     #[test]
     fn request_copy_is_recorded_at_its_to_with_payload_and_coordinates() {
-        let obs = event(decode(&received(forwarded().to_transport())));
+        let obs = event(decode(&mut received(forwarded().to_transport())));
         assert_eq!(obs.endpoint, "billing");
         assert_eq!(obs.kind, MessageKind::EventRequest);
         assert_eq!(obs.message_id.as_deref(), Some("msg-pub-1"));
@@ -225,7 +250,7 @@ mod tests {
             HANDLER_VERSION_PROPERTY.into(),
             PropertyValue::String("sha256:abc".into()),
         );
-        let obs = event(decode(&received(wire)));
+        let obs = event(decode(&mut received(wire)));
         assert_eq!(obs.endpoint, "billing");
         assert_eq!(obs.kind, MessageKind::ErrorResponse);
         assert_eq!(obs.error_type.as_deref(), Some("PartnerUnavailable"));
@@ -248,7 +273,7 @@ mod tests {
         let mut response =
             build::pending_handoff_response(&forwarded(), ResponseTimes::default(), &handoff);
         response.from = Some("billing".into());
-        let obs = event(decode(&received(response.to_transport())));
+        let obs = event(decode(&mut received(response.to_transport())));
         let details = obs.handoff.clone().expect("handoff details");
         assert_eq!(details.reason.as_deref(), Some("DMF import"));
         assert_eq!(details.external_job_id.as_deref(), Some("job-9"));
@@ -270,7 +295,7 @@ mod tests {
             Some(r#"{"done":true}"#),
             None,
         );
-        let obs = event(decode(&received(request.to_transport())));
+        let obs = event(decode(&mut received(request.to_transport())));
         assert_eq!(obs.kind, MessageKind::HandoffCompletedRequest);
         assert_eq!(obs.payload, None);
         // They are kept for the request's history entry instead.
@@ -283,7 +308,10 @@ mod tests {
         );
 
         let bare = build::handoff_completed_request(&forwarded(), "billing", None, None);
-        assert_eq!(event(decode(&received(bare.to_transport()))).handoff, None);
+        assert_eq!(
+            event(decode(&mut received(bare.to_transport()))).handoff,
+            None
+        );
     }
 
     #[test]
@@ -296,7 +324,7 @@ mod tests {
             None,
         );
         notice.from = Some("billing".into());
-        let obs = event(decode(&received(notice.to_transport())));
+        let obs = event(decode(&mut received(notice.to_transport())));
         assert_eq!(
             obs.dead_letter_reason.as_deref(),
             Some("MaxDeliveryCountExceeded")
@@ -312,14 +340,14 @@ mod tests {
             ..forwarded()
         };
         assert!(matches!(
-            decode(&received(probe.to_transport())),
+            decode(&mut received(probe.to_transport())),
             Ok(Decoded::Skip(_))
         ));
         let mut answer =
             build::heartbeat_response(&probe, ResponseTimes::default(), UNIX_EPOCH, "nimbus-test");
         answer.from = Some("billing".into());
         assert_eq!(
-            decode(&received(answer.to_transport())),
+            decode(&mut received(answer.to_transport())),
             Ok(Decoded::Heartbeat(Heartbeat {
                 endpoint: "billing".into(),
                 message_type: "ResolutionResponse".into(),
@@ -332,21 +360,21 @@ mod tests {
     fn defects_are_named() {
         let mut no_event_id = forwarded();
         no_event_id.event_id = None;
-        let err = decode(&received(no_event_id.to_transport())).expect_err("no EventId");
+        let err = decode(&mut received(no_event_id.to_transport())).expect_err("no EventId");
         assert!(err.0.contains("EventId is required"), "{}", err.0);
 
         let mut no_from = build::resolution_response(&forwarded(), ResponseTimes::default());
         no_from.from = None;
-        let err = decode(&received(no_from.to_transport())).expect_err("no From");
+        let err = decode(&mut received(no_from.to_transport())).expect_err("no From");
         assert!(err.0.contains("without From"), "{}", err.0);
 
         let mut garbage = forwarded().to_transport();
         garbage.body = b"not json".to_vec();
-        let err = decode(&received(garbage)).expect_err("bad body");
+        let err = decode(&mut received(garbage)).expect_err("bad body");
         assert!(err.0.contains("cannot be decoded"), "{}", err.0);
 
         let deferred = build::process_deferred_request(&forwarded());
-        let err = decode(&received(deferred.to_transport())).expect_err("unrecorded type");
+        let err = decode(&mut received(deferred.to_transport())).expect_err("unrecorded type");
         assert!(err.0.contains("ProcessDeferredRequest"), "{}", err.0);
     }
 }

@@ -727,9 +727,11 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<rusqlite::types::Value>) {
     (sql, values)
 }
 
-/// Whether this message of this event is in the history already.
-const HISTORY_SEEN_SQL: &str =
-    "SELECT 1 FROM history WHERE event_ref = ?1 AND message_id = ?2 AND message_type = ?3";
+/// An event's row before a write, and whether the message (?3, ?4) is in
+/// its history already (a message without an id never is).
+const CURRENT_ROW_AND_SEEN_SQL: &str = "SELECT id, status, status_source, session_id,
+        EXISTS (SELECT 1 FROM history WHERE event_ref = events.id AND message_id = ?3 AND message_type = ?4)
+     FROM events WHERE event_id = ?1 AND endpoint = ?2";
 
 /// An event's row before a write.
 const CURRENT_ROW_SQL: &str = "SELECT id, status, status_source, session_id FROM events WHERE event_id = ?1 AND endpoint = ?2";
@@ -755,19 +757,7 @@ const PAYLOAD_SQL: &str = "SELECT payload FROM events WHERE id = ?1";
 /// Records one message inside `tx`: the guarded status write, the history
 /// row (keyed by the event's `id`), then the request coordinates.
 fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Recorded, StoreError> {
-    let current = current_row(tx, obs)?;
-    let already_recorded = match (&current, &obs.message_id) {
-        (Some(Current { id, .. }), Some(message_id)) => tx
-            .prepare_cached(HISTORY_SEEN_SQL)
-            .and_then(|mut stmt| {
-                stmt.query_row(params![id, message_id, obs.kind.as_str()], |_| Ok(()))
-                    .optional()
-            })
-            .map_err(db("reading history"))?
-            .is_some(),
-        // No row yet: nothing about this event was recorded.
-        _ => false,
-    };
+    let (current, already_recorded) = current_row(tx, obs)?;
     // A redelivered message changes nothing, unless it is a control
     // request, whose verdict the guard still gives.
     if already_recorded && !obs.kind.is_control_request() {
@@ -866,41 +856,52 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
     Ok(outcome)
 }
 
-/// The event's row as it is before this write, if it has one.
+/// The event's row as it is before this write, if it has one, and whether
+/// this message is in its history already (one lookup for both).
 fn current_row(
     tx: &rusqlite::Transaction<'_>,
     obs: &Observation,
-) -> Result<Option<Current>, StoreError> {
+) -> Result<(Option<Current>, bool), StoreError> {
     let found = tx
-        .prepare_cached(CURRENT_ROW_SQL)
+        .prepare_cached(CURRENT_ROW_AND_SEEN_SQL)
         .and_then(|mut stmt| {
-            stmt.query_row(params![obs.event_id, obs.endpoint], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                ))
-            })
+            stmt.query_row(
+                params![
+                    obs.event_id,
+                    obs.endpoint,
+                    obs.message_id,
+                    obs.kind.as_str()
+                ],
+                |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, bool>(4)?,
+                    ))
+                },
+            )
             .optional()
         })
         .map_err(db("reading the event"))?;
-    found
-        .map(|(id, status, source, session_id)| {
-            Ok(Current {
-                id,
-                row: Row {
-                    status: status
-                        .parse()
-                        .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-                    source: source
-                        .parse()
-                        .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
-                },
-                session_id,
-            })
-        })
-        .transpose()
+    let Some((id, status, source, session_id, seen)) = found else {
+        // No row yet: nothing about this event was recorded.
+        return Ok((None, false));
+    };
+    let current = Current {
+        id,
+        row: Row {
+            status: status
+                .parse()
+                .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+            source: source
+                .parse()
+                .map_err(|e| StoreError::Corrupt(format!("{e}")))?,
+        },
+        session_id,
+    };
+    Ok((Some(current), seen))
 }
 
 /// Applies a status write to the event's row (`current`, or a new one) and
@@ -1243,12 +1244,14 @@ mod query_plans {
     /// history by the event's `id` (whose recent values share pages).
     #[test]
     fn recording_searches_by_key_and_history_by_event_ref() {
-        let row = plan(CURRENT_ROW_SQL);
-        assert!(
-            row.contains("SEARCH events USING INDEX sqlite_autoindex_events_1"),
-            "{row}"
-        );
-        for sql in [HISTORY_SEEN_SQL, HISTORY_OF_EVENT_SQL] {
+        for sql in [CURRENT_ROW_SQL, CURRENT_ROW_AND_SEEN_SQL] {
+            let row = plan(sql);
+            assert!(
+                row.contains("SEARCH events USING INDEX sqlite_autoindex_events_1"),
+                "{row}"
+            );
+        }
+        for sql in [CURRENT_ROW_AND_SEEN_SQL, HISTORY_OF_EVENT_SQL] {
             let steps = plan(sql);
             assert!(
                 steps.contains("SEARCH history USING INDEX history_by_ref")

@@ -154,6 +154,13 @@ pub struct DecodeError {
 fn property_text(value: &PropertyValue) -> String {
     match value {
         PropertyValue::String(s) => s.clone(),
+        other => property_into_text(other.clone()),
+    }
+}
+
+fn property_into_text(value: PropertyValue) -> String {
+    match value {
+        PropertyValue::String(s) => s,
         PropertyValue::Int(i) => i.to_string(),
         PropertyValue::Float(f) => f.to_string(),
         PropertyValue::Bool(b) => b.to_string(),
@@ -180,35 +187,56 @@ fn saturating_i64(value: u64) -> i64 {
 impl NimbusMessage {
     /// Decodes a transport message. See the module doc for what is tolerated.
     pub fn from_transport(message: &Message) -> Result<NimbusMessage, DecodeError> {
-        let mut user = message.properties.clone();
+        NimbusMessage::from_owned(message.clone())
+    }
+
+    /// As [`NimbusMessage::from_transport`], taking the message: its strings
+    /// move into the model instead of being copied. A consumer that settles
+    /// by lock token decodes every message it receives this way.
+    pub fn from_owned(message: Message) -> Result<NimbusMessage, DecodeError> {
+        let Message {
+            message_id,
+            session_id,
+            correlation_id,
+            reply_to,
+            reply_to_session_id,
+            to: broker_to,
+            subject,
+            content_type,
+            time_to_live,
+            scheduled_enqueue_time,
+            properties: mut user,
+            body,
+        } = message;
         let mut take = |name: &str| user.remove(name);
-        let text = |v: Option<PropertyValue>| v.as_ref().map(property_text);
 
         let type_value = take(prop::MESSAGE_TYPE);
         let mut decoded = NimbusMessage {
-            message_id: message.message_id.clone(),
-            session_id: message.session_id.clone(),
-            correlation_id: message.correlation_id.clone(),
-            reply_to: message.reply_to.clone(),
-            reply_to_session_id: message.reply_to_session_id.clone(),
-            scheduled_enqueue_time: message.scheduled_enqueue_time,
-            time_to_live: message.time_to_live,
-            broker_to: message.to.clone(),
-            subject: message.subject.clone(),
-            content_type: message.content_type.clone(),
-            to: text(take(prop::TO)),
-            from: text(take(prop::FROM)),
+            message_id,
+            session_id,
+            correlation_id,
+            reply_to,
+            reply_to_session_id,
+            scheduled_enqueue_time,
+            time_to_live,
+            broker_to,
+            subject,
+            content_type,
+            to: take(prop::TO).map(property_into_text),
+            from: take(prop::FROM).map(property_into_text),
             message_type: MessageType::Unknown,
-            event_id: text(take(prop::EVENT_ID)),
-            event_type_id: text(take(prop::EVENT_TYPE_ID)),
-            originating_message_id: lineage(text(take(prop::ORIGINATING_MESSAGE_ID))),
-            parent_message_id: lineage(text(take(prop::PARENT_MESSAGE_ID))),
+            event_id: take(prop::EVENT_ID).map(property_into_text),
+            event_type_id: take(prop::EVENT_TYPE_ID).map(property_into_text),
+            originating_message_id: lineage(
+                take(prop::ORIGINATING_MESSAGE_ID).map(property_into_text),
+            ),
+            parent_message_id: lineage(take(prop::PARENT_MESSAGE_ID).map(property_into_text)),
             retry_count: take(prop::RETRY_COUNT)
                 .as_ref()
                 .and_then(property_int)
                 .unwrap_or(0),
-            originating_from: lineage(text(take(prop::ORIGINATING_FROM))),
-            original_session_id: text(take(prop::ORIGINAL_SESSION_ID)),
+            originating_from: lineage(take(prop::ORIGINATING_FROM).map(property_into_text)),
+            original_session_id: take(prop::ORIGINAL_SESSION_ID).map(property_into_text),
             deferral_sequence: take(prop::DEFERRAL_SEQUENCE)
                 .as_ref()
                 .and_then(property_int),
@@ -216,11 +244,13 @@ impl NimbusMessage {
             processing_time_ms: take(prop::PROCESSING_TIME_MS)
                 .as_ref()
                 .and_then(property_int),
-            dead_letter_reason: text(take(prop::DEAD_LETTER_REASON)),
-            dead_letter_error_description: text(take(prop::DEAD_LETTER_ERROR_DESCRIPTION)),
-            handoff_reason: text(take(prop::HANDOFF_REASON)),
-            external_job_id: text(take(prop::EXTERNAL_JOB_ID)),
-            expected_by: text(take(prop::EXPECTED_BY))
+            dead_letter_reason: take(prop::DEAD_LETTER_REASON).map(property_into_text),
+            dead_letter_error_description: take(prop::DEAD_LETTER_ERROR_DESCRIPTION)
+                .map(property_into_text),
+            handoff_reason: take(prop::HANDOFF_REASON).map(property_into_text),
+            external_job_id: take(prop::EXTERNAL_JOB_ID).map(property_into_text),
+            expected_by: take(prop::EXPECTED_BY)
+                .map(property_into_text)
                 .as_deref()
                 .and_then(parse_timestamp),
             properties: Properties::new(),
@@ -237,7 +267,7 @@ impl NimbusMessage {
                 .parse::<MessageType>()
                 .map_err(|e| Defect::UnknownMessageType(e.0)),
         };
-        let body_result = MessageContent::from_json_bytes(&message.body);
+        let body_result = MessageContent::from_json_bytes(&body);
 
         match (type_result, body_result) {
             (Ok(message_type), Ok(content)) => {
@@ -265,6 +295,22 @@ impl NimbusMessage {
     /// Decodes a received message (the broker's stamps are not part of the model).
     pub fn from_received(received: &ReceivedMessage) -> Result<NimbusMessage, DecodeError> {
         NimbusMessage::from_transport(&received.message)
+    }
+
+    /// Decodes a received message, taking its properties and body: they
+    /// move into the model instead of being copied. What stays in
+    /// `received` is the header and the lock, all that settling it and
+    /// naming it in a log read.
+    pub fn take_from_received(
+        received: &mut ReceivedMessage,
+    ) -> Result<NimbusMessage, DecodeError> {
+        let message = &mut received.message;
+        let content = Message {
+            properties: std::mem::take(&mut message.properties),
+            body: std::mem::take(&mut message.body),
+            ..message.clone()
+        };
+        NimbusMessage::from_owned(content)
     }
 
     /// Encodes to the transport shape: properties with upstream's names and

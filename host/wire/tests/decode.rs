@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use nimbus_transport::{Message, Properties, PropertyValue};
+use nimbus_transport::{LockToken, Message, Properties, PropertyValue, ReceivedMessage};
 use nimbus_wire::{
     Defect, ErrorContent, EventContent, MessageContent, MessageType, NimbusMessage, prop,
 };
@@ -48,6 +48,33 @@ fn a_well_formed_event_request_validates() {
         message.parent_message_id, None,
         "absent lineage reads as self"
     );
+}
+
+/// A consumer that settles by lock token decodes by taking the message's
+/// content: it decodes the same, and what stays is the header that settling
+/// and logging read.
+#[test]
+fn taking_from_a_received_message_decodes_the_same_and_keeps_its_header() {
+    let mut message = with(event_request(), "Custom", Some(PropertyValue::Int(7)));
+    message.correlation_id = Some("c1".into());
+    let mut received = ReceivedMessage {
+        message: message.clone(),
+        sequence_number: 3,
+        enqueued_time: SystemTime::UNIX_EPOCH,
+        delivery_count: 1,
+        dead_letter_reason: None,
+        dead_letter_description: None,
+        lock_token: LockToken::new(),
+        locked_until: SystemTime::UNIX_EPOCH,
+    };
+    let taken = NimbusMessage::take_from_received(&mut received).unwrap();
+    assert_eq!(taken, decoded(&message));
+    assert!(received.message.properties.is_empty());
+    assert!(received.message.body.is_empty());
+    assert_eq!(received.message.message_id.as_deref(), Some("m1"));
+    assert_eq!(received.message.session_id.as_deref(), Some("s1"));
+    assert_eq!(received.message.correlation_id.as_deref(), Some("c1"));
+    assert_eq!(received.sequence_number, 3);
 }
 
 #[test]
