@@ -203,12 +203,37 @@ impl Locked<'_> {
 }
 
 /// What one subscription's rules made of a message being routed.
-enum RouteMatch {
-    /// A filter failed: the original is dead-lettered there.
+enum RouteMatch<'r> {
+    /// A filter or an action failed: the original is dead-lettered there.
     Failed(String),
-    /// `plain`: a rule without an action matched (the original goes there);
-    /// `copies`: what the rules with an action made.
-    Copies { plain: bool, copies: Vec<Message> },
+    /// What goes to the subscription, in rule order.
+    Copies(Vec<SubCopy<'r>>),
+}
+
+impl RouteMatch<'_> {
+    /// How many uses of the original it takes.
+    fn uses(&self) -> usize {
+        match self {
+            RouteMatch::Failed(_) => 1,
+            RouteMatch::Copies(copies) => copies
+                .iter()
+                .filter(|c| !matches!(c, SubCopy::Made(_)))
+                .count(),
+        }
+    }
+}
+
+/// One message a subscription's rules send it.
+enum SubCopy<'r> {
+    /// The original (a rule without an action matched).
+    Original,
+    /// A rule's action applied to a scratch copy, made while filters ran,
+    /// since an action that can fail must leave the original whole for the
+    /// dead-letter queue.
+    Made(Box<Message>),
+    /// A rule whose action cannot fail: applied to a use of the original
+    /// (the message itself, when that is its last use).
+    Transform(&'r CompiledRule),
 }
 
 /// The message being routed, handed out as clones until its last use,
@@ -441,10 +466,10 @@ impl Inner {
 
     /// Fans `message` out to the subscriptions of `topic` whose rules match.
     ///
-    /// Takes the message by value: the last placement that needs the
-    /// original gets it moved rather than cloned (at steady load most
-    /// publishes have exactly one such placement, so they clone nothing
-    /// here).
+    /// Takes the message by value: the last use of the original (a plain
+    /// placement, or a copy through an action that cannot fail, such as a
+    /// forwarder's) gets it moved rather than cloned. At steady load most
+    /// publishes have one use per topic, so they clone nothing here.
     #[expect(
         clippy::too_many_arguments,
         reason = "one recursive routing step needs all of them"
@@ -468,36 +493,38 @@ impl Inner {
         // before any placement takes it.
         let mut matches: Vec<(&String, &SubCore, RouteMatch)> = Vec::with_capacity(core.subs.len());
         for (sub_name, sub) in &core.subs {
-            let mut plain = false;
-            let mut copies: Vec<Message> = Vec::new();
+            let mut copies = Vec::new();
             let mut failure = None;
             for rule in &sub.rules {
                 match rule.evaluate(&message, seq) {
                     RuleOutcome::NoMatch => {}
-                    RuleOutcome::Matched => plain = true,
-                    RuleOutcome::Copy(copy) => copies.push(*copy),
+                    RuleOutcome::Matched => {
+                        // One plain match sends the original once, ahead
+                        // of the rules' copies.
+                        if !matches!(copies.first(), Some(SubCopy::Original)) {
+                            copies.insert(0, SubCopy::Original);
+                        }
+                    }
+                    RuleOutcome::MatchedWithAction if rule.action_cannot_fail() => {
+                        copies.push(SubCopy::Transform(rule));
+                    }
+                    RuleOutcome::MatchedWithAction => match rule.transform(message.clone(), seq) {
+                        Ok(copy) => copies.push(SubCopy::Made(Box::new(copy))),
+                        Err(failed) => failure = Some(failed.0),
+                    },
                     RuleOutcome::Failed(reason) => failure = Some(reason),
                 }
             }
             let matched = match failure {
                 Some(reason) => RouteMatch::Failed(reason),
-                None => RouteMatch::Copies { plain, copies },
+                None => RouteMatch::Copies(copies),
             };
             matches.push((sub_name, sub, matched));
         }
-        let mut original = Original::new(
-            message,
-            matches
-                .iter()
-                .filter(|(_, _, m)| match m {
-                    RouteMatch::Failed(_) => true,
-                    RouteMatch::Copies { plain, .. } => *plain,
-                })
-                .count(),
-        );
+        let mut original = Original::new(message, matches.iter().map(|(_, _, m)| m.uses()).sum());
         let mut forwards: Vec<(String, Message)> = Vec::new();
         for (sub_name, sub, matched) in matches {
-            let mut copies = match matched {
+            let copies = match matched {
                 RouteMatch::Failed(reason) => {
                     plan.placements.push((
                         topic.to_owned(),
@@ -514,18 +541,36 @@ impl Inner {
                     ));
                     continue;
                 }
-                RouteMatch::Copies { plain, copies } => {
-                    if plain {
-                        let mut all = Vec::with_capacity(copies.len() + 1);
-                        all.push(original.take());
-                        all.extend(copies);
-                        all
-                    } else {
-                        copies
-                    }
-                }
+                RouteMatch::Copies(copies) => copies,
             };
-            for copy in copies.drain(..) {
+            for copy in copies {
+                let copy = match copy {
+                    SubCopy::Original => original.take(),
+                    SubCopy::Made(copy) => *copy,
+                    SubCopy::Transform(rule) => match rule.transform(original.take(), seq) {
+                        Ok(copy) => copy,
+                        // `action_cannot_fail` said it could not; the copy
+                        // goes to the dead-letter queue as it was left
+                        // rather than be lost.
+                        Err(failed) => {
+                            let (reason, partial) = *failed;
+                            plan.placements.push((
+                                topic.to_owned(),
+                                sub_name.clone(),
+                                true,
+                                self.entry(
+                                    partial,
+                                    seq,
+                                    now,
+                                    core,
+                                    sub,
+                                    Some((REASON_FILTER_FAILED, reason)),
+                                ),
+                            ));
+                            continue;
+                        }
+                    },
+                };
                 if let Some(target) = &sub.settings.forward_to {
                     let dead = if hops >= MAX_FORWARD_HOPS {
                         Some((

@@ -18,14 +18,15 @@ pub(crate) struct CompiledRule {
     action: Option<SqlRuleAction>,
 }
 
-/// What one rule does with one message.
+/// What one rule's filter says of one message.
 pub(crate) enum RuleOutcome {
     NoMatch,
     /// Matched a rule without action.
     Matched,
-    /// Matched a rule with an action: this transformed copy.
-    Copy(Box<Message>),
-    /// Evaluating the filter or action failed.
+    /// Matched a rule with an action: a copy goes through
+    /// [`CompiledRule::transform`].
+    MatchedWithAction,
+    /// Evaluating the filter failed.
     Failed(String),
 }
 
@@ -59,29 +60,48 @@ impl CompiledRule {
         })
     }
 
-    /// Evaluates the rule against `message`, with `seq` as its sequence number.
+    /// Evaluates the rule's filter against `message`, with `seq` as its
+    /// sequence number. The action is applied apart, by
+    /// [`CompiledRule::transform`], so the router can give the last use of
+    /// a message the message itself rather than a copy.
     pub(crate) fn evaluate(&self, message: &Message, seq: i64) -> RuleOutcome {
         let view = View { message, seq };
         match self.filter.evaluate(&view) {
             Ok(false) => RuleOutcome::NoMatch,
             Err(error) => RuleOutcome::Failed(eval_failure(&self.description.name, &error)),
-            Ok(true) => match &self.action {
-                None => RuleOutcome::Matched,
-                Some(action) => {
-                    let mut copy = message.clone();
-                    let mut view = ViewMut {
-                        message: &mut copy,
-                        seq,
-                    };
-                    match action.apply(&mut view) {
-                        Ok(()) => RuleOutcome::Copy(Box::new(copy)),
-                        Err(error) => RuleOutcome::Failed(format!(
-                            "rule '{}' action failed: {error}",
-                            self.description.name
-                        )),
-                    }
-                }
-            },
+            Ok(true) if self.action.is_some() => RuleOutcome::MatchedWithAction,
+            Ok(true) => RuleOutcome::Matched,
+        }
+    }
+
+    /// Whether the action, if any, cannot fail: then its copy may be made
+    /// from the message itself once no other use of it remains.
+    pub(crate) fn action_cannot_fail(&self) -> bool {
+        self.action.as_ref().is_none_or(SqlRuleAction::cannot_fail)
+    }
+
+    /// Applies the rule's action to `message` (this rule's own copy of the
+    /// original); a rule without an action returns it as it is. On failure,
+    /// the message comes back as the statements before the failing one left
+    /// it.
+    pub(crate) fn transform(
+        &self,
+        mut message: Message,
+        seq: i64,
+    ) -> Result<Message, Box<(String, Message)>> {
+        let Some(action) = &self.action else {
+            return Ok(message);
+        };
+        let mut view = ViewMut {
+            message: &mut message,
+            seq,
+        };
+        match action.apply(&mut view) {
+            Ok(()) => Ok(message),
+            Err(error) => Err(Box::new((
+                format!("rule '{}' action failed: {error}", self.description.name),
+                message,
+            ))),
         }
     }
 }

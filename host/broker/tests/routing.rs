@@ -36,10 +36,12 @@ fn published() -> Message {
     m
 }
 
-/// `t` has four subscriptions: `plain` (one plain rule), `both` (a plain
+/// `t` has six subscriptions: `plain` (one plain rule), `both` (a plain
 /// rule and an action rule: two copies), `broken` (a filter that fails at
-/// evaluation: the original is dead-lettered there) and `fwd` (forwards to
-/// `u`, whose `us` takes everything).
+/// evaluation: the original is dead-lettered there), `broken-action` (an
+/// action that fails: likewise), `fwd` (forwards to `u`, whose `us` takes
+/// everything) and `tagged` (an action rule only; last in name order, so
+/// its copy is made from the original itself).
 async fn topology(broker: &Broker) {
     for topic in ["t", "u"] {
         broker
@@ -68,9 +70,19 @@ async fn topology(broker: &Broker) {
             vec![RuleDescription::new("div", "Amount / 0 = 1")],
         ),
         (
+            "broken-action",
+            SubscriptionSettings::default(),
+            vec![RuleDescription::new("div", "1=1").with_action("SET Amount = Amount / 0")],
+        ),
+        (
             "fwd",
             SubscriptionSettings::default().with_forward_to(Some("u".into())),
             vec![RuleDescription::new("all", "1=1")],
+        ),
+        (
+            "tagged",
+            SubscriptionSettings::default(),
+            vec![RuleDescription::new("tag", "1=1").with_action("SET Copy = 'yes'")],
         ),
     ];
     for (name, settings, rules) in subscriptions {
@@ -157,9 +169,30 @@ async fn assert_every_placement_whole(broker: &Broker) {
         Some("FilterEvaluationException")
     );
 
+    assert!(
+        drain_within(broker, "t", "broken-action", SubQueue::Main, ABSENT)
+            .await
+            .is_empty()
+    );
+    let dead = drain(broker, "t", "broken-action", SubQueue::DeadLetter).await;
+    assert_eq!(dead.len(), 1, "broken-action: dead-lettered");
+    assert_whole(&dead[0], false);
+    assert!(
+        dead[0]
+            .dead_letter_description
+            .as_deref()
+            .is_some_and(|d| d.contains("rule 'div' action failed")),
+        "{:?}",
+        dead[0].dead_letter_description
+    );
+
     let forwarded = drain(broker, "u", "us", SubQueue::Main).await;
     assert_eq!(forwarded.len(), 1, "forwarded");
     assert_whole(&forwarded[0], false);
+
+    let tagged = drain(broker, "t", "tagged", SubQueue::Main).await;
+    assert_eq!(tagged.len(), 1, "tagged");
+    assert_whole(&tagged[0], true);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

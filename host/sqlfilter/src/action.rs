@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::ast::{Scope, Statement};
+use crate::ast::{Expr, Scope, Statement};
 use crate::error::{ActionError, ParseError};
 use crate::eval;
 use crate::parser;
@@ -93,6 +93,19 @@ impl SqlRuleAction {
         Ok(())
     }
 
+    /// Whether [`SqlRuleAction::apply`] cannot fail, whatever the message:
+    /// every statement removes a user property or sets one to a literal or
+    /// `newid()`. A router may then apply it to the message itself rather
+    /// than to a scratch copy.
+    pub fn cannot_fail(&self) -> bool {
+        self.statements.iter().all(|statement| match statement {
+            Statement::Remove(_) => true,
+            Statement::Set { target, value } => {
+                target.scope == Scope::User && matches!(value, Expr::Literal(_) | Expr::NewId)
+            }
+        })
+    }
+
     /// The exact text the action was parsed from.
     pub fn text(&self) -> &str {
         &self.text
@@ -127,3 +140,28 @@ impl PartialEq for SqlRuleAction {
 }
 
 impl Eq for SqlRuleAction {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_literal_and_newid_sets_and_removes_of_user_properties_cannot_fail() {
+        for text in [
+            "SET user.To = 'billing'; SET user.EventId = newid(); SET user.N = 1",
+            "SET user.X = NULL; REMOVE user.Tmp",
+        ] {
+            assert!(SqlRuleAction::parse(text).unwrap().cannot_fail(), "{text}");
+        }
+        for text in [
+            // Arithmetic on a string property fails.
+            "SET user.N = user.Text + 1",
+            "SET user.N = -user.M",
+            // A system property may refuse the value or its type.
+            "SET sys.To = 'billing'",
+            "SET user.To = 'billing'; SET sys.Label = 1",
+        ] {
+            assert!(!SqlRuleAction::parse(text).unwrap().cannot_fail(), "{text}");
+        }
+    }
+}
