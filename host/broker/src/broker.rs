@@ -236,6 +236,13 @@ enum SubCopy<'r> {
     Transform(&'r CompiledRule),
 }
 
+/// One message routing sends a subscription.
+enum Outgoing {
+    Deliver(Message),
+    /// To its dead-letter queue, with why.
+    DeadLetter(Message, String),
+}
+
 /// The message being routed, handed out as clones until its last use,
 /// which gets the original itself.
 struct Original {
@@ -524,52 +531,46 @@ impl Inner {
         let mut original = Original::new(message, matches.iter().map(|(_, _, m)| m.uses()).sum());
         let mut forwards: Vec<(String, Message)> = Vec::new();
         for (sub_name, sub, matched) in matches {
-            let copies = match matched {
-                RouteMatch::Failed(reason) => {
-                    plan.placements.push((
-                        topic.to_owned(),
-                        sub_name.clone(),
-                        true,
-                        self.entry(
-                            original.take(),
-                            seq,
-                            now,
-                            core,
-                            sub,
-                            Some((REASON_FILTER_FAILED, reason)),
-                        ),
-                    ));
-                    continue;
-                }
-                RouteMatch::Copies(copies) => copies,
+            // What goes to the subscription, or to its dead-letter queue
+            // with why: the original when a filter or an action failed, or
+            // (should an action `action_cannot_fail` passed fail after all)
+            // the copy as it was left, rather than lose it.
+            let copies: Vec<Outgoing> = match matched {
+                RouteMatch::Failed(reason) => vec![Outgoing::DeadLetter(original.take(), reason)],
+                RouteMatch::Copies(copies) => copies
+                    .into_iter()
+                    .map(|copy| match copy {
+                        SubCopy::Original => Outgoing::Deliver(original.take()),
+                        SubCopy::Made(copy) => Outgoing::Deliver(*copy),
+                        SubCopy::Transform(rule) => match rule.transform(original.take(), seq) {
+                            Ok(copy) => Outgoing::Deliver(copy),
+                            Err(failed) => {
+                                let (reason, partial) = *failed;
+                                Outgoing::DeadLetter(partial, reason)
+                            }
+                        },
+                    })
+                    .collect(),
             };
             for copy in copies {
                 let copy = match copy {
-                    SubCopy::Original => original.take(),
-                    SubCopy::Made(copy) => *copy,
-                    SubCopy::Transform(rule) => match rule.transform(original.take(), seq) {
-                        Ok(copy) => copy,
-                        // `action_cannot_fail` said it could not; the copy
-                        // goes to the dead-letter queue as it was left
-                        // rather than be lost.
-                        Err(failed) => {
-                            let (reason, partial) = *failed;
-                            plan.placements.push((
-                                topic.to_owned(),
-                                sub_name.clone(),
-                                true,
-                                self.entry(
-                                    partial,
-                                    seq,
-                                    now,
-                                    core,
-                                    sub,
-                                    Some((REASON_FILTER_FAILED, reason)),
-                                ),
-                            ));
-                            continue;
-                        }
-                    },
+                    Outgoing::Deliver(copy) => copy,
+                    Outgoing::DeadLetter(message, reason) => {
+                        plan.placements.push((
+                            topic.to_owned(),
+                            sub_name.clone(),
+                            true,
+                            self.entry(
+                                message,
+                                seq,
+                                now,
+                                core,
+                                sub,
+                                Some((REASON_FILTER_FAILED, reason)),
+                            ),
+                        ));
+                        continue;
+                    }
                 };
                 if let Some(target) = &sub.settings.forward_to {
                     let dead = if hops >= MAX_FORWARD_HOPS {

@@ -145,6 +145,22 @@ fn assert_whole(m: &ReceivedMessage, copy: bool) {
     assert_eq!(m.message.property_str("Copy"), expected_copy);
 }
 
+/// The one message `t/sub` holds, which is in its dead-letter queue and
+/// whole (the original, not a half-modified copy).
+async fn only_dead_lettered(broker: &Broker, sub: &str) -> ReceivedMessage {
+    assert!(
+        drain_within(broker, "t", sub, SubQueue::Main, ABSENT)
+            .await
+            .is_empty(),
+        "{sub}: nothing delivered"
+    );
+    let mut dead = drain(broker, "t", sub, SubQueue::DeadLetter).await;
+    assert_eq!(dead.len(), 1, "{sub}: dead-lettered");
+    let dead = dead.remove(0);
+    assert_whole(&dead, false);
+    dead
+}
+
 async fn assert_every_placement_whole(broker: &Broker) {
     let plain = drain(broker, "t", "plain", SubQueue::Main).await;
     assert_eq!(plain.len(), 1, "plain");
@@ -156,34 +172,18 @@ async fn assert_every_placement_whole(broker: &Broker) {
     assert_whole(&both[0], false);
     assert_whole(&both[1], true);
 
-    assert!(
-        drain_within(broker, "t", "broken", SubQueue::Main, ABSENT)
-            .await
-            .is_empty()
-    );
-    let dead = drain(broker, "t", "broken", SubQueue::DeadLetter).await;
-    assert_eq!(dead.len(), 1, "broken: dead-lettered");
-    assert_whole(&dead[0], false);
+    let dead = only_dead_lettered(broker, "broken").await;
     assert_eq!(
-        dead[0].dead_letter_reason.as_deref(),
+        dead.dead_letter_reason.as_deref(),
         Some("FilterEvaluationException")
     );
-
+    let dead = only_dead_lettered(broker, "broken-action").await;
     assert!(
-        drain_within(broker, "t", "broken-action", SubQueue::Main, ABSENT)
-            .await
-            .is_empty()
-    );
-    let dead = drain(broker, "t", "broken-action", SubQueue::DeadLetter).await;
-    assert_eq!(dead.len(), 1, "broken-action: dead-lettered");
-    assert_whole(&dead[0], false);
-    assert!(
-        dead[0]
-            .dead_letter_description
+        dead.dead_letter_description
             .as_deref()
             .is_some_and(|d| d.contains("rule 'div' action failed")),
         "{:?}",
-        dead[0].dead_letter_description
+        dead.dead_letter_description
     );
 
     let forwarded = drain(broker, "u", "us", SubQueue::Main).await;
