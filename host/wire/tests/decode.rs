@@ -50,6 +50,25 @@ fn a_well_formed_event_request_validates() {
     );
 }
 
+/// Every envelope name is read into the model, whatever else the message
+/// carries; only the others stay user properties.
+#[test]
+fn no_envelope_property_is_left_among_the_user_properties() {
+    let mut message = with(event_request(), "Custom", Some("kept".into()));
+    for name in prop::ENVELOPE {
+        message.properties.insert(name.into(), "x".into());
+    }
+    // "x" is no MessageType: the partial model is what was read.
+    let decoded = match NimbusMessage::from_transport(&message) {
+        Ok(decoded) => decoded,
+        Err(error) => *error.partial,
+    };
+    let left: Vec<&str> = decoded.properties.keys().map(String::as_str).collect();
+    assert_eq!(left, ["Custom"]);
+    assert_eq!(decoded.to.as_deref(), Some("x"));
+    assert_eq!(decoded.handoff_reason.as_deref(), Some("x"));
+}
+
 /// A consumer that settles by lock token decodes by taking the message's
 /// content: it decodes the same, and what stays is the header that settling
 /// and logging read.
