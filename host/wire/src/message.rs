@@ -177,8 +177,8 @@ struct Envelope {
 
 impl Envelope {
     /// Splits `properties` into the envelope and the user properties in one
-    /// pass (removing each envelope name from the map instead searched and
-    /// rebalanced it once per name, on every message decoded).
+    /// pass: removing each envelope name from the map instead cost a search
+    /// and a rebalance per name, on every message decoded.
     fn split(properties: Properties) -> (Envelope, Properties) {
         let mut envelope = Envelope::default();
         let mut user = Properties::new();
@@ -202,7 +202,6 @@ impl Envelope {
                 prop::HANDOFF_REASON => &mut envelope.handoff_reason,
                 prop::EXTERNAL_JOB_ID => &mut envelope.external_job_id,
                 prop::EXPECTED_BY => &mut envelope.expected_by,
-
                 _ => {
                     user.insert(name, value);
                     continue;
