@@ -79,9 +79,9 @@ pub(crate) fn decode(received: &mut ReceivedMessage) -> Result<Decoded, Unrecord
     })?;
 
     let mut obs = Observation::new(endpoint, event_id, kind, at_ms);
-    // The observation takes the model's strings; what it borrows from the
-    // model (the event type, the payload, the handler version) is copied
-    // before the model is taken apart.
+    // The observation takes the model's strings; the two it reads through
+    // the model's accessors (the event type, the handler version) are
+    // copied before the model is taken apart.
     obs.event_type = message.event_type().map(str::to_owned);
     obs.handler_version = message
         .properties
@@ -118,7 +118,7 @@ pub(crate) fn decode(received: &mut ReceivedMessage) -> Result<Decoded, Unrecord
         event_content,
         error_content,
     } = content.unwrap_or_default();
-    let event_json = event_content.and_then(|c| c.event_json);
+    let mut event_json = event_content.and_then(|c| c.event_json);
     obs.message_id = message_id;
     obs.session_id = session_id;
     obs.correlation_id = correlation_id;
@@ -144,7 +144,7 @@ pub(crate) fn decode(received: &mut ReceivedMessage) -> Result<Decoded, Unrecord
         }
         // The details go to the history only (see `carries_event` above).
         MessageKind::HandoffCompletedRequest => {
-            obs.handoff = event_json.clone().map(|details| HandoffDetails {
+            obs.handoff = event_json.take().map(|details| HandoffDetails {
                 details: Some(details),
                 ..HandoffDetails::default()
             });
