@@ -52,11 +52,18 @@ async fn every_event_completes_through_wasm_and_native_noop() {
             assert!(phase.throughput > 0.0);
             assert!(phase.completed.p50 <= phase.completed.p99);
             assert!(phase.completed.p99 <= phase.completed.max);
+            // The p99 event (the 60th of 60 by nearest rank) and any that
+            // tie it are the tail, in at least one burst.
+            let tail = phase.tail;
+            assert!(tail.events >= 1 && tail.events <= 60, "{tail:?}");
+            assert!(tail.bursts >= 1 && tail.bursts <= tail.events, "{tail:?}");
+            assert!(tail.largest >= 1 && tail.largest <= tail.events, "{tail:?}");
         }
     }
     assert_eq!(report.modes[1].open.offered_rate, Some(500.0));
     let printed = report.to_string();
     assert!(printed.contains("wasm / native"), "{printed}");
+    assert!(printed.contains("slowest 1 %:"), "{printed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,6 +65,9 @@ struct Pending {
 #[derive(Debug, Default)]
 pub(crate) struct Samples {
     pub(crate) completed: Vec<Duration>,
+    /// When each completed event was due, after the phase's first, in the
+    /// order of `completed`.
+    pub(crate) completed_due: Vec<Duration>,
     pub(crate) skipped: Vec<Duration>,
     pub(crate) blocked: usize,
     pub(crate) parked: usize,
@@ -153,7 +156,13 @@ impl Tracker {
         let latency = settled.at.saturating_duration_since(pending.due);
         let mut samples = lock(&self.samples);
         match end {
-            End::Completed => samples.completed.push(latency),
+            End::Completed => {
+                samples.completed.push(latency);
+                let first = samples.first_due.unwrap_or(pending.due);
+                samples
+                    .completed_due
+                    .push(pending.due.saturating_duration_since(first));
+            }
             End::Skipped => samples.skipped.push(latency),
             End::Blocked => samples.blocked += 1,
             End::Parked => samples.parked += 1,

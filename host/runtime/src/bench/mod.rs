@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 pub use load::OnFailure;
 pub use nimbus_broker::Durability;
 pub use report::{BenchReport, ModeReport, PhaseReport};
-pub use stats::Percentiles;
+pub use stats::{BURST_GAP, Percentiles, TailBursts};
 
 use crate::handlers::SandboxHandlers;
 use load::{EventSource, Tracker};

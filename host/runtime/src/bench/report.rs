@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::load::Samples;
 use super::rig::Rig;
-use super::stats::{Ms, Percentiles, median_ms, process_cpu};
+use super::stats::{Ms, Percentiles, TailBursts, median_ms, process_cpu};
 use super::{BenchOptions, Mode};
 
 /// One measured phase.
@@ -22,6 +22,8 @@ pub struct PhaseReport {
     pub throughput: f64,
     /// End-to-end latency of the completed events.
     pub completed: Percentiles,
+    /// How the completed events at or above the p99 spread over the phase.
+    pub tail: TailBursts,
     /// End-to-end latency of failed events, to their skip.
     pub skipped: Percentiles,
     /// Failed events left blocking their session.
@@ -114,12 +116,20 @@ impl Probe {
         for (key, status) in samples.lost.iter().take(3) {
             tracing::warn!(%key, status = status.as_str(), "a bench event ended neither completed nor failed");
         }
+        let due_and_latency: Vec<(Duration, Duration)> = samples
+            .completed_due
+            .iter()
+            .copied()
+            .zip(samples.completed.iter().copied())
+            .collect();
+        let completed = Percentiles::of(samples.completed);
         PhaseReport {
             offered_rate,
             ended,
             elapsed,
             throughput,
-            completed: Percentiles::of(samples.completed),
+            completed,
+            tail: TailBursts::of(&due_and_latency, completed.p99),
             skipped: Percentiles::of(samples.skipped),
             blocked: samples.blocked,
             parked: samples.parked,
@@ -182,6 +192,18 @@ fn write_phase(f: &mut fmt::Formatter<'_>, mode: Mode, phase: &PhaseReport) -> f
         opt_ms(phase.queue_p50_ms),
         opt_ms(phase.processing_p50_ms),
     )?;
+    // Where the open loop's p99 comes from: the target is set there.
+    if phase.offered_rate.is_some() && phase.tail.events > 0 {
+        writeln!(
+            f,
+            "{:<25}slowest 1 %: {} events, due in {} burst(s); the largest {} events within {} ms",
+            "",
+            phase.tail.events,
+            phase.tail.bursts,
+            phase.tail.largest,
+            phase.tail.largest_span.as_millis(),
+        )?;
+    }
     if phase.skipped.count + phase.blocked + phase.parked + phase.lost > 0 {
         writeln!(
             f,
@@ -292,6 +314,12 @@ mod tests {
             elapsed: Duration::from_millis(100),
             throughput: 12_345.0,
             completed: latency,
+            tail: TailBursts {
+                events: 10,
+                bursts: 2,
+                largest: 8,
+                largest_span: Duration::from_millis(40),
+            },
             skipped: Percentiles::default(),
             blocked: 0,
             parked: 0,

@@ -32,6 +32,57 @@ impl Percentiles {
     }
 }
 
+/// How the slowest 1 % of a phase's events (those at or above its p99)
+/// spread over the phase: a few bursts mean the p99 is set by a few stalls
+/// (a slow fsync on a shared disk, a descheduled thread), many mean it is
+/// the steady state's tail (decision 0116).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TailBursts {
+    /// Events at or above the p99.
+    pub events: usize,
+    /// Bursts they fall into: runs of such events due less than
+    /// [`BURST_GAP`] apart.
+    pub bursts: usize,
+    /// Events in the largest burst.
+    pub largest: usize,
+    /// From the first to the last event due in the largest burst.
+    pub largest_span: Duration,
+}
+
+/// Slow events due closer together than this belong to one burst.
+pub const BURST_GAP: Duration = Duration::from_millis(100);
+
+impl TailBursts {
+    /// The bursts of the events of `samples` (when each was due, its
+    /// latency) whose latency is at least `p99`.
+    pub fn of(samples: &[(Duration, Duration)], p99: Duration) -> TailBursts {
+        let mut due: Vec<Duration> = samples
+            .iter()
+            .filter(|(_, latency)| *latency >= p99)
+            .map(|(due, _)| *due)
+            .collect();
+        due.sort_unstable();
+        let mut tail = TailBursts {
+            events: due.len(),
+            ..TailBursts::default()
+        };
+        let mut start = 0;
+        for end in 1..=due.len() {
+            let burst_ends = end == due.len() || due[end] - due[end - 1] >= BURST_GAP;
+            if !burst_ends {
+                continue;
+            }
+            tail.bursts += 1;
+            if end - start > tail.largest {
+                tail.largest = end - start;
+                tail.largest_span = due[end - 1] - due[start];
+            }
+            start = end;
+        }
+        tail
+    }
+}
+
 /// The nearest-rank percentile of sorted, non-empty `samples`.
 fn nearest_rank(sorted: &[Duration], p: f64) -> Duration {
     let rank = (p * sorted.len() as f64).ceil() as usize;
@@ -77,6 +128,40 @@ mod tests {
 
     fn ms(values: &[u64]) -> Vec<Duration> {
         values.iter().map(|v| Duration::from_millis(*v)).collect()
+    }
+
+    /// (due, latency) pairs in milliseconds.
+    fn due_and_latency(pairs: &[(u64, u64)]) -> Vec<(Duration, Duration)> {
+        pairs
+            .iter()
+            .map(|&(due, latency)| (Duration::from_millis(due), Duration::from_millis(latency)))
+            .collect()
+    }
+
+    #[test]
+    fn slow_events_due_close_together_are_one_burst() {
+        // Two stalls (at 1 s and at 3 s) and fast events everywhere else.
+        let mut pairs: Vec<(u64, u64)> = (0..4000).map(|i| (i, 2)).collect();
+        pairs.extend([(1000, 40), (1030, 35), (1099, 30), (3000, 50), (3050, 45)]);
+        let tail = TailBursts::of(&due_and_latency(&pairs), Duration::from_millis(30));
+        assert_eq!(
+            tail,
+            TailBursts {
+                events: 5,
+                bursts: 2,
+                largest: 3,
+                largest_span: Duration::from_millis(99),
+            }
+        );
+    }
+
+    #[test]
+    fn slow_events_spread_out_are_bursts_of_their_own() {
+        let pairs: Vec<(u64, u64)> = (0..10).map(|i| (i * 100, 20)).collect();
+        let tail = TailBursts::of(&due_and_latency(&pairs), Duration::from_millis(20));
+        assert_eq!((tail.events, tail.bursts, tail.largest), (10, 10, 1));
+        assert_eq!(tail.largest_span, Duration::ZERO);
+        assert_eq!(TailBursts::of(&[], Duration::ZERO), TailBursts::default());
     }
 
     #[test]
