@@ -4,13 +4,13 @@
 //! Sessions are processed concurrently (each worker holds one session at a
 //! time). Within a session a worker pipelines: it takes the first message
 //! (waiting up to the idle timeout), then every further message already
-//! there (up to [`ResolverSettings::max_in_flight_per_session`]), submits all
-//! their records to the recorder in session order, and settles them in that
-//! order as their commits come back; the completes are issued together so
-//! they share the broker's commit. While they are on their way, the next
-//! batch is received and recorded (its completes wait for the previous
-//! ones). Records of different sessions, and the pipelined records of one,
-//! share store commits (see `recorder`).
+//! there (up to [`ResolverSettings::max_in_flight_per_session`] in hand),
+//! submits all their records to the recorder in session order, and settles
+//! them in that order as their commits come back; the completes are issued
+//! together so they share the broker's commit. While they are on their way,
+//! the next batch is received and its records submitted (its completes
+//! wait for the previous ones). Records of different sessions, and the
+//! pipelined records of one, share store commits (see `recorder`).
 //!
 //! What holds: a message is completed only after the store has committed
 //! its record. The store sees each session's messages in the order the
@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decode::{Decoded, UNRECORDABLE_REASON, decode};
 use crate::observation::Observation;
-use crate::recorder::{Answer, Recorder};
+use crate::recorder::{Answer, Chain, Recorder, Submitted};
 use crate::store::{Heartbeat, Recorded, ResolverStore, StoreError};
 
 /// How the consumer runs.
@@ -367,12 +367,14 @@ async fn worker<T: Transport>(
 /// held for its time, the lock is lost, a message is abandoned, or
 /// shutdown.
 ///
-/// Two batches overlap: while one batch's completes are on their way to the
-/// broker, the next batch is received and recorded (its settlement starts
-/// only after the previous one's ended, so completes stay in order). A
-/// session's next message — typically an event's response right behind its
-/// request copy — thus waits for one store commit, not for a store commit
-/// plus a broker commit.
+/// Two batches overlap: while one batch's records commit and its completes
+/// go to the broker, the next batch is received and its records submitted
+/// (its settlement starts only after the previous one's ended, so completes
+/// stay in order). A session's next message — typically an event's response
+/// right behind its request copy — thus waits for neither the request
+/// copy's commit nor its complete. The recorder keeps the two runs in
+/// order, and the runs of one hold share a [`Chain`], so once a record
+/// fails, nothing later of the session is recorded ahead of it.
 async fn drain<T: Transport>(context: &Context<T>, session: T::Session, stop: &CancellationToken) {
     pipeline(context, &session, stop).await;
     session.close().await;
@@ -384,39 +386,63 @@ async fn pipeline<T: Transport>(
     stop: &CancellationToken,
 ) {
     let held_since = tokio::time::Instant::now();
-    let mut settling: Option<Settling<'_>> = None;
+    let most = context.settings.max_in_flight_per_session.max(1);
+    let chain = Chain::default();
+    // The batch being recorded and settled, and how many messages it holds.
+    let mut settling: Option<(Settling<'_>, usize)> = None;
     loop {
-        let previous = settling.take();
-        let (held, recorded) = futures_util::future::join(
-            async move {
-                match previous {
+        let (previous, in_hand) = match settling.take() {
+            Some((settle, in_hand)) => (Some(settle), in_hand),
+            None => (None, 0),
+        };
+        let room = most.saturating_sub(in_hand);
+        // A batch that failed releases the session at once, not after the
+        // next receive's idle wait.
+        let give_up = stop.child_token();
+        let (held, submitted) = futures_util::future::join(
+            async {
+                let held = match previous {
                     Some(settle) => settle.await,
                     None => true,
+                };
+                if !held {
+                    give_up.cancel();
                 }
+                held
             },
             async {
-                let batch = receive_batch(context, session, stop).await?;
-                Some(record_batch(context, batch).await)
+                if room == 0 {
+                    return None;
+                }
+                let batch = receive_batch(context, session, &give_up, room).await?;
+                Some(submit_batch(context, batch, &chain).await)
             },
         )
         .await;
-        // A lost lock leaves what was just recorded to be redelivered; the
-        // store knows it then (AlreadyRecorded).
-        let Some(recorded) = recorded.filter(|_| held) else {
-            break;
-        };
-        let goes_on = recorded.failure.is_none();
-        let settle = Box::pin(settle_batch(context, session, recorded, stop));
-        if !goes_on {
-            settle.await;
+        // A lost lock or a failed record releases the session; a batch
+        // submitted meanwhile goes back with it unsettled (a failed chain's
+        // later runs are not recorded; otherwise the store knows them on
+        // redelivery: AlreadyRecorded).
+        if !held {
             break;
         }
-        settling = Some(settle);
+        let Some(submitted) = submitted else {
+            if room == 0 {
+                // The previous batch has settled: there is room again.
+                continue;
+            }
+            break;
+        };
+        let in_hand = submitted.steps.len();
+        settling = Some((
+            Box::pin(finish_batch(context, session, submitted, stop)),
+            in_hand,
+        ));
         if held_since.elapsed() >= context.settings.session_max_hold {
             break;
         }
     }
-    if let Some(settle) = settling {
+    if let Some((settle, _)) = settling {
         settle.await;
     }
 }
@@ -432,8 +458,8 @@ async fn receive_batch<T: Transport>(
     context: &Context<T>,
     session: &T::Session,
     stop: &CancellationToken,
+    most: usize,
 ) -> Option<Vec<ReceivedMessage>> {
-    let most = context.settings.max_in_flight_per_session.max(1);
     // `None` also when another session waits for a worker and this one
     // has nothing in hand (decision 0105).
     let next = tokio::select! {
@@ -530,12 +556,21 @@ struct RecordedBatch {
     behind: Vec<ReceivedMessage>,
 }
 
-/// Records one session's batch of messages, in order, and decides how to
-/// settle each.
-async fn record_batch<T: Transport>(
+/// A session's batch whose records are on their way to the store.
+struct SubmittedBatch {
+    steps: Vec<Step>,
+    /// The handle to the records' answers; `None` when the batch has no
+    /// event to record.
+    records: Option<Result<Submitted, StoreError>>,
+}
+
+/// Decodes one session's batch and submits its records, in order, as one
+/// run of `chain`; returns without waiting for them to commit.
+async fn submit_batch<T: Transport>(
     context: &Context<T>,
     batch: Vec<ReceivedMessage>,
-) -> RecordedBatch {
+    chain: &Chain,
+) -> SubmittedBatch {
     // The events' records go to the recorder as one run, so they share a
     // commit (with other sessions' runs too).
     let mut run = Vec::new();
@@ -543,15 +578,40 @@ async fn record_batch<T: Transport>(
         .into_iter()
         .map(|message| prepare(message, &mut run))
         .collect();
-    let answers = if run.is_empty() {
-        Vec::new()
+    let records = if run.is_empty() {
+        None
     } else {
-        let committed = match context.recorder.submit(run).await {
-            Ok(submitted) => submitted.committed().await,
-            Err(e) => Err(e),
-        };
+        Some(context.recorder.submit(run, chain).await)
+    };
+    SubmittedBatch { steps, records }
+}
+
+/// Waits for a submitted batch's records, decides how to settle each
+/// message, and settles them. `false` when the session should be released.
+async fn finish_batch<T: Transport>(
+    context: &Context<T>,
+    session: &T::Session,
+    submitted: SubmittedBatch,
+    stop: &CancellationToken,
+) -> bool {
+    let recorded = decide_batch(context, submitted).await;
+    settle_batch(context, session, recorded, stop).await
+}
+
+/// Waits for a batch's records and decides how to settle each message.
+async fn decide_batch<T: Transport>(
+    context: &Context<T>,
+    submitted: SubmittedBatch,
+) -> RecordedBatch {
+    let SubmittedBatch { steps, records } = submitted;
+    let answers = match records {
+        None => Vec::new(),
         // The recorder is gone: the first event fails with why.
-        committed.unwrap_or_else(|e| vec![Some(Err(e))])
+        Some(records) => match records {
+            Ok(records) => records.committed().await,
+            Err(e) => Err(e),
+        }
+        .unwrap_or_else(|e| vec![Some(Err(e))]),
     };
     let mut answers = answers.into_iter();
     let mut decided = Vec::with_capacity(steps.len());

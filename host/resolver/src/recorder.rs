@@ -12,9 +12,13 @@
 //! session's records reach the store in the order the worker received them.
 //! When a batch fails and is recorded again one by one, a run stops at its
 //! first failure: the later records of that run are not attempted, so none
-//! can be recorded ahead of an earlier message of its session.
+//! can be recorded ahead of an earlier message of its session. A worker may
+//! submit its session's next run before the last one is answered; the runs
+//! of one session hold share a [`Chain`], and once a run of a chain fails,
+//! the chain's later runs are not attempted either.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -28,7 +32,25 @@ pub(crate) type Answer = Option<Result<Recorded, StoreError>>;
 /// One session's records, in order, and where to send their answers.
 struct Run {
     observations: Vec<Observation>,
+    chain: Chain,
     reply: oneshot::Sender<Vec<Answer>>,
+}
+
+/// The runs one worker submits for one hold of a session, in order: once
+/// one fails (a record failed, or was not attempted), the later ones are
+/// answered without being attempted, so no record of the session is made
+/// ahead of one that failed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Chain(Arc<AtomicBool>);
+
+impl Chain {
+    fn broken(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn snap(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// A run queued for commit: await [`Submitted::committed`] for its answers.
@@ -77,11 +99,13 @@ impl Recorder {
     pub(crate) async fn submit(
         &self,
         observations: Vec<Observation>,
+        chain: &Chain,
     ) -> Result<Submitted, StoreError> {
         let (reply, answers) = oneshot::channel();
         self.runs
             .send(Run {
                 observations,
+                chain: chain.clone(),
                 reply,
             })
             .await
@@ -92,7 +116,11 @@ impl Recorder {
     /// Records `observation` on its own and waits for its commit.
     #[cfg(test)]
     pub(crate) async fn record(&self, observation: Observation) -> Result<Recorded, StoreError> {
-        let answers = self.submit(vec![observation]).await?.committed().await?;
+        let answers = self
+            .submit(vec![observation], &Chain::default())
+            .await?
+            .committed()
+            .await?;
         answers
             .into_iter()
             .next()
@@ -114,25 +142,46 @@ fn run(store: &dyn ResolverStore, mut queue: mpsc::Receiver<Run>, max_batch: usi
                 Err(_) => break,
             }
         }
-        let (work, replies): (Vec<_>, Vec<_>) =
-            runs.into_iter().map(|r| (r.observations, r.reply)).unzip();
+        // A run behind a failed one of its chain is not attempted.
+        let (runs, behind_failures): (Vec<Run>, Vec<Run>) =
+            runs.into_iter().partition(|r| !r.chain.broken());
+        for run in behind_failures {
+            let _ = run
+                .reply
+                .send(run.observations.iter().map(|_| None).collect());
+        }
+        if runs.is_empty() {
+            continue;
+        }
+        let mut work = Vec::with_capacity(runs.len());
+        let mut chains = Vec::with_capacity(runs.len());
+        let mut replies = Vec::with_capacity(runs.len());
+        for run in runs {
+            work.push(run.observations);
+            chains.push(run.chain);
+            replies.push(run.reply);
+        }
         let lengths: Vec<usize> = work.iter().map(Vec::len).collect();
         // A panicking store must not take the thread, and with it every
         // later record, down: the batch is answered with the panic.
-        let answers =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit(store, work)))
-                .unwrap_or_else(|panic| {
-                    let why = panic_message(panic.as_ref());
-                    lengths
-                        .iter()
-                        .map(|&n| {
-                            (0..n)
-                                .map(|_| Some(Err(StoreError::Panicked(why.clone()))))
-                                .collect()
-                        })
+        let answers = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            commit(store, work, &chains)
+        }))
+        .unwrap_or_else(|panic| {
+            let why = panic_message(panic.as_ref());
+            lengths
+                .iter()
+                .map(|&n| {
+                    (0..n)
+                        .map(|_| Some(Err(StoreError::Panicked(why.clone()))))
                         .collect()
-                });
-        for (reply, answers) in replies.into_iter().zip(answers) {
+                })
+                .collect()
+        });
+        for ((reply, answers), chain) in replies.into_iter().zip(answers).zip(chains) {
+            if !answers.iter().all(|a| matches!(a, Some(Ok(_)))) {
+                chain.snap();
+            }
             // A worker that stopped waiting has nothing to settle.
             let _ = reply.send(answers);
         }
@@ -149,8 +198,13 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// Records a batch of runs in one transaction; if that fails, each record
 /// on its own, so one bad observation cannot fail the others (except the
-/// later records of its own run, which are not attempted).
-fn commit(store: &dyn ResolverStore, runs: Vec<Vec<Observation>>) -> Vec<Vec<Answer>> {
+/// later records of its own run, and the later runs of its chain, which are
+/// not attempted).
+fn commit(
+    store: &dyn ResolverStore,
+    runs: Vec<Vec<Observation>>,
+    chains: &[Chain],
+) -> Vec<Vec<Answer>> {
     let lengths: Vec<usize> = runs.iter().map(Vec::len).collect();
     let all: Vec<Observation> = runs.into_iter().flatten().collect();
     let error = match store.record_batch(&all) {
@@ -170,9 +224,10 @@ fn commit(store: &dyn ResolverStore, runs: Vec<Vec<Observation>>) -> Vec<Vec<Ans
     let mut observations = all.iter();
     lengths
         .iter()
-        .map(|&n| {
-            let mut failed = false;
-            observations
+        .zip(chains)
+        .map(|(&n, chain)| {
+            let mut failed = chain.broken();
+            let answers: Vec<Answer> = observations
                 .by_ref()
                 .take(n)
                 .map(|observation| {
@@ -183,7 +238,11 @@ fn commit(store: &dyn ResolverStore, runs: Vec<Vec<Observation>>) -> Vec<Vec<Ans
                     failed = result.is_err();
                     Some(result)
                 })
-                .collect()
+                .collect();
+            if failed {
+                chain.snap();
+            }
+            answers
         })
         .collect()
 }
@@ -254,6 +313,81 @@ mod tests {
             .collect()
     }
 
+    /// `n` chains of their own.
+    fn chains(n: usize) -> Vec<Chain> {
+        (0..n).map(|_| Chain::default()).collect()
+    }
+
+    #[test]
+    fn a_failed_run_stops_the_later_runs_of_its_chain_in_the_same_batch() {
+        let store = BatchesFail {
+            inner: SqliteResolverStore::open_in_memory().unwrap(),
+            poisoned: "bad",
+            batches_fail: true,
+        };
+        let session = Chain::default();
+        let other = Chain::default();
+        let answers = commit(
+            &store,
+            runs(&[&["a", "bad"], &["x"], &["b"]]),
+            &[session.clone(), other.clone(), session.clone()],
+        );
+        assert!(
+            matches!(
+                answers[0][..],
+                [Some(Ok(PENDING)), Some(Err(StoreError::Corrupt(_)))]
+            ),
+            "{answers:?}"
+        );
+        assert!(matches!(answers[1][..], [Some(Ok(PENDING))]), "{answers:?}");
+        assert!(matches!(answers[2][..], [None]), "{answers:?}");
+        assert!(store.event("b").unwrap().is_empty(), "not attempted");
+        assert!(session.broken() && !other.broken());
+    }
+
+    /// A worker submits its session's next run before the last is
+    /// answered: once one failed, the next is not attempted, so nothing of
+    /// the session is recorded ahead of the failed record.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_behind_a_failed_one_of_its_chain_is_not_attempted() {
+        let store = Arc::new(BatchesFail {
+            inner: SqliteResolverStore::open_in_memory().unwrap(),
+            poisoned: "bad",
+            batches_fail: false,
+        });
+        let recorder = Recorder::start(Arc::clone(&store) as Arc<dyn ResolverStore>, 16);
+        let session = Chain::default();
+        let failed = recorder
+            .submit(runs(&[&["bad"]]).remove(0), &session)
+            .await
+            .unwrap()
+            .committed()
+            .await
+            .unwrap();
+        assert!(
+            matches!(failed[..], [Some(Err(StoreError::Corrupt(_)))]),
+            "{failed:?}"
+        );
+        let behind = recorder
+            .submit(runs(&[&["c", "d"]]).remove(0), &session)
+            .await
+            .unwrap()
+            .committed()
+            .await
+            .unwrap();
+        assert!(matches!(behind[..], [None, None]), "{behind:?}");
+        assert!(store.event("c").unwrap().is_empty(), "not attempted");
+        // Another hold of the session (a new chain) records again.
+        let again = recorder
+            .submit(runs(&[&["c"]]).remove(0), &Chain::default())
+            .await
+            .unwrap()
+            .committed()
+            .await
+            .unwrap();
+        assert!(matches!(again[..], [Some(Ok(PENDING))]), "{again:?}");
+    }
+
     #[test]
     fn a_failed_batch_falls_back_to_one_by_one_so_only_the_bad_one_fails() {
         let store = BatchesFail {
@@ -261,7 +395,7 @@ mod tests {
             poisoned: "bad",
             batches_fail: true,
         };
-        let answers = commit(&store, runs(&[&["a"], &["bad"], &["b"]]));
+        let answers = commit(&store, runs(&[&["a"], &["bad"], &["b"]]), &chains(3));
         assert!(matches!(answers[0][..], [Some(Ok(PENDING))]), "{answers:?}");
         assert!(
             matches!(answers[1][..], [Some(Err(StoreError::Corrupt(_)))]),
@@ -278,7 +412,11 @@ mod tests {
             poisoned: "bad",
             batches_fail: true,
         };
-        let answers = commit(&store, runs(&[&["a", "bad", "b", "c"], &["x", "y"]]));
+        let answers = commit(
+            &store,
+            runs(&[&["a", "bad", "b", "c"], &["x", "y"]]),
+            &chains(2),
+        );
         assert!(
             matches!(
                 answers[0][..],
@@ -310,11 +448,11 @@ mod tests {
         });
         let recorder = Recorder::start(Arc::clone(&store) as Arc<dyn ResolverStore>, 16);
         let fine = recorder
-            .submit(runs(&[&["a", "b", "c"]]).remove(0))
+            .submit(runs(&[&["a", "b", "c"]]).remove(0), &Chain::default())
             .await
             .unwrap();
         let failing = recorder
-            .submit(runs(&[&["d", "bad", "e"]]).remove(0))
+            .submit(runs(&[&["d", "bad", "e"]]).remove(0), &Chain::default())
             .await
             .unwrap();
         // Both runs may share the batch that fails; the trait's default
@@ -350,7 +488,7 @@ mod tests {
         });
         let recorder = Recorder::start(Arc::clone(&store) as Arc<dyn ResolverStore>, 16);
         let blown = recorder
-            .submit(runs(&[&["panics"]]).remove(0))
+            .submit(runs(&[&["panics"]]).remove(0), &Chain::default())
             .await
             .unwrap()
             .committed()

@@ -828,6 +828,9 @@ struct Scripted {
     committed: Mutex<Vec<String>>,
     /// The size of every committed batch.
     batches: Mutex<Vec<usize>>,
+    /// When set, the first batch holding the poisoned message says so on
+    /// the first channel and waits on the second before it goes on.
+    hold: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
 }
 
 impl Scripted {
@@ -838,6 +841,7 @@ impl Scripted {
             failures: AtomicU32::new(failures),
             committed: Mutex::new(Vec::new()),
             batches: Mutex::new(Vec::new()),
+            hold: Mutex::new(None),
         }
     }
 
@@ -859,6 +863,13 @@ impl ResolverStore for Scripted {
         let holds_poison = batch
             .iter()
             .any(|o| o.message_id.as_deref() == Some(self.poisoned.as_str()));
+        if holds_poison {
+            let hold = self.hold.lock().unwrap().take();
+            if let Some((entered, release)) = hold {
+                entered.send(()).unwrap();
+                release.recv().unwrap();
+            }
+        }
         if holds_poison
             && self
                 .failures
@@ -1102,6 +1113,48 @@ async fn a_store_failure_inside_a_pipelined_run_abandons_it_and_the_rest_follow_
     assert_eq!(store.committed(), in_order, "nothing overtook m-5");
 
     assert_eq!(h.resolver_counts().await, (0, 0));
+    h.stop().await;
+}
+
+/// A session's next message is received and its record submitted while
+/// the last one's record is still committing. When that commit fails, the
+/// next record must not reach the store ahead of the failed one's
+/// redelivery: nothing of the session overtakes a failed record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_submitted_behind_a_failing_one_does_not_overtake_it() {
+    let (mut h, store) = scripted_harness("m-0", 1, |_| {}).await;
+    let (entered_tx, entered) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel();
+    *store.hold.lock().unwrap() = Some((entered_tx, release_rx));
+    let mut messages = requests("order-h", 2).into_iter();
+    h.send_all("billing", &[messages.next().unwrap()]).await;
+    tokio::task::spawn_blocking(move || entered.recv_timeout(PATIENCE).unwrap())
+        .await
+        .unwrap();
+    // `m-0`'s commit is held; `m-1` arrives behind it and is received and
+    // submitted meanwhile (the pause gives the worker the time to).
+    h.send_all("billing", &[messages.next().unwrap()]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    release.send(()).unwrap();
+
+    let mut progress = Vec::new();
+    while progress
+        .iter()
+        .filter(|p: &&Progress| matches!(p.outcome, Outcome::Recorded { .. }))
+        .count()
+        < 2
+    {
+        progress.push(h.next().await);
+    }
+    assert!(
+        matches!(&progress[0].outcome, Outcome::Abandoned(why) if why.contains("injected failure on m-0")),
+        "{progress:?}"
+    );
+    assert_eq!(
+        store.committed(),
+        ["m-0", "m-1"],
+        "m-1 did not overtake m-0"
+    );
     h.stop().await;
 }
 
