@@ -318,13 +318,29 @@ mod tests {
         (0..n).map(|_| Chain::default()).collect()
     }
 
-    #[test]
-    fn a_failed_run_stops_the_later_runs_of_its_chain_in_the_same_batch() {
-        let store = BatchesFail {
+    /// A store whose records of `bad` fail; see [`BatchesFail`].
+    fn failing_at_bad(batches_fail: bool) -> BatchesFail {
+        BatchesFail {
             inner: SqliteResolverStore::open_in_memory().unwrap(),
             poisoned: "bad",
-            batches_fail: true,
-        };
+            batches_fail,
+        }
+    }
+
+    /// The answers to one run of `ids`, submitted on `chain`.
+    async fn answers_of(recorder: &Recorder, ids: &[&str], chain: &Chain) -> Vec<Answer> {
+        recorder
+            .submit(runs(&[ids]).remove(0), chain)
+            .await
+            .unwrap()
+            .committed()
+            .await
+            .unwrap()
+    }
+
+    #[test]
+    fn a_failed_run_stops_the_later_runs_of_its_chain_in_the_same_batch() {
+        let store = failing_at_bad(true);
         let session = Chain::default();
         let other = Chain::default();
         let answers = commit(
@@ -350,51 +366,25 @@ mod tests {
     /// the session is recorded ahead of the failed record.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_run_behind_a_failed_one_of_its_chain_is_not_attempted() {
-        let store = Arc::new(BatchesFail {
-            inner: SqliteResolverStore::open_in_memory().unwrap(),
-            poisoned: "bad",
-            batches_fail: false,
-        });
+        let store = Arc::new(failing_at_bad(false));
         let recorder = Recorder::start(Arc::clone(&store) as Arc<dyn ResolverStore>, 16);
         let session = Chain::default();
-        let failed = recorder
-            .submit(runs(&[&["bad"]]).remove(0), &session)
-            .await
-            .unwrap()
-            .committed()
-            .await
-            .unwrap();
+        let failed = answers_of(&recorder, &["bad"], &session).await;
         assert!(
             matches!(failed[..], [Some(Err(StoreError::Corrupt(_)))]),
             "{failed:?}"
         );
-        let behind = recorder
-            .submit(runs(&[&["c", "d"]]).remove(0), &session)
-            .await
-            .unwrap()
-            .committed()
-            .await
-            .unwrap();
+        let behind = answers_of(&recorder, &["c", "d"], &session).await;
         assert!(matches!(behind[..], [None, None]), "{behind:?}");
         assert!(store.event("c").unwrap().is_empty(), "not attempted");
         // Another hold of the session (a new chain) records again.
-        let again = recorder
-            .submit(runs(&[&["c"]]).remove(0), &Chain::default())
-            .await
-            .unwrap()
-            .committed()
-            .await
-            .unwrap();
+        let again = answers_of(&recorder, &["c"], &Chain::default()).await;
         assert!(matches!(again[..], [Some(Ok(PENDING))]), "{again:?}");
     }
 
     #[test]
     fn a_failed_batch_falls_back_to_one_by_one_so_only_the_bad_one_fails() {
-        let store = BatchesFail {
-            inner: SqliteResolverStore::open_in_memory().unwrap(),
-            poisoned: "bad",
-            batches_fail: true,
-        };
+        let store = failing_at_bad(true);
         let answers = commit(&store, runs(&[&["a"], &["bad"], &["b"]]), &chains(3));
         assert!(matches!(answers[0][..], [Some(Ok(PENDING))]), "{answers:?}");
         assert!(
@@ -407,11 +397,7 @@ mod tests {
 
     #[test]
     fn a_failure_stops_its_run_but_not_the_other_runs() {
-        let store = BatchesFail {
-            inner: SqliteResolverStore::open_in_memory().unwrap(),
-            poisoned: "bad",
-            batches_fail: true,
-        };
+        let store = failing_at_bad(true);
         let answers = commit(
             &store,
             runs(&[&["a", "bad", "b", "c"], &["x", "y"]]),
@@ -441,11 +427,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_run_is_answered_in_order_and_stops_at_its_first_failure() {
-        let store = Arc::new(BatchesFail {
-            inner: SqliteResolverStore::open_in_memory().unwrap(),
-            poisoned: "bad",
-            batches_fail: false,
-        });
+        let store = Arc::new(failing_at_bad(false));
         let recorder = Recorder::start(Arc::clone(&store) as Arc<dyn ResolverStore>, 16);
         let fine = recorder
             .submit(runs(&[&["a", "b", "c"]]).remove(0), &Chain::default())
@@ -487,13 +469,7 @@ mod tests {
             batches_fail: false,
         });
         let recorder = Recorder::start(Arc::clone(&store) as Arc<dyn ResolverStore>, 16);
-        let blown = recorder
-            .submit(runs(&[&["panics"]]).remove(0), &Chain::default())
-            .await
-            .unwrap()
-            .committed()
-            .await
-            .unwrap();
+        let blown = answers_of(&recorder, &["panics"], &Chain::default()).await;
         assert!(
             matches!(&blown[..], [Some(Err(StoreError::Panicked(why)))] if why.contains("the store blew up")),
             "{blown:?}"
