@@ -459,7 +459,7 @@ fn event_text(event: &Value) -> String {
         // Only a Failed event that blocks its session carries these.
         match (at["awaits_retry"].as_bool(), at["retry_at"].as_str()) {
             (Some(true), Some(retry_at)) => {
-                let _ = write!(status, ", retry at {}", clock_time(retry_at));
+                status.push_str(&retry_note(retry_at, SystemTime::now()));
             }
             (Some(false), _) => status.push_str(", no retry left: resubmit or skip it"),
             _ => {}
@@ -675,11 +675,22 @@ fn blocker_cell(session: &Value) -> String {
         session["awaits_retry"].as_bool(),
         session["retry_at"].as_str(),
     ) {
-        (Some(true), Some(at)) => format!(", retry at {}", clock_time(at)),
+        (Some(true), Some(at)) => retry_note(at, SystemTime::now()),
         (Some(false), _) if status == "Failed" => ", no retry".to_owned(),
         _ => String::new(),
     };
     format!("{blocked_by} ({status}{retry})")
+}
+
+/// When the retry a block waits for is due: `, retry at 15:14:22Z`, or,
+/// once that time has passed at `now`, `, retry due since 15:14:22Z`. A
+/// past time means the retry is running, waits behind other work, or was
+/// dropped as stale (its event was resubmitted meanwhile, decision 0041):
+/// an operator should not read it as still to come.
+fn retry_note(retry_at: &str, now: SystemTime) -> String {
+    let due = humantime::parse_rfc3339_weak(retry_at).is_ok_and(|at| at <= now);
+    let when = if due { "due since" } else { "at" };
+    format!(", retry {when} {}", clock_time(retry_at))
 }
 
 /// The time of day of an ISO 8601 UTC time (`2026-12-01T15:14:22.123Z` →
@@ -892,7 +903,7 @@ mod tests {
     use serde_json::json;
     use serde_json::value::RawValue;
 
-    use super::{PublishBody, event_text, events_table, left_hint, overdue};
+    use super::{PublishBody, event_text, events_table, left_hint, overdue, retry_note};
 
     /// A settled handoff: the event's own handoff fields are empty, and the
     /// history shows the job the park named and the details the completion
@@ -923,6 +934,26 @@ mod tests {
         );
         let quiet = json!({"endpoints": [{"record": {"status": "Pending"}, "history": []}]});
         assert!(!event_text(&quiet).contains("retrying"));
+    }
+
+    #[test]
+    fn a_retry_whose_time_has_passed_is_shown_as_due_not_to_come() {
+        let at = |t: &str| humantime::parse_rfc3339(t).unwrap();
+        // The API's round-trip format (seven fraction digits).
+        let retry_at = "2026-12-01T15:14:22.1234567Z";
+        assert_eq!(
+            retry_note(retry_at, at("2026-12-01T15:14:00Z")),
+            ", retry at 15:14:22Z"
+        );
+        assert_eq!(
+            retry_note(retry_at, at("2026-12-01T15:20:00Z")),
+            ", retry due since 15:14:22Z"
+        );
+        // An unreadable time is shown as it is, as still to come.
+        assert_eq!(
+            retry_note("later", at("2026-12-01T15:20:00Z")),
+            ", retry at later"
+        );
     }
 
     #[test]
