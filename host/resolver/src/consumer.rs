@@ -388,6 +388,10 @@ async fn pipeline<T: Transport>(
     let held_since = tokio::time::Instant::now();
     let most = context.settings.max_in_flight_per_session.max(1);
     let chain = Chain::default();
+    // Cancelled when a batch fails, so the session is released at once,
+    // not after the next receive's idle wait. One per hold: a failure ends
+    // the hold.
+    let give_up = stop.child_token();
     // The batch being recorded and settled, and how many messages it holds.
     let mut settling: Option<(Settling<'_>, usize)> = None;
     loop {
@@ -396,9 +400,6 @@ async fn pipeline<T: Transport>(
             None => (None, 0),
         };
         let room = most.saturating_sub(in_hand);
-        // A batch that failed releases the session at once, not after the
-        // next receive's idle wait.
-        let give_up = stop.child_token();
         let (held, submitted) = futures_util::future::join(
             async {
                 let held = match previous {

@@ -142,24 +142,23 @@ fn run(store: &dyn ResolverStore, mut queue: mpsc::Receiver<Run>, max_batch: usi
                 Err(_) => break,
             }
         }
-        // A run behind a failed one of its chain is not attempted.
-        let (runs, behind_failures): (Vec<Run>, Vec<Run>) =
-            runs.into_iter().partition(|r| !r.chain.broken());
-        for run in behind_failures {
-            let _ = run
-                .reply
-                .send(run.observations.iter().map(|_| None).collect());
-        }
-        if runs.is_empty() {
-            continue;
-        }
         let mut work = Vec::with_capacity(runs.len());
         let mut chains = Vec::with_capacity(runs.len());
         let mut replies = Vec::with_capacity(runs.len());
         for run in runs {
+            // A run behind a failed one of its chain is not attempted.
+            if run.chain.broken() {
+                let _ = run
+                    .reply
+                    .send(run.observations.iter().map(|_| None).collect());
+                continue;
+            }
             work.push(run.observations);
             chains.push(run.chain);
             replies.push(run.reply);
+        }
+        if work.is_empty() {
+            continue;
         }
         let lengths: Vec<usize> = work.iter().map(Vec::len).collect();
         // A panicking store must not take the thread, and with it every
