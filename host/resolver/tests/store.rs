@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 
 use nimbus_resolver::{
-    EventFilter, HandoffDetails, Heartbeat, MessageKind, Observation, Recorded, ResolverStore,
-    SqliteResolverStore, Status,
+    EventFilter, EventStatus, HandoffDetails, Heartbeat, MessageKind, Observation, Recorded,
+    ResolverStore, SqliteResolverStore, Status,
 };
 
 fn obs(kind: MessageKind, message_id: &str, at_ms: i64) -> Observation {
@@ -194,6 +194,93 @@ fn handoff_is_pending_with_sub_status_until_completed() {
             .unwrap(),
         Recorded::Refused { .. }
     ));
+}
+
+/// The sessions listing reads every blocker's status at once: each event
+/// asked about at the endpoint asked about, with a handoff's sub-status,
+/// across more ids than one statement binds, and nothing for an event the
+/// store does not have at that endpoint.
+#[test]
+fn statuses_are_read_for_many_events_at_once() {
+    let (_dir, store) = open();
+    let at = |endpoint: &str, event_id: &str, kind: MessageKind, message_id: &str| {
+        let mut o = Observation::new(endpoint, event_id, kind, 1);
+        o.message_id = Some(message_id.to_owned());
+        o.session_id = Some(format!("s-{event_id}"));
+        o
+    };
+    let mut batch = Vec::new();
+    for i in 0..1200 {
+        batch.push(at(
+            "billing",
+            &format!("e{i}"),
+            MessageKind::EventRequest,
+            &format!("m{i}"),
+        ));
+        if i % 2 == 0 {
+            let mut failed = at(
+                "billing",
+                &format!("e{i}"),
+                MessageKind::ErrorResponse,
+                &format!("r{i}"),
+            );
+            failed.error_text = Some("boom".into());
+            batch.push(failed);
+        }
+    }
+    // An endpoint not asked about has some of the same ids.
+    batch.push(at("audit", "e3", MessageKind::EventRequest, "a-m3"));
+    // The same event id at a second endpoint, parked for a handoff there.
+    batch.push(at("shipping", "e1", MessageKind::EventRequest, "s-m1"));
+    let mut park = at(
+        "shipping",
+        "e1",
+        MessageKind::PendingHandoffResponse,
+        "s-r1",
+    );
+    park.handoff = Some(HandoffDetails {
+        external_job_id: Some("job-1".into()),
+        ..HandoffDetails::default()
+    });
+    batch.push(park);
+    store.record_batch(&batch).unwrap();
+
+    let mut asked: Vec<(String, String)> = (0..1200)
+        .map(|i| ("billing".to_owned(), format!("e{i}")))
+        .collect();
+    asked.push(("shipping".to_owned(), "e1".to_owned()));
+    asked.push(("shipping".to_owned(), "e2".to_owned()));
+    asked.push(("billing".to_owned(), "unknown".to_owned()));
+    let statuses = store.statuses(&asked).unwrap();
+
+    assert_eq!(
+        statuses.len(),
+        1201,
+        "every known (endpoint, event) and nothing else"
+    );
+    for i in 0..1200 {
+        let expected = if i % 2 == 0 {
+            Status::Failed
+        } else {
+            Status::Pending
+        };
+        assert_eq!(
+            statuses[&("billing".to_owned(), format!("e{i}"))],
+            EventStatus {
+                status: expected,
+                sub_status: None
+            },
+            "e{i}"
+        );
+    }
+    assert_eq!(
+        statuses[&("shipping".to_owned(), "e1".to_owned())],
+        EventStatus {
+            status: Status::Pending,
+            sub_status: Some("Handoff".to_owned())
+        }
+    );
+    assert!(store.statuses(&[]).unwrap().is_empty());
 }
 
 /// The event's handoff fields describe the handoff in flight only; each

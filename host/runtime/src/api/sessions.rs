@@ -3,7 +3,6 @@
 
 use axum::Json;
 use axum::extract::State;
-use nimbus_resolver::ResolverStore as _;
 use nimbus_transport::{Admin as _, AdminError, SessionInfo, SubscriptionPath};
 use nimbus_wire::SessionState;
 use serde::{Deserialize, Serialize};
@@ -116,21 +115,26 @@ pub(crate) async fn list(
         );
     }
     // Why each session is blocked: a failure the operator must act on, or
-    // a handoff an external job will settle. One lookup per blocked session.
-    for session in &mut sessions {
-        let Some(blocker) = session.blocked_by.clone() else {
-            continue;
-        };
-        let endpoint = session.endpoint.clone();
-        session.blocker_status = state
-            .read_store(move |store| store.event(&blocker))
-            .await?
-            .into_iter()
-            .find(|detail| detail.record.endpoint == endpoint)
-            .map(|detail| match detail.record.sub_status {
-                Some(sub) => format!("{}/{sub}", detail.record.status),
-                None => detail.record.status.to_string(),
-            });
+    // a handoff an external job will settle. One read for every blocker.
+    let blockers: Vec<(String, String)> = sessions
+        .iter()
+        .filter_map(|s| Some((s.endpoint.clone(), s.blocked_by.clone()?)))
+        .collect();
+    if !blockers.is_empty() {
+        let statuses = state
+            .read_store(move |store| store.statuses(&blockers))
+            .await?;
+        for session in &mut sessions {
+            let Some(blocker) = &session.blocked_by else {
+                continue;
+            };
+            session.blocker_status = statuses
+                .get(&(session.endpoint.clone(), blocker.clone()))
+                .map(|known| match &known.sub_status {
+                    Some(sub) => format!("{}/{sub}", known.status),
+                    None => known.status.to_string(),
+                });
+        }
     }
     Ok(Json(sessions))
 }
