@@ -82,7 +82,8 @@ impl CompareOp {
 pub(crate) enum Expr {
     Literal(Literal),
     Property(Property),
-    /// `newid()`: a fresh UUID string.
+    /// `newid()`: a fresh UUID string, version 7 (time-ordered) so that
+    /// ids made later sort later (decision 0117).
     NewId,
     /// Unary minus.
     Negate(Box<Expr>),

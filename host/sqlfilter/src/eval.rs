@@ -253,7 +253,7 @@ pub(crate) fn expr<'a>(e: &'a Expr, msg: &'a dyn MessageProperties) -> Result<Va
             Literal::String(s) => Val::Str(Cow::Borrowed(s)),
         },
         Expr::Property(property) => read_property(property, msg).map_or(Val::Null, Val::from),
-        Expr::NewId => Val::Str(Cow::Owned(uuid::Uuid::new_v4().hyphenated().to_string())),
+        Expr::NewId => Val::Str(Cow::Owned(uuid::Uuid::now_v7().hyphenated().to_string())),
         Expr::Negate(inner) => match expr(inner, msg)? {
             Val::Null => Val::Null,
             Val::Int(i) => Val::Int(i.checked_neg().ok_or(EvalError::Overflow {

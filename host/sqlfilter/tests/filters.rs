@@ -468,7 +468,7 @@ fn newid_in_a_filter_is_a_fresh_string() {
     let m = PropertyBag::new();
     assert!(matches("newid() IS NOT NULL", &m));
     assert!(matches(
-        "NEWID() LIKE '________-____-4___-____-____________'",
+        "NEWID() LIKE '________-____-7___-____-____________'",
         &m
     ));
     assert!(!matches("newid() = newid()", &m));
