@@ -187,6 +187,17 @@ impl Sandbox {
                 message: message.to_owned(),
             });
         }
+        // wasmtime's message ("attempted to parse a wasm module with a
+        // component parser") does not say how to get a component.
+        if bytes.get(WASM_MAGIC.len()..WASM_MAGIC.len() + 4) == Some(CORE_MODULE_VERSION) {
+            return Err(LoadError::Compile {
+                name: name.to_owned(),
+                message: "a core WebAssembly module, not a component: build the handler for \
+                          `--target wasm32-wasip2` (a component), or make one of the module \
+                          with `wasm-tools component new`"
+                    .to_owned(),
+            });
+        }
         let compiled = match &self.inner.cache {
             Some(cache) => cache.load_or_compile(&self.inner.engine, digest, bytes),
             None => Component::new(&self.inner.engine, bytes)
@@ -201,6 +212,10 @@ impl Sandbox {
 
 /// The first four bytes of every WebAssembly binary, module or component.
 const WASM_MAGIC: &[u8] = b"\0asm";
+
+/// The version field after the magic in a core module (a component's is
+/// `0d 00 01 00`).
+const CORE_MODULE_VERSION: &[u8] = &[1, 0, 0, 0];
 
 /// The handler's name: the component's file name without `.wasm`.
 pub(crate) fn handler_name(path: &Path) -> String {

@@ -130,12 +130,14 @@ fn stray_files_and_subdirectories_of_an_endpoint_are_reported_and_private_names_
 }
 
 #[test]
-fn a_file_that_is_not_wasm_at_all_fails_with_one_plain_sentence() {
+fn a_file_that_is_not_a_component_fails_with_one_plain_sentence() {
     let dir = HandlersDir::new();
     // An ELF header: the parser's own message prints the expected and found
     // magic bytes as Debug arrays.
     dir.install_bytes("ep", "random", &[0x7f, 0x45, 0x4c, 0x46, 2, 1, 1, 0, 9, 9]);
     dir.install_bytes("ep", "empty", b"");
+    // The smallest core module: magic and version 1, no sections.
+    dir.install_bytes("ep", "core", b"\0asm\x01\0\0\0");
     let registry = Registry::open(sandbox(), dir.path()).expect("opens");
     let snapshot = registry.snapshot();
     let error = |handler: &str| {
@@ -152,6 +154,13 @@ fn a_file_that_is_not_wasm_at_all_fails_with_one_plain_sentence() {
     assert_eq!(
         error("empty"),
         "empty: not a valid handler component: the file is empty"
+    );
+    let core = error("core");
+    assert!(
+        core.starts_with(
+            "core: not a valid handler component: a core WebAssembly module, not a component"
+        ) && core.contains("wasm32-wasip2"),
+        "{core}"
     );
 }
 
