@@ -479,8 +479,13 @@ impl Config {
                 format!("{key}: {detail}")
             })
         })?;
-        config.host.data_dir = base.join(&config.host.data_dir);
-        config.host.handlers_dir = base.join(&config.host.handlers_dir);
+        // An empty path stays empty, for `validate` to refuse: joined, it
+        // would quietly be the configuration's own directory.
+        for dir in [&mut config.host.data_dir, &mut config.host.handlers_dir] {
+            if !dir.as_os_str().is_empty() {
+                *dir = base.join(&*dir);
+            }
+        }
         config.validate(path)
     }
 
@@ -497,6 +502,19 @@ impl Config {
         }
         if self.engine.resolver_sessions == 0 {
             problems.push("engine.resolver_sessions: must be at least 1".to_owned());
+        }
+        if self.host.data_dir.as_os_str().is_empty() {
+            problems.push("host.data_dir: must not be empty".to_owned());
+        }
+        if self.host.handlers_dir.as_os_str().is_empty() {
+            problems.push("host.handlers_dir: must not be empty".to_owned());
+        }
+        if self.engine.inbox_retention.is_zero() {
+            problems.push(
+                "engine.inbox_retention: must be longer than 0 (the inbox forgets a message id \
+                 once it has passed)"
+                    .to_owned(),
+            );
         }
         if self.engine.session_idle_timeout.is_zero() {
             problems.push("engine.session_idle_timeout: must be longer than 0".to_owned());
@@ -566,7 +584,16 @@ impl Config {
             }
         };
         for (i, producer) in self.host.producers.iter().enumerate() {
-            if producer.trim().is_empty() {
+            let first = self.host.producers[..i]
+                .iter()
+                .position(|earlier| earlier.eq_ignore_ascii_case(producer));
+            if let Some(first) = first {
+                problems.push(format!(
+                    "host.producers[{i}]: '{producer}' names the same topic as \
+                     host.producers[{first}] ('{}'): topic names ignore case, as on Service Bus",
+                    self.host.producers[first]
+                ));
+            } else if producer.trim().is_empty() {
                 problems.push(format!("host.producers[{i}]: must not be empty"));
             } else if let Err(e) = Topology::new().producer_topic(producer).validate() {
                 // The topology's own naming rules, checked here so `nimbus
@@ -705,6 +732,27 @@ mod tests {
                 .sandbox_memory_bytes,
             1 << 30
         );
+    }
+
+    /// Values that parse but would quietly do what nobody meant: data in
+    /// the configuration's own directory, an inbox that forgets at once,
+    /// two producer topics Service Bus would take for one.
+    #[test]
+    fn values_that_would_quietly_mislead_are_named_by_key() {
+        let err = parse(
+            "[host]\ndata_dir = \"\"\nhandlers_dir = \"\"\nproducers = [\"shop\", \"web\", \"Shop\"]\n[engine]\ninbox_retention = \"0s\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for expected in [
+            "host.data_dir: must not be empty",
+            "host.handlers_dir: must not be empty",
+            "engine.inbox_retention: must be longer than 0",
+            "host.producers[2]: 'Shop' names the same topic as host.producers[0] ('shop')",
+        ] {
+            assert!(err.contains(expected), "{expected} missing from: {err}");
+        }
+        assert!(!err.contains("host.producers[1]"), "{err}");
     }
 
     #[test]

@@ -83,6 +83,15 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         .local_addr()
         .context("reading the API's bound address")?;
     data_lock.record_api(address);
+    if !address.ip().is_loopback() {
+        // Allowed (a container publishes its port this way), but anyone who
+        // reaches it may resubmit, skip and replay.
+        tracing::warn!(
+            %address,
+            "the API listens beyond loopback and has no authentication: anyone who can reach \
+             it can resubmit, skip and replay events ([api] listen)"
+        );
+    }
     let host = Host::start_locked(config, data_lock).await?;
 
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -53,6 +53,15 @@ pub(crate) fn optional_id(field: &str, value: Option<String>) -> Result<Option<S
         Some(v) if v.trim().is_empty() => Err(ApiError::bad_request(format!(
             "{field} is empty: give one, or leave it out for a fresh one"
         ))),
+        // Service Bus refuses longer message and session ids; the embedded
+        // broker would take them, and the same traffic must run on both.
+        Some(v) if v.len() > nimbus_sandbox::MAX_MESSAGE_ID_LEN => {
+            Err(ApiError::bad_request(format!(
+                "{field} is {} bytes, over Service Bus's limit of {}",
+                v.len(),
+                nimbus_sandbox::MAX_MESSAGE_ID_LEN
+            )))
+        }
         other => Ok(other),
     }
 }

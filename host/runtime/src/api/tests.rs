@@ -404,6 +404,11 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
     let host = start(root.path()).await;
     let api = Api(router(ApiState::new(&host)));
 
+    // One byte over Service Bus's limit on a session id.
+    let long_session = format!(
+        r#"{{"event_type": "OrderPlaced", "data": {{}}, "session_id": "{}"}}"#,
+        "s".repeat(129)
+    );
     let cases: Vec<(Method, &str, Option<&str>, StatusCode, &str)> = vec![
         (
             Method::POST,
@@ -565,6 +570,13 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
             Some(r#"{"event_type": "OrderPlaced", "data": {}, "message_id": ""}"#),
             StatusCode::BAD_REQUEST,
             "message_id is empty",
+        ),
+        (
+            Method::POST,
+            "/api/publish",
+            Some(&long_session),
+            StatusCode::BAD_REQUEST,
+            "session_id is 129 bytes, over Service Bus's limit of 128",
         ),
         (
             Method::POST,
