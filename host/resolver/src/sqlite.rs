@@ -789,7 +789,7 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<rusqlite::types::Value>) {
     let limit = i64::try_from(filter.limit.unwrap_or(DEFAULT_LIST_LIMIT)).unwrap_or(i64::MAX);
     values.push(Value::Integer(limit));
     let sql = format!(
-        "SELECT {EVENT_COLUMNS} FROM events {filters}
+        "SELECT {LISTED_EVENT_COLUMNS} FROM events {filters}
          ORDER BY updated_ms DESC, endpoint, event_id LIMIT ?{}",
         values.len()
     );
@@ -1166,10 +1166,27 @@ impl<'a> Coordinates<'a> {
     }
 }
 
-const EVENT_COLUMNS: &str = "endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
+/// The columns an [`EventRecord`] is read from, with `$payload` where the
+/// payload goes.
+macro_rules! event_columns {
+    ($payload:literal) => {
+        concat!(
+            "endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
     request_message_id, request_from, originating_message_id, originating_from,
     retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id, expected_by,
-    handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms";
+    handler_version, queue_time_ms, processing_time_ms, ",
+            $payload,
+            ", first_seen_ms, updated_ms"
+        )
+    };
+}
+
+const EVENT_COLUMNS: &str = event_columns!("payload");
+
+/// [`EVENT_COLUMNS`] for a listing, which leaves the payload out: a
+/// payload may be up to 2 MiB, a listing holds up to a thousand events by
+/// default, and the event's own view has it.
+const LISTED_EVENT_COLUMNS: &str = event_columns!("NULL");
 
 /// How many columns [`EVENT_COLUMNS`] names (a query's next column index).
 const EVENT_COLUMN_COUNT: usize = 27;

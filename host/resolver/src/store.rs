@@ -59,7 +59,7 @@ pub struct EventRecord {
     pub queue_time_ms: Option<i64>,
     /// Handler entry to response, in ms, of the last response.
     pub processing_time_ms: Option<i64>,
-    /// The event payload as last seen.
+    /// The event payload as last seen (`None` in a listing).
     pub payload: Option<String>,
     /// When the first message about the event was enqueued (ms since epoch).
     pub first_seen_ms: i64,
@@ -209,7 +209,9 @@ pub trait ResolverStore: Send + Sync {
     /// at every consuming endpoint), with history. Not indexed: it reads
     /// the whole history, so it is the fallback when no event has the id.
     fn events_of_message(&self, message_id: &str) -> Result<Vec<EventDetail>, StoreError>;
-    /// Events matching the filter, most recently updated first.
+    /// Events matching the filter, most recently updated first, without
+    /// their payloads ([`EventRecord::payload`] is `None`; [`Self::event`]
+    /// has it).
     fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError>;
     /// How many status writes the guard has refused since the store opened.
     fn refused_writes(&self) -> u64;

@@ -995,6 +995,12 @@ fn a_response_fills_the_payload_only_while_unknown_and_a_resubmission_replaces_i
         store.event("e2").unwrap()[0].record.payload.as_deref(),
         Some(r#"{"Rows":1}"#)
     );
+
+    // A listing leaves payloads out (up to 2 MiB each, a thousand events
+    // by default); the event's own view has them.
+    let listed = store.events(&EventFilter::default()).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().all(|r| r.payload.is_none()), "{listed:?}");
 }
 
 /// Operator reads have a connection of their own: a listing answers while
