@@ -68,6 +68,10 @@ stop_host() {
 }
 
 if [ "$stop_only" = 1 ]; then
+  if [ ! -f "$pidfile" ]; then
+    echo "no demo host to stop: $pidfile does not exist (NIMBUS_DEMO_DIR names another demo directory)"
+    exit 0
+  fi
   stop_host
   exit 0
 fi
@@ -226,10 +230,14 @@ $start_hint  1. Look at the failure (status, error, handler version, full histor
 EOF
 
 if [ "$keep_running" = 1 ]; then
+  # --stop finds the host by the demo directory: name it when it is not the
+  # default, or the hint would stop nothing.
+  stop_env=""
+  [ -n "${NIMBUS_DEMO_DIR:-}" ] && stop_env="NIMBUS_DEMO_DIR=$demo "
   cat <<EOF
 
 The host keeps running (pid $pid, log $rel_demo/nimbus.log).
-Stop it with: scripts/demo.sh --stop    (or: kill $pid)
+Stop it with: ${stop_env}scripts/demo.sh --stop    (or: kill $pid)
 EOF
 else
   echo

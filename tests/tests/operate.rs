@@ -129,6 +129,9 @@ fn a_published_event_completes_a_failed_one_blocks_until_skipped_and_sigterm_exi
     host.wait_status("s-block", &failing, "Skipped");
     host.wait_status("s-block", &parked, "Completed");
     assert!(blocked_sessions(&host, "billing").is_empty());
+    let none = host.cli(&["sessions", "--endpoint", "billing", "--blocked"]);
+    none.expect_code(0);
+    assert_eq!(none.stdout(), "no session is blocked\n");
 
     // An API refusal is a clear message and a non-zero exit.
     let unknown = host.cli(&["skip", "no-such-event"]);
@@ -259,14 +262,20 @@ fn a_handed_off_event_is_completed_or_failed_by_the_operator() {
         "{}",
         wrong.stderr()
     );
-    let complete = host.cli(&[
+    // With --json, what was sent, for a script.
+    let complete = host.cli_json(&[
         "handoff",
         "complete",
         &id(&handed),
         "--details",
         r#"{"RowsImported":10,"Total":1.10}"#,
+        "--json",
     ]);
-    complete.expect_code(0);
+    assert_eq!(
+        complete["message_type"], "HandoffCompletedRequest",
+        "{complete:#}"
+    );
+    assert_eq!(complete["event_id"], handed["event_id"], "{complete:#}");
     let done = host.wait_status("s-erp-1", &first, "Completed");
     // The event's handoff fields clear once it settles; its history keeps
     // the job the handler named and the details the operator sent.
@@ -394,10 +403,39 @@ fn an_unreachable_host_is_a_clear_error_naming_the_url() {
     assert!(stderr.contains("cannot reach the nimbus host"), "{stderr}");
     assert!(stderr.contains("http://127.0.0.1:9"), "{stderr}");
 
-    let bad_url = scratch.run_raw(&["--api", "localhost:7300", "events"]);
+    // A bare host:port, as `[api] listen` writes it, is an http:// URL.
+    let bare = scratch.run_raw(&["--api", "127.0.0.1:9", "events"]);
+    bare.expect_code(1);
+    assert!(
+        bare.stderr()
+            .contains("cannot reach the nimbus host at http://127.0.0.1:9"),
+        "{}",
+        bare.stderr()
+    );
+
+    // A blank id is a usage error, not a request for "/api/events/".
+    for command in [
+        &["event", ""][..],
+        &["skip", " "],
+        &["handoff", "complete", ""],
+    ] {
+        let mut args = vec!["--api", "http://127.0.0.1:9"];
+        args.extend_from_slice(command);
+        let blank = scratch.run_raw(&args);
+        blank.expect_code(2);
+        assert!(
+            blank.stderr().contains("must not be empty"),
+            "{command:?}: {}",
+            blank.stderr()
+        );
+    }
+
+    let bad_url = scratch.run_raw(&["--api", "ftp://localhost:7300", "events"]);
     bad_url.expect_code(1);
     assert!(
-        bad_url.stderr().contains("not an http:// URL"),
+        bad_url
+            .stderr()
+            .contains("not an http:// URL or a host:port"),
         "{}",
         bad_url.stderr()
     );
@@ -818,6 +856,25 @@ fn publish_says_whether_an_event_for_a_handler_that_does_not_load_waits_or_reach
         waits.stderr()
     );
     let waiting = waits.stdout().trim().to_owned();
+    // The event itself says why it is Pending and not running.
+    let view = host.eventually("the waiting event is recorded", || {
+        host.event_json(&waiting)
+    });
+    assert!(
+        view["endpoints"][0]["waiting_for_handler"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no handler at 'billing' loads (orders: ")),
+        "{view:#}"
+    );
+    let shown = host.cli(&["event", &waiting]);
+    shown.expect_code(0);
+    assert!(
+        shown
+            .stdout()
+            .contains("waiting     no handler at 'billing' loads (orders: "),
+        "{}",
+        shown.stdout()
+    );
     let lost = host.cli(&["publish", "--event-type", "LabelPrinted", "--data", "{}"]);
     lost.expect_code(0);
     assert!(
@@ -832,6 +889,11 @@ fn publish_says_whether_an_event_for_a_handler_that_does_not_load_waits_or_reach
 
     scratch.install("billing", "orders", "orders");
     host.wait_status("s-2", &waiting, "Completed");
+    let settled = host.event_json(&waiting).expect("recorded");
+    assert!(
+        settled["endpoints"][0].get("waiting_for_handler").is_none(),
+        "{settled:#}"
+    );
 }
 
 /// An order `orders` dead-letters at once (no lines).
@@ -1277,7 +1339,9 @@ fn published_data_reaches_the_audit_trail_as_written() {
     let written = r#"{"Zed":1,"Amount":1.10,"Big":12345678901234567890123,"Id":9007199254740993}"#;
     let sent = publish(&host, "Noop", "s-raw", written);
     let record = host.wait_status("s-raw", &sent, "Completed");
-    assert_eq!(record["payload"], written, "{record:#}");
+    // A listing leaves payloads out; the event's own view has it.
+    assert!(record["payload"].is_null(), "{record:#}");
+    assert_eq!(payload_of(&host, &record), written);
 
     let failing = publish(&host, "Echo", "s-edit", r#"{"Outcome":"Failed"}"#);
     let failed = host.wait_status("s-edit", &failing, "Failed");
@@ -1285,7 +1349,16 @@ fn published_data_reaches_the_audit_trail_as_written() {
     host.cli(&["resubmit", &id(&failed), "--data", edited])
         .expect_code(0);
     let fixed = host.wait_status("s-edit", &failing, "Completed");
-    assert_eq!(fixed["payload"], edited, "{fixed:#}");
+    assert_eq!(payload_of(&host, &fixed), edited);
+}
+
+/// The payload `nimbus event --json` shows for a listed record's event.
+fn payload_of(host: &RunningHost, record: &serde_json::Value) -> String {
+    let view = host.event_json(&id(record)).expect("a listed event is recorded");
+    view["endpoints"][0]["record"]["payload"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no payload in {view:#}"))
+        .to_owned()
 }
 
 /// An operator paged at night tells a session that will heal by itself

@@ -44,12 +44,9 @@ impl ApiClient {
     /// `[api] listen`, else the default address.
     pub(crate) fn new(args: &ApiArgs) -> anyhow::Result<ApiClient> {
         let base = match &args.api {
-            Some(url) => url.trim().trim_end_matches('/').to_owned(),
+            Some(url) => api_base(url)?,
             None => from_local_config()?.unwrap_or_else(|| DEFAULT_API.to_owned()),
         };
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            bail!("--api '{base}' is not an http:// URL (e.g. {DEFAULT_API})");
-        }
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(REQUEST_TIMEOUT))
@@ -178,6 +175,23 @@ fn from_local_config() -> anyhow::Result<Option<String>> {
     Ok(Some(format!("http://{}", config.config.api.listen)))
 }
 
+/// The API's base URL from `--api`: an `http://` URL, or a bare
+/// `host:port` as `[api] listen` writes it. The host serves plain HTTP on
+/// loopback, so `https://` is refused here rather than by a TLS error.
+fn api_base(given: &str) -> anyhow::Result<String> {
+    let given = given.trim().trim_end_matches('/');
+    if given.starts_with("https://") {
+        bail!("--api '{given}': the host's API serves plain http, not https (e.g. {DEFAULT_API})");
+    }
+    if given.starts_with("http://") {
+        return Ok(given.to_owned());
+    }
+    if given.contains("://") || given.is_empty() {
+        bail!("--api '{given}' is not an http:// URL or a host:port (e.g. {DEFAULT_API})");
+    }
+    Ok(format!("http://{given}"))
+}
+
 /// `segment` made safe for a URL path (ids may hold anything).
 pub(crate) fn path_segment(segment: &str) -> String {
     let mut out = String::with_capacity(segment.len());
@@ -189,4 +203,33 @@ pub(crate) fn path_segment(segment: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::api_base;
+
+    #[test]
+    fn api_takes_a_url_or_a_listen_address() {
+        assert_eq!(
+            api_base("http://127.0.0.1:7300/").unwrap(),
+            "http://127.0.0.1:7300"
+        );
+        // As `[api] listen` writes it.
+        assert_eq!(
+            api_base(" 127.0.0.1:7391 ").unwrap(),
+            "http://127.0.0.1:7391"
+        );
+        let https = api_base("https://127.0.0.1:7300").unwrap_err().to_string();
+        assert!(https.contains("plain http, not https"), "{https}");
+        for bad in ["", "ftp://host:21"] {
+            let error = api_base(bad).unwrap_err().to_string();
+            assert!(
+                error.contains("is not an http:// URL or a host:port"),
+                "{error}"
+            );
+        }
+    }
 }

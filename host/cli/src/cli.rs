@@ -12,7 +12,7 @@ use crate::cli_ops::{
 /// nimbus: event handlers as sandboxed WebAssembly components, with NimBus
 /// delivery semantics.
 #[derive(Debug, Parser)]
-#[command(name = "nimbus", version, about, long_about = None)]
+#[command(name = "nimbus", version, long_about = None)]
 pub(crate) struct Cli {
     /// More log output on stderr (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

@@ -88,7 +88,7 @@ pub(crate) struct EventArgs {
     /// The event id, or the id of a message recorded in an event's history
     /// (e.g. the message id `nimbus publish` printed: its event at every
     /// consuming endpoint).
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", value_parser = an_id)]
     pub(crate) id: String,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -99,7 +99,7 @@ pub(crate) struct EventArgs {
 pub(crate) struct ResubmitArgs {
     /// The event id, or the id of a message of one event (e.g. the one
     /// `nimbus publish` printed).
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", value_parser = an_id)]
     pub(crate) id: String,
     /// An edited event replacing the recorded one: JSON, `@path` (a file)
     /// or `@-` (stdin).
@@ -108,17 +108,23 @@ pub(crate) struct ResubmitArgs {
     /// The endpoint, when the event is at several.
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
+    /// Print the API's answer as JSON instead of one line.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct SkipArgs {
     /// The event id, or the id of a message of one event (e.g. the one
     /// `nimbus publish` printed).
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", value_parser = an_id)]
     pub(crate) id: String,
     /// The endpoint, when the event is at several.
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
+    /// Print the API's answer as JSON instead of one line.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -135,7 +141,7 @@ pub(crate) enum HandoffCommand {
 pub(crate) struct HandoffCompleteArgs {
     /// The event id, or the id of a message of one event (e.g. the one
     /// `nimbus publish` printed).
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", value_parser = an_id)]
     pub(crate) id: String,
     /// What the job reported: JSON, `@path` (a file) or `@-` (stdin).
     /// Recorded in the event's history; the event's payload stays as it was.
@@ -144,13 +150,16 @@ pub(crate) struct HandoffCompleteArgs {
     /// The endpoint, when the event is at several.
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
+    /// Print the API's answer as JSON instead of one line.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct HandoffFailArgs {
     /// The event id, or the id of a message of one event (e.g. the one
     /// `nimbus publish` printed).
-    #[arg(value_name = "ID")]
+    #[arg(value_name = "ID", value_parser = an_id)]
     pub(crate) id: String,
     /// Why the job failed.
     #[arg(long, value_name = "TEXT")]
@@ -163,6 +172,9 @@ pub(crate) struct HandoffFailArgs {
     /// The endpoint, when the event is at several.
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
+    /// Print the API's answer as JSON instead of one line.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -209,8 +221,8 @@ pub(crate) struct DlqListArgs {
 /// Where the dead letters of a replay or removal are, and which one.
 #[derive(Debug, Args)]
 pub(crate) struct DlqTargetArgs {
-    /// The endpoint (`Resolver` for the Resolver's own queue: a replay
-    /// there records what it could not record before).
+    /// The endpoint whose dead-letter queues hold the message (`Resolver`
+    /// for the Resolver's own queue, of copies it could not record).
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: String,
     /// The dead-lettered message's sequence number (see `nimbus dlq list`).
@@ -260,6 +272,15 @@ pub(crate) struct DlqReplayArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// An event or message id as typed: not blank (an empty one would reach
+/// the API as a path with no id, answered "no route").
+pub(crate) fn an_id(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    Ok(text.to_owned())
 }
 
 /// `NAME=VALUE`, split at the first `=`.

@@ -29,7 +29,7 @@ pub enum ManagerError {
     /// published message reaches every consuming endpoint as an event of
     /// its own.
     #[error(
-        "'{message_id}' is not an event id but a message of several events ({}); name one of them by its event id",
+        "'{message_id}' is not an event id but a message of several events ({}); name one of them by its event id, or give its endpoint (--endpoint)",
         events.join(", ")
     )]
     AmbiguousMessage {

@@ -90,14 +90,14 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     data: data.as_deref(),
                 },
             )?;
-            print_sent(&sent);
+            print_sent(&sent, args.json)?;
         }
         Command::Skip(args) => {
             let sent = client.post(
                 &operation_path(&args.id, "skip"),
                 &json!({ "endpoint": args.endpoint }),
             )?;
-            print_sent(&sent);
+            print_sent(&sent, args.json)?;
         }
         Command::Handoff(HandoffCommand::Complete(args)) => {
             let details = args
@@ -112,7 +112,7 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     details: details.as_deref(),
                 },
             )?;
-            print_sent(&sent);
+            print_sent(&sent, args.json)?;
         }
         Command::Handoff(HandoffCommand::Fail(args)) => {
             let sent = client.post(
@@ -123,20 +123,21 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
                     "error_type": args.error_type,
                 }),
             )?;
-            print_sent(&sent);
+            print_sent(&sent, args.json)?;
         }
         Command::Sessions(args) => {
+            let blocked_only = args.blocked;
             let sessions = client.get(
                 "/api/sessions",
                 &[
                     ("endpoint", args.endpoint),
-                    ("blocked", args.blocked.then(|| "true".to_owned())),
+                    ("blocked", blocked_only.then(|| "true".to_owned())),
                 ],
             )?;
             if args.json {
                 print_json(&sessions)?;
             } else {
-                out!("{}", sessions_table(&sessions));
+                out!("{}", sessions_table(&sessions, blocked_only));
             }
         }
         Command::Dlq(DlqCommand::List(args)) => {
@@ -312,7 +313,12 @@ fn json_arg(flag: &str, value: &str) -> anyhow::Result<Box<RawValue>> {
     RawValue::from_string(text).with_context(|| format!("{flag} is not valid JSON"))
 }
 
-fn print_sent(sent: &Value) {
+/// The control message an operator action sent: one line (and its notes
+/// on stderr), or with `json` the API's answer as it is.
+fn print_sent(sent: &Value, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(sent);
+    }
     outln!(
         "sent {} {} for event {} at {}",
         text(&sent["message_type"]),
@@ -323,6 +329,7 @@ fn print_sent(sent: &Value) {
     for note in sent["notes"].as_array().into_iter().flatten() {
         errln!("note: {}", text(note));
     }
+    Ok(())
 }
 
 /// A JSON value as plain text; `-` for null.
@@ -454,7 +461,7 @@ fn event_text(event: &Value) -> String {
         let r = &at["record"];
         let mut status = text(&r["status"]);
         if let Some(sub) = r["sub_status"].as_str() {
-            let _ = write!(status, " ({sub})");
+            let _ = write!(status, "/{sub}");
         }
         // Only a Failed event that blocks its session carries these.
         match (at["awaits_retry"].as_bool(), at["retry_at"].as_str()) {
@@ -469,6 +476,9 @@ fn event_text(event: &Value) -> String {
         let _ = writeln!(out, "status      {status}");
         if let Some(line) = transient_line(&at["transient_failure"]) {
             let _ = writeln!(out, "retrying    {line}");
+        }
+        if let Some(why) = at["waiting_for_handler"].as_str() {
+            let _ = writeln!(out, "waiting     {why}");
         }
         let _ = writeln!(out, "type        {}", text(&r["event_type"]));
         let _ = writeln!(out, "session     {}", text(&r["session_id"]));
@@ -631,7 +641,9 @@ fn one_line(json: &str) -> String {
     shown
 }
 
-fn sessions_table(sessions: &Value) -> String {
+/// The sessions as a table; `blocked_only` when the listing asked for
+/// blocked sessions only, so an empty one says no more than it knows.
+fn sessions_table(sessions: &Value, blocked_only: bool) -> String {
     let rows: Vec<Vec<String>> = sessions
         .as_array()
         .into_iter()
@@ -648,7 +660,12 @@ fn sessions_table(sessions: &Value) -> String {
         })
         .collect();
     if rows.is_empty() {
-        return "no session is blocked, has parked events or holds messages\n".to_owned();
+        return if blocked_only {
+            "no session is blocked\n"
+        } else {
+            "no session is blocked, has parked events or holds messages\n"
+        }
+        .to_owned();
     }
     table(
         &[

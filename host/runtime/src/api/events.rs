@@ -14,6 +14,7 @@ use nimbus_wire::SessionState;
 use serde::{Deserialize, Serialize};
 
 use nimbus_engine::Retrying;
+use nimbus_sandbox::Snapshot;
 
 use crate::api::body::{ApiQuery, given, json};
 use crate::api::{ApiError, ApiState};
@@ -192,6 +193,11 @@ pub(crate) struct EndpointView {
     /// When that retry is due (ISO 8601 UTC).
     #[serde(skip_serializing_if = "Option::is_none")]
     retry_at: Option<String>,
+    /// Why a `Pending` event is not running: no handler at its endpoint
+    /// serves now (its file does not load, or none is installed), so the
+    /// event waits in the endpoint's queue until one does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting_for_handler: Option<String>,
 }
 
 /// [`TransientAttempt`] as the API shows it.
@@ -231,7 +237,40 @@ impl EndpointView {
             detail,
             awaits_retry: None,
             retry_at: None,
+            waiting_for_handler: None,
         }
+    }
+
+    /// Notes why a `Pending` event waits, when no handler at its endpoint
+    /// serves: the record alone reads like an event in flight.
+    fn add_waiting_for_handler(&mut self, handlers: &Snapshot) {
+        let record = &self.detail.record;
+        if record.status != Status::Pending || record.sub_status.is_some() {
+            return;
+        }
+        let at_endpoint: Vec<_> = handlers
+            .handlers()
+            .filter(|h| h.key.endpoint == record.endpoint)
+            .collect();
+        if at_endpoint.iter().any(|h| h.serving.is_some()) {
+            return;
+        }
+        let errors: Vec<&str> = at_endpoint
+            .iter()
+            .filter_map(|h| h.last_error.as_deref())
+            .collect();
+        self.waiting_for_handler = Some(if errors.is_empty() {
+            format!(
+                "no handler is installed at '{}': the event waits in its queue until one is",
+                record.endpoint
+            )
+        } else {
+            format!(
+                "no handler at '{}' loads ({}): the event waits in its queue until one does",
+                record.endpoint,
+                errors.join("; ")
+            )
+        });
     }
 
     /// Reads, from its session's state, whether the event's block waits for
@@ -311,9 +350,11 @@ pub(crate) async fn detail(
 /// Each endpoint's record with what the host knows beyond it.
 async fn views(state: &ApiState, details: Vec<EventDetail>) -> Result<Vec<EndpointView>, ApiError> {
     let mut views = Vec::with_capacity(details.len());
+    let handlers = state.registry.snapshot();
     for detail in details {
         let mut view = EndpointView::of(detail, &state.retrying);
         view.add_block_retry(state).await?;
+        view.add_waiting_for_handler(&handlers);
         views.push(view);
     }
     Ok(views)
