@@ -1354,7 +1354,9 @@ fn published_data_reaches_the_audit_trail_as_written() {
 
 /// The payload `nimbus event --json` shows for a listed record's event.
 fn payload_of(host: &RunningHost, record: &serde_json::Value) -> String {
-    let view = host.event_json(&id(record)).expect("a listed event is recorded");
+    let view = host
+        .event_json(&id(record))
+        .expect("a listed event is recorded");
     view["endpoints"][0]["record"]["payload"]
         .as_str()
         .unwrap_or_else(|| panic!("no payload in {view:#}"))

@@ -300,10 +300,10 @@ impl<T: Transport> Manager<T> {
         force: bool,
     ) -> Result<DeadLetter, ManagerError> {
         let (path, receiver, message) = self.locate(endpoint, subscription, which).await?;
-        let described = describe(endpoint, &path, &message);
+        let mut described = describe(endpoint, &path, &message);
         if !force {
             let keep = match self
-                .removal_refusal(endpoint, &path, &described, which)
+                .removal_refusal(endpoint, &path, &mut described, which)
                 .await
             {
                 Ok(keep) => keep,
@@ -382,10 +382,10 @@ impl<T: Transport> Manager<T> {
     ) -> Result<(), ManagerError> {
         let mut seen = HashSet::new();
         while let Some(message) = next_unseen(receiver, path, &mut seen).await? {
-            let described = describe(endpoint, path, &message);
+            let mut described = describe(endpoint, path, &message);
             let which = DeadLetterId::SequenceNumber(message.sequence_number);
             if let Some(keep) = self
-                .removal_refusal(endpoint, path, &described, &which)
+                .removal_refusal(endpoint, path, &mut described, &which)
                 .await?
             {
                 done.kept.push((described, keep));
@@ -685,12 +685,13 @@ impl<T: Transport> Manager<T> {
 
     /// Why a dead-lettered message should be kept rather than removed
     /// (without `force`), if it should: removing is safe only for a message
-    /// of the endpoint's own queue whose event is settled.
+    /// of the endpoint's own queue whose event is settled. Notes the
+    /// event's status in `message` when it looks it up.
     async fn removal_refusal(
         &self,
         endpoint: &str,
         path: &SubscriptionPath,
-        message: &DeadLetter,
+        message: &mut DeadLetter,
         which: &DeadLetterId,
     ) -> Result<Option<ManagerError>, ManagerError> {
         let keep = |why: String| {
@@ -710,7 +711,11 @@ impl<T: Transport> Manager<T> {
         let Some(event_id) = message.event_id.as_deref() else {
             return keep("it names no event, so nothing shows it was dealt with".to_owned());
         };
-        match self.find(event_id, Some(endpoint)).await {
+        let found = self.find(event_id, Some(endpoint)).await;
+        if let Ok(record) = &found {
+            message.event_status = Some(record.status);
+        }
+        match found {
             Ok(record) if matches!(record.status, Status::Completed | Status::Skipped) => Ok(None),
             Ok(record) => keep(format!(
                 "its event '{event_id}' is {}, not settled: it may be what fixes it (replay \

@@ -972,8 +972,11 @@ async fn only_dead_letters_of_settled_events_are_removed_unless_forced() {
     assert!(done.stopped.is_none());
     assert_eq!(done.removed.len(), 1);
     assert_eq!(done.removed[0].event_id.as_deref(), Some(EVENT_ID));
+    // What was removed and what was kept say the status that decided it.
+    assert_eq!(done.removed[0].event_status, Some(Status::Completed));
     assert_eq!(done.kept.len(), 1);
     assert_eq!(done.kept[0].0.event_id.as_deref(), Some("open-event"));
+    assert!(done.kept[0].0.event_status.is_some(), "{:?}", done.kept[0]);
     let left = h.manager.dead_letters("billing", None).await.unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].message_id.as_deref(), Some("msg-pub-2"));

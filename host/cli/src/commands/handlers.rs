@@ -48,7 +48,7 @@ pub(crate) fn list(args: &ListArgs) -> anyhow::Result<ExitCode> {
     let failed = snapshot.handlers().filter(|h| h.serving.is_none()).count();
     if failed > 0 {
         errln!(
-            "error: {failed} handler{} of {} do{} not load (see above)",
+            "error: {failed} handler{} in {} do{} not load (see above)",
             if failed == 1 { "" } else { "s" },
             args.handlers.display(),
             if failed == 1 { "es" } else { "" }
