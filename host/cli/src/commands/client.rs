@@ -707,7 +707,19 @@ fn blocker_cell(session: &Value) -> String {
 fn retry_note(retry_at: &str, now: SystemTime) -> String {
     let due = humantime::parse_rfc3339_weak(retry_at).is_ok_and(|at| at <= now);
     let when = if due { "due since" } else { "at" };
-    format!(", retry {when} {}", clock_time(retry_at))
+    format!(", retry {when} {}", time_on(retry_at, now))
+}
+
+/// An ISO 8601 UTC time as its time of day when it falls on `now`'s date
+/// (UTC), else with its date: a policy's retry may be hours or days away.
+fn time_on(iso: &str, now: SystemTime) -> String {
+    let today = humantime::format_rfc3339_seconds(now).to_string();
+    match (iso.get(..10), today.get(..10)) {
+        (Some(date), Some(today)) if date != today && iso.get(10..11) == Some("T") => {
+            format!("{date} {}", clock_time(iso))
+        }
+        _ => clock_time(iso),
+    }
 }
 
 /// The time of day of an ISO 8601 UTC time (`2026-12-01T15:14:22.123Z` →
@@ -970,6 +982,11 @@ mod tests {
         assert_eq!(
             retry_note("later", at("2026-12-01T15:20:00Z")),
             ", retry at later"
+        );
+        // On another day than today, with its date.
+        assert_eq!(
+            retry_note(retry_at, at("2026-11-30T23:00:00Z")),
+            ", retry at 2026-12-01 15:14:22Z"
         );
     }
 
