@@ -19,7 +19,7 @@ fn list_shows_each_endpoint_handler_version_and_status_as_json() {
     // Listed all the same, but a pre-check that fails: one does not load.
     run.expect_code(1);
     assert!(
-        run.stderr().contains("1 handler of") && run.stderr().contains("does not load"),
+        run.stderr().contains("1 handler in") && run.stderr().contains("does not load"),
         "{}",
         run.stderr()
     );
