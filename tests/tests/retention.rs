@@ -66,6 +66,14 @@ fn retention_keeps_a_sessions_blocker_and_its_skipped_parked_event_until_they_ar
         let event = host.event_json(&unsupported_id)?;
         (event["endpoints"][0]["record"]["status"] == "Unsupported").then_some(())
     });
+    // Settled without running: the host says so at the default level.
+    let log = host.stderr();
+    assert!(
+        log.lines().any(|line| line.contains("WARN")
+            && line.contains("answered UnsupportedResponse")
+            && line.contains(&unsupported_id)),
+        "{log}"
+    );
 
     // A completed event younger than both: once it is pruned, both would
     // have been, had they not been kept.

@@ -301,6 +301,17 @@ impl<T: Transport> Delivery<'_, T> {
         };
         let report = self.invoke(event).await?;
         let event_type = message.event_type();
+        if report.is_none() {
+            // Settled without running: an author who removed or swapped
+            // the handler that served this type needs to hear of it.
+            warn!(
+                endpoint = %self.endpoint.name,
+                %event_id,
+                event_type = event_type.unwrap_or_default(),
+                message_type = %message.message_type,
+                "no handler at this endpoint serves the event's type: answered UnsupportedResponse"
+            );
+        }
         let (outcome, failure, decided_by) = match report.as_ref().map(|r| &r.result) {
             None => (Outcome::Unsupported, None, None),
             Some(HandlerResult::Completed) => (Outcome::Completed, None, None),
