@@ -138,6 +138,12 @@ impl Context {
     }
 
     /// The user properties other than the NimBus envelope properties.
+    ///
+    /// They travel with the published message and its copies: a retry, a
+    /// parked event's replay, a dead-letter replay. A resubmission is built
+    /// from the audit trail, which keeps the payload only (as upstream
+    /// NimBus's Manager does): it carries none, so a handler that routes
+    /// on a property sees it missing there.
     pub fn properties(&self) -> &[Property] {
         &self.properties
     }

@@ -43,8 +43,11 @@ pub struct Manifest {
 struct ManifestFile {
     #[serde(default)]
     limits: LimitsSection,
+    /// Read as any TOML value, so a number or a boolean (appsettings
+    /// habits) is refused with how to write it rather than serde's
+    /// "invalid type".
     #[serde(default)]
-    config: BTreeMap<String, String>,
+    config: BTreeMap<String, toml::Value>,
 }
 
 #[derive(Default, Deserialize)]
@@ -152,12 +155,35 @@ impl Manifest {
                 _ => {}
             }
         }
+        let mut config = BTreeMap::new();
+        for (key, value) in file.config {
+            let toml::Value::String(text) = value else {
+                let written = match &value {
+                    toml::Value::Integer(n) => Some((n.to_string(), "a number")),
+                    toml::Value::Float(x) => Some((x.to_string(), "a number")),
+                    toml::Value::Boolean(b) => Some((b.to_string(), "a boolean")),
+                    _ => None,
+                };
+                let message = match written {
+                    Some((shown, what)) => format!(
+                        "{shown} is {what}, not a string: [config] values are text the handler \
+                         reads; write {key} = \"{shown}\""
+                    ),
+                    None => format!(
+                        "a {}, not a string: [config] values are text the handler reads",
+                        value.type_str()
+                    ),
+                };
+                return Err(value_error(&format!("config.{key}"), message));
+            };
+            config.insert(key, text);
+        }
         Ok(Self {
             memory_bytes,
             timeout,
             instances: file.limits.instances,
             tables: file.limits.tables,
-            config: file.config,
+            config,
         })
     }
 
@@ -270,7 +296,14 @@ mod tests {
         let error = parse("[limits]\ntables = 33\n").expect_err("too many tables");
         assert!(error.to_string().contains("limits.tables"), "{error}");
         let error = parse("[config]\nretries = 3\n").expect_err("config values are strings");
-        assert!(error.to_string().contains("retries"), "{error}");
+        assert!(
+            error.to_string().contains("config.retries")
+                && error.to_string().contains("3 is a number, not a string")
+                && error.to_string().contains("write retries = \"3\""),
+            "{error}"
+        );
+        let error = parse("[config]\nhosts = [\"a\"]\n").expect_err("config values are strings");
+        assert!(error.to_string().contains("config.hosts"), "{error}");
     }
 
     #[test]
