@@ -140,10 +140,9 @@ impl Context {
     /// The user properties other than the NimBus envelope properties.
     ///
     /// They travel with the published message and its copies: a retry, a
-    /// parked event's replay, a dead-letter replay. A resubmission is built
-    /// from the audit trail, which keeps the payload only (as upstream
-    /// NimBus's Manager does): it carries none, so a handler that routes
-    /// on a property sees it missing there.
+    /// parked event's replay, a dead-letter replay, and a resubmission (the
+    /// Resolver keeps the published message's, and the Manager sends them
+    /// again; an edited resubmission changes the payload only).
     pub fn properties(&self) -> &[Property] {
         &self.properties
     }

@@ -342,6 +342,25 @@ fn received_event(record: &EventRecord) -> Result<NimbusMessage, ManagerError> {
     let content = record.payload.as_ref().map(|payload| {
         MessageContent::event(EventContent::new(event_type.clone(), payload.clone()))
     });
+    // What the store wrote itself; unreadable, the event still runs again,
+    // without them, and the log says so.
+    let properties = match record
+        .properties
+        .as_deref()
+        .map(nimbus_wire::user_properties::from_json)
+    {
+        Some(Ok(properties)) => properties,
+        Some(Err(error)) => {
+            tracing::warn!(
+                event_id = %record.event_id,
+                endpoint = %record.endpoint,
+                %error,
+                "manager: the event's recorded user properties are unreadable; sending it without them"
+            );
+            Default::default()
+        }
+        None => Default::default(),
+    };
     Ok(NimbusMessage {
         message_id: Some(request_message_id),
         session_id: Some(session_id),
@@ -354,6 +373,7 @@ fn received_event(record: &EventRecord) -> Result<NimbusMessage, ManagerError> {
         originating_message_id: record.originating_message_id.clone(),
         originating_from: record.originating_from.clone(),
         content,
+        properties,
         ..NimbusMessage::default()
     })
 }

@@ -392,6 +392,51 @@ async fn resubmit_with_an_edited_payload_carries_it_and_the_next_resubmit_reuses
     h.stop().await;
 }
 
+/// A publisher's user properties reach the handler on a resubmission too:
+/// the Resolver keeps the published message's, and the Manager sends them
+/// again. A response after the request does not clear them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resubmit_carries_the_published_messages_user_properties() {
+    let mut h = Harness::start(&["billing"]).await;
+    let mut request = forwarded("billing");
+    request
+        .properties
+        .insert("Tenant".into(), PropertyValue::String("acme".into()));
+    request
+        .properties
+        .insert("Priority".into(), PropertyValue::Int(2));
+    h.send_and_record("billing", &request).await;
+    let failure = Failure::new("PartnerUnavailable", "credit check said 503");
+    h.send_and_record(
+        "billing",
+        &as_engine_sends(build::error_response(
+            &request,
+            ResponseTimes::default(),
+            &failure,
+        )),
+    )
+    .await;
+    assert_eq!(
+        h.store.event(EVENT_ID).unwrap()[0]
+            .record
+            .properties
+            .as_deref(),
+        Some(r#"{"Priority":2,"Tenant":"acme"}"#)
+    );
+
+    let sent = h.manager.resubmit(EVENT_ID, None, None).await.unwrap();
+    let control = control_message(&h, &sent.message_id).await;
+    assert_eq!(
+        control.message.properties.get("Tenant"),
+        Some(&PropertyValue::String("acme".into()))
+    );
+    assert_eq!(
+        control.message.properties.get("Priority"),
+        Some(&PropertyValue::Int(2))
+    );
+    h.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_sends_the_skip_request_of_vector_09() {
     let mut h = Harness::start(&["billing"]).await;

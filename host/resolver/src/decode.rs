@@ -112,8 +112,14 @@ pub(crate) fn decode(received: &mut ReceivedMessage) -> Result<Decoded, Unrecord
         queue_time_ms,
         processing_time_ms,
         content,
+        properties,
         ..
     } = message;
+    // The publisher's own properties, kept so a resubmission carries them;
+    // other messages' properties are the host's, about the message.
+    if kind == MessageKind::EventRequest && !properties.is_empty() {
+        obs.properties = Some(nimbus_wire::user_properties::to_json(&properties));
+    }
     let MessageContent {
         event_content,
         error_content,
@@ -234,6 +240,14 @@ mod tests {
         assert_eq!(obs.originating_message_id, None, "self reads as None");
         assert_eq!(obs.at_ms, 1_700_000_000_123);
         assert_eq!(obs.status(), (Status::Pending, None));
+        assert_eq!(obs.properties, None, "none published");
+
+        let mut with_properties = forwarded();
+        with_properties
+            .properties
+            .insert("Tenant".into(), PropertyValue::String("acme".into()));
+        let obs = event(decode(&mut received(with_properties.to_transport())));
+        assert_eq!(obs.properties.as_deref(), Some(r#"{"Tenant":"acme"}"#));
     }
 
     #[test]
@@ -256,6 +270,8 @@ mod tests {
         assert_eq!(obs.error_type.as_deref(), Some("PartnerUnavailable"));
         assert_eq!(obs.error_text.as_deref(), Some("credit check said 503"));
         assert_eq!(obs.handler_version.as_deref(), Some("sha256:abc"));
+        // A response's properties are the host's, about the response.
+        assert_eq!(obs.properties, None);
         assert_eq!(
             (obs.queue_time_ms, obs.processing_time_ms),
             (Some(12), Some(3))

@@ -83,6 +83,10 @@ pub struct Observation {
     pub processing_time_ms: Option<i64>,
     /// The event payload (`EventJson`), when the message carries one.
     pub payload: Option<String>,
+    /// The published message's user properties as a JSON object
+    /// ([`nimbus_wire::user_properties`]), on an `EventRequest` that has
+    /// any: a resubmission, built from the record, carries them again.
+    pub properties: Option<String>,
     /// When the message was enqueued, in ms since the Unix epoch.
     pub at_ms: i64,
 }
@@ -112,6 +116,7 @@ impl Observation {
             queue_time_ms: None,
             processing_time_ms: None,
             payload: None,
+            properties: None,
             at_ms,
         }
     }

@@ -47,7 +47,8 @@ const EVENT_TABLE_COLUMNS: &str = "
     processing_time_ms INTEGER,
     payload TEXT,
     first_seen_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL";
+    updated_ms INTEGER NOT NULL,
+    properties TEXT";
 
 /// `CREATE TABLE` for `events` under `name`.
 ///
@@ -462,11 +463,12 @@ fn details_on(conn: &mut Connection, sql: &str, key: &str) -> Result<Vec<EventDe
 
 /// Columns added to `events` after the first schema: a store written by an
 /// older build gains them (empty) before it is copied to the current table.
-const ADDED_EVENT_COLUMNS: [&str; 4] = [
+const ADDED_EVENT_COLUMNS: [&str; 5] = [
     "request_message_id",
     "request_from",
     "originating_message_id",
     "originating_from",
+    "properties",
 ];
 
 /// Brings a store written by an older build to the current tables, in one
@@ -489,12 +491,14 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
             .map_err(db("creating the schema"))?;
     }
     let events_current = events.iter().any(|c| c == "id");
+    let events_have_properties = events.iter().any(|c| c == "properties");
     let history_current = history.is_empty() || history.iter().any(|c| c == "event_ref");
     let history_has_handoff = history.is_empty() || history.iter().any(|c| c == "handoff");
     let history_has_replaced_payload =
         history.is_empty() || history.iter().any(|c| c == "replaced_payload");
     let history_autoincrement = !history.is_empty() && autoincrement(conn, "history")?;
     if events_current
+        && events_have_properties
         && history_current
         && history_has_handoff
         && history_has_replaced_payload
@@ -503,6 +507,11 @@ fn migrate(conn: &Connection) -> Result<(), StoreError> {
         return Ok(());
     }
     let mut script = String::from("BEGIN IMMEDIATE;");
+    if events_current && !events_have_properties {
+        // Appended: every statement names its columns, so the order in
+        // which the table declares them does not matter.
+        script.push_str("ALTER TABLE events ADD COLUMN properties TEXT;");
+    }
     if !events_current {
         for column in ADDED_EVENT_COLUMNS {
             if !events.iter().any(|c| c == column) {
@@ -1030,8 +1039,8 @@ fn write_status(
         "INSERT INTO events (endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
                              retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id,
                              expected_by, handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms,
-                             request_message_id, request_from, originating_message_id, originating_from)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?22, ?23, ?24, ?25, ?26)
+                             request_message_id, request_from, originating_message_id, originating_from, properties)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?22, ?23, ?24, ?25, ?26, ?29)
          ON CONFLICT (event_id, endpoint) DO UPDATE SET
             request_message_id = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?23 ELSE request_message_id END,
             request_from = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?24 ELSE request_from END,
@@ -1055,6 +1064,7 @@ fn write_status(
             queue_time_ms = COALESCE(excluded.queue_time_ms, queue_time_ms),
             processing_time_ms = COALESCE(excluded.processing_time_ms, processing_time_ms),
             payload = CASE WHEN ?28 THEN COALESCE(excluded.payload, payload) ELSE COALESCE(payload, excluded.payload) END,
+            properties = COALESCE(excluded.properties, properties),
             updated_ms = excluded.updated_ms",
         params![
             obs.endpoint,
@@ -1085,6 +1095,7 @@ fn write_status(
             originating_from,
             authoritative,
             payload_authoritative,
+            obs.properties,
         ],
     )
     .map_err(db("writing the status"))?;
@@ -1176,7 +1187,7 @@ macro_rules! event_columns {
     retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id, expected_by,
     handler_version, queue_time_ms, processing_time_ms, ",
             $payload,
-            ", first_seen_ms, updated_ms"
+            ", first_seen_ms, updated_ms, properties"
         )
     };
 }
@@ -1189,7 +1200,7 @@ const EVENT_COLUMNS: &str = event_columns!("payload");
 const LISTED_EVENT_COLUMNS: &str = event_columns!("NULL");
 
 /// How many columns [`EVENT_COLUMNS`] names (a query's next column index).
-const EVENT_COLUMN_COUNT: usize = 27;
+const EVENT_COLUMN_COUNT: usize = 28;
 
 fn parse_status(text: String) -> Result<Status, StoreError> {
     text.parse()
@@ -1226,6 +1237,7 @@ fn event_record(r: &SqlRow<'_>) -> rusqlite::Result<Result<EventRecord, StoreErr
         payload: r.get(24)?,
         first_seen_ms: r.get(25)?,
         updated_ms: r.get(26)?,
+        properties: r.get(27)?,
     };
     Ok(parse_status(status).map(|status| EventRecord { status, ..record }))
 }

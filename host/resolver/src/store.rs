@@ -65,6 +65,10 @@ pub struct EventRecord {
     pub first_seen_ms: i64,
     /// When the status last changed (ms since epoch).
     pub updated_ms: i64,
+    /// The published message's user properties, a JSON object
+    /// (`{"Tenant": "acme"}`), when it had any: a resubmission carries them
+    /// again.
+    pub properties: Option<String>,
 }
 
 /// One entry of an event's history: one message, in the order recorded.

@@ -196,6 +196,39 @@ fn handoff_is_pending_with_sub_status_until_completed() {
     ));
 }
 
+/// The published message's user properties are kept on the event (a
+/// resubmission sends them again), and a store of the build before them
+/// gains the column on open, its rows kept.
+#[test]
+fn user_properties_are_kept_and_an_older_store_gains_the_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("resolver.db");
+    {
+        let store = SqliteResolverStore::open(&path).unwrap();
+        store
+            .record(&obs(MessageKind::EventRequest, "m0", 1))
+            .unwrap();
+    }
+    // The layout of the build before: no `properties` column.
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute_batch("ALTER TABLE events DROP COLUMN properties")
+        .unwrap();
+    drop(raw);
+
+    let store = SqliteResolverStore::open(&path).unwrap();
+    assert_eq!(store.event("e1").unwrap()[0].record.properties, None);
+    let mut request = Observation::new("billing", "e2", MessageKind::EventRequest, 2);
+    request.message_id = Some("m1".into());
+    request.properties = Some(r#"{"Tenant":"acme"}"#.into());
+    store.record(&request).unwrap();
+    let mut response = Observation::new("billing", "e2", MessageKind::ResolutionResponse, 3);
+    response.message_id = Some("r1".into());
+    store.record(&response).unwrap();
+    let record = &store.event("e2").unwrap()[0].record;
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.properties.as_deref(), Some(r#"{"Tenant":"acme"}"#));
+}
+
 /// The sessions listing reads every blocker's status at once: each event
 /// asked about at the endpoint asked about, with a handoff's sub-status,
 /// across more ids than one statement binds, and nothing for an event the

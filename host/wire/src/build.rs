@@ -12,7 +12,7 @@
 //!   transport assigns a fresh one.
 //!
 //! User properties of the inbound event travel with the event itself
-//! (retry, parked copy, replay), not with responses about it.
+//! (retry, parked copy, replay, resubmission), not with responses about it.
 
 use std::time::SystemTime;
 
@@ -413,7 +413,8 @@ fn control(event: &NimbusMessage, endpoint: &str, kind: MessageType) -> NimbusMe
 }
 
 /// ResubmissionRequest: run the handler again on `event`, with its original
-/// payload or `edited_payload` (JSON text).
+/// payload or `edited_payload` (JSON text), and its user properties (the
+/// event itself, run again, as a retry is).
 pub fn resubmission_request(
     event: &NimbusMessage,
     endpoint: &str,
@@ -428,6 +429,7 @@ pub fn resubmission_request(
     };
     NimbusMessage {
         content,
+        properties: event.properties.clone(),
         ..control(event, endpoint, MessageType::ResubmissionRequest)
     }
 }

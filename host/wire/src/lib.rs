@@ -28,6 +28,7 @@ mod message_type;
 mod names;
 mod session_state;
 mod timestamp;
+pub mod user_properties;
 
 pub use content::{BodyError, ErrorContent, EventContent, MessageContent};
 pub use failure::Failure;
