@@ -108,6 +108,79 @@ fn a_follow_up_event_is_printed_not_sent() {
     assert!(payload.is_object());
 }
 
+/// `--property` gives the handler user properties, as a publish does; a
+/// NimBus envelope name is refused, as the API refuses it.
+#[test]
+fn properties_given_reach_the_handler() {
+    let scratch = Scratch::new();
+    scratch.install("ep", "echo", "echo");
+    let run = invoke(
+        &scratch,
+        &[
+            "--event-type",
+            "Echo",
+            "--data",
+            r#"{"Describe":true}"#,
+            "--property",
+            "Tenant=acme",
+            "--property",
+            "Region=eu=west",
+        ],
+    );
+    run.expect_code(0);
+    let json = run.json();
+    let described = json["follow_ups"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["event_type"] == "EchoDescribed"))
+        .unwrap_or_else(|| panic!("no EchoDescribed follow-up: {json:#}"));
+    let seen: serde_json::Value =
+        serde_json::from_str(described["payload"].as_str().expect("payload")).expect("JSON");
+    assert_eq!(
+        seen["Properties"],
+        serde_json::json!({"Tenant": "acme", "Region": "eu=west"}),
+        "{seen:#}"
+    );
+
+    let refused = invoke(
+        &scratch,
+        &[
+            "--event-type",
+            "Echo",
+            "--data",
+            "{}",
+            "--property",
+            "EventId=x",
+        ],
+    );
+    refused.expect_code(1);
+    assert!(
+        refused
+            .stderr()
+            .contains("--property EventId: a NimBus envelope property"),
+        "{}",
+        refused.stderr()
+    );
+
+    // A component's own path is not a handlers directory: said how to lay one out.
+    let component = scratch.handlers().join("ep/echo.wasm");
+    let file = scratch.run_raw(&[
+        "invoke",
+        "--handlers",
+        component.to_str().expect("utf-8"),
+        "--event-type",
+        "Echo",
+        "--data",
+        "{}",
+    ]);
+    file.expect_code(1);
+    assert!(
+        file.stderr()
+            .contains("is a file: give the handlers directory it is in"),
+        "{}",
+        file.stderr()
+    );
+}
+
 #[test]
 fn a_pending_handoff_prints_reason_job_id_and_expected_by() {
     let scratch = examples();

@@ -161,6 +161,11 @@ pub(crate) struct InvokeArgs {
     /// Which retry this is (0 = first attempt).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) retry_count: u32,
+    /// A user (application) property, as a string, as `nimbus publish`
+    /// sets it; repeat for more. The handler reads them
+    /// (`ctx.properties()`).
+    #[arg(long = "property", value_name = "NAME=VALUE", value_parser = crate::cli_ops::name_value)]
+    pub(crate) properties: Vec<(String, String)>,
     #[command(flatten)]
     pub(crate) cache: CacheArgs,
 }

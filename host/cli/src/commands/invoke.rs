@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
-use nimbus_sandbox::{Event, HandlerVersion, Registry, Snapshot};
+use nimbus_sandbox::{Event, HandlerVersion, Property, PropertyValue, Registry, Snapshot};
 
 use crate::cli::InvokeArgs;
 use crate::output;
@@ -15,9 +15,27 @@ use crate::output;
 const EXIT_HANDLER_ERROR: u8 = 3;
 
 pub(crate) fn run(args: &InvokeArgs) -> anyhow::Result<ExitCode> {
+    // As the API refuses them on a publish: the host never hands a handler
+    // a NimBus envelope name as a user property.
+    if let Some((name, _)) = args
+        .properties
+        .iter()
+        .find(|(name, _)| nimbus_wire::prop::is_envelope(name))
+    {
+        bail!("--property {name}: a NimBus envelope property, set by nimbus; choose another name");
+    }
     let payload = read_payload(&args.data)?;
     if let Err(error) = serde_json::from_str::<serde::de::IgnoredAny>(&payload) {
         bail!("--data is not valid JSON: {error}");
+    }
+    if args.handlers.is_file() {
+        bail!(
+            "--handlers {} is a file: give the handlers directory it is in, laid out as \
+             DIR/<endpoint>/<handler>.wasm (for one component: mkdir -p h/ep && cp {} h/ep/, then \
+             --handlers h)",
+            args.handlers.display(),
+            args.handlers.display()
+        );
     }
     let sandbox = super::sandbox(&args.cache)?;
     let registry = Registry::open(sandbox, &args.handlers)
@@ -158,6 +176,13 @@ fn build_event(args: &InvokeArgs, payload: String) -> Event {
         retry_count: args.retry_count,
         enqueued_time_ms: now_ms,
         payload,
-        properties: Vec::new(),
+        properties: args
+            .properties
+            .iter()
+            .map(|(name, value)| Property {
+                name: name.clone(),
+                value: PropertyValue::Str(value.clone()),
+            })
+            .collect(),
     }
 }
