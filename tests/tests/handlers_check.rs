@@ -44,6 +44,11 @@ fn check_prints_text_by_default() {
     let text = run.stdout();
     assert!(text.contains("event types: Noop"), "{text}");
     assert!(text.contains("digest:      sha256:"), "{text}");
+    // No manifest beside it: said, not a blank line.
+    assert!(
+        text.contains("config keys: none (a manifest's [config] sets them)"),
+        "{text}"
+    );
 }
 
 #[test]

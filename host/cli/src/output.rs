@@ -133,7 +133,12 @@ impl<'a> VersionView<'a> {
             self.limits.tables
         );
         let keys: Vec<&str> = self.config.keys().map(String::as_str).collect();
-        let _ = writeln!(out, "config keys: {}", keys.join(", "));
+        let keys = if keys.is_empty() {
+            "none (a manifest's [config] sets them)".to_owned()
+        } else {
+            keys.join(", ")
+        };
+        let _ = writeln!(out, "config keys: {keys}");
         let _ = writeln!(out, "imports:");
         for import in self.imports {
             let _ = writeln!(out, "  {import}");

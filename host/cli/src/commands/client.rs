@@ -528,10 +528,19 @@ fn event_text(event: &Value) -> String {
             .into_iter()
             .flatten()
             .map(|h| {
-                let mut note = match (handoff_note(&h["handoff"]), h["error_text"].as_str()) {
+                // The error as `type: text`, as the event's own error line
+                // shows it: the type is what a classifier rule matches.
+                let error = match (h["error_type"].as_str(), h["error_text"].as_str()) {
+                    (Some(kind), Some(text)) => Some(format!("{kind}: {text}")),
+                    (Some(kind), None) => Some(kind.to_owned()),
+                    (None, Some(text)) => Some(text.to_owned()),
+                    (None, None) => None,
+                };
+                let mut note = match (handoff_note(&h["handoff"]), error) {
                     (Some(handoff), Some(error)) => format!("{handoff}; {error}"),
                     (Some(handoff), None) => handoff,
-                    (None, _) => text(&h["error_text"]),
+                    (None, Some(error)) => error,
+                    (None, None) => "-".to_owned(),
                 };
                 if let Some(before) = h["replaced_payload"].as_str() {
                     let edited = format!("payload edited; before: {}", one_line(before));
@@ -987,6 +996,33 @@ mod tests {
         assert_eq!(
             retry_note(retry_at, at("2026-11-30T23:00:00Z")),
             ", retry at 2026-12-01 15:14:22Z"
+        );
+    }
+
+    /// A history row's error reads as the event's error line does: type,
+    /// then text (the type is what a classifier rule matches).
+    #[test]
+    fn a_history_row_shows_its_error_type_and_text() {
+        let event = json!({
+            "event_id": "ev-1",
+            "endpoints": [{
+                "record": {"event_id": "ev-1", "endpoint": "billing", "status": "Failed"},
+                "history": [{
+                    "message_id": "m-1", "message_type": "ErrorResponse", "status": "Failed",
+                    "at_ms": 1_000, "from": "billing", "retry_count": 0,
+                    "error_type": "LedgerRejected", "error_text": "invoice i-1 rejected",
+                    "handler_version": null, "refused": null, "handoff": null,
+                }],
+            }],
+        });
+        let text = event_text(&event);
+        let row = text
+            .lines()
+            .find(|l| l.contains("ErrorResponse"))
+            .unwrap_or_else(|| panic!("no ErrorResponse row in\n{text}"));
+        assert!(
+            row.ends_with("LedgerRejected: invoice i-1 rejected"),
+            "{text}"
         );
     }
 
