@@ -831,6 +831,29 @@ fn a_deleted_handler_leaves_its_blocked_sessions_and_dead_letters_listed() {
     );
 }
 
+/// A new version that no longer handles an event type its predecessor did
+/// is taken (the author may mean it), and the host says so at the default
+/// level: that type's events there are answered Unsupported from now on.
+#[test]
+fn a_swap_that_drops_an_event_type_is_warned() {
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(&scratch, "");
+    let partial = scratch.path("handlers/billing/.orders.wasm.partial");
+    std::fs::copy(nimbus_blackbox_tests::guest("noop"), &partial).expect("copy noop");
+    std::fs::rename(&partial, scratch.path("handlers/billing/orders.wasm")).expect("swap");
+    host.eventually("the swap's warning", || {
+        host.stderr()
+            .lines()
+            .any(|line| {
+                line.contains("WARN")
+                    && line.contains("no longer handles these event types")
+                    && line.contains("OrderPlaced")
+            })
+            .then_some(())
+    });
+}
+
 /// After a restart with handlers that do not load, `publish` says where an
 /// event waits (the endpoint whose kept forwarding carries its type; it runs
 /// once the handler is fixed) and when nothing will receive it.

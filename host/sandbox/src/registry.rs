@@ -401,6 +401,25 @@ impl Registry {
             artifact = ?version.artifact_source(),
             "handler version swapped in"
         );
+        // An event type the previous version served and this one does not:
+        // its events at the endpoint are answered Unsupported from now on,
+        // which an author should hear of when it happens.
+        if let Some(previous) = &status.serving {
+            let dropped: Vec<&String> = previous
+                .event_types()
+                .iter()
+                .filter(|t| !version.event_types().contains(t))
+                .collect();
+            if !dropped.is_empty() {
+                tracing::warn!(
+                    handler = %key,
+                    version = %version.short_id(),
+                    dropped = ?dropped,
+                    "the new version no longer handles these event types: their events at this \
+                     endpoint are answered Unsupported unless another handler claims them"
+                );
+            }
+        }
         status.attempted = Some(fingerprint);
         status.serving = Some(version);
         status.last_swap = Some(SystemTime::now());
