@@ -831,6 +831,29 @@ fn a_deleted_handler_leaves_its_blocked_sessions_and_dead_letters_listed() {
     );
 }
 
+/// A follow-up nothing consumes reaches no event history: the host's log
+/// (info, `-v`) is where its author sees that it went out.
+#[test]
+fn a_follow_up_is_logged_when_it_goes_out() {
+    let scratch = Scratch::new();
+    scratch.install("app", "echo", "echo");
+    let host = RunningHost::start(&scratch, "");
+    let sent = publish(&host, "Echo", "s-follow", r#"{"Publish":1}"#);
+    let done = host.wait_status("s-follow", &sent, "Completed");
+    let event_id = id(&done);
+    host.eventually("the follow-up's log line", || {
+        host.stderr()
+            .lines()
+            .any(|line| {
+                line.contains("follow-up published with the event's settlement")
+                    && line.contains(&event_id)
+                    && line.contains("follow_up_type=EchoFollowUp")
+                    && line.contains(&format!("follow_up_message_id={event_id}:echo:0"))
+            })
+            .then_some(())
+    });
+}
+
 /// A new version that no longer handles an event type its predecessor did
 /// is taken (the author may mean it), and the host says so at the default
 /// level: that type's events there are answered Unsupported from now on.

@@ -477,6 +477,15 @@ impl<T: Transport> Delivery<'_, T> {
             && let Some(report) = settled.report
         {
             for follow_up in &report.follow_ups {
+                // A follow-up nothing consumes leaves no other trace: the
+                // author checking that theirs went out reads it here (-v).
+                info!(
+                    endpoint = %self.endpoint.name,
+                    event_id = %settled.event_id,
+                    follow_up_type = %follow_up.event_type_id,
+                    follow_up_message_id = %follow_up.message_id,
+                    "follow-up published with the event's settlement"
+                );
                 let publish = build::follow_up_publish(settled.message, follow_up, &topic);
                 settlement = settlement.publish(topic.clone(), publish.to_transport());
             }
