@@ -254,7 +254,11 @@ fn as_engine_sends(mut response: NimbusMessage) -> NimbusMessage {
 
 /// The event failed at `billing`: request copy and ErrorResponse recorded.
 async fn failed_at_billing(h: &mut Harness) {
-    let request = forwarded("billing");
+    failed_at_billing_from(h, forwarded("billing")).await;
+}
+
+/// The event of `request` failed at `billing`.
+async fn failed_at_billing_from(h: &mut Harness, request: NimbusMessage) {
     h.send_and_record("billing", &request).await;
     let failure = Failure::new("PartnerUnavailable", "credit check said 503");
     h.send_and_record(
@@ -405,17 +409,7 @@ async fn resubmit_carries_the_published_messages_user_properties() {
     request
         .properties
         .insert("Priority".into(), PropertyValue::Int(2));
-    h.send_and_record("billing", &request).await;
-    let failure = Failure::new("PartnerUnavailable", "credit check said 503");
-    h.send_and_record(
-        "billing",
-        &as_engine_sends(build::error_response(
-            &request,
-            ResponseTimes::default(),
-            &failure,
-        )),
-    )
-    .await;
+    failed_at_billing_from(&mut h, request).await;
     assert_eq!(
         h.store.event(EVENT_ID).unwrap()[0]
             .record
