@@ -912,6 +912,24 @@ fn publish_says_whether_an_event_for_a_handler_that_does_not_load_waits_or_reach
             .is_some_and(|w| w.starts_with("no handler at 'billing' loads (orders: ")),
         "{view:#}"
     );
+    // The listing says so too, so a page of Pending events tells the
+    // stuck ones from those in flight.
+    let listed = host.cli_json(&["events", "--session", "s-2", "--json"]);
+    assert!(
+        listed[0]["waiting_for_handler"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("no handler at 'billing' loads (")),
+        "{listed:#}"
+    );
+    let table = host.cli(&["events", "--session", "s-2"]);
+    table.expect_code(0);
+    assert!(
+        table
+            .stdout()
+            .contains("Pending (waiting: no handler serves; see nimbus event)"),
+        "{}",
+        table.stdout()
+    );
     let shown = host.cli(&["event", &waiting]);
     shown.expect_code(0);
     assert!(

@@ -412,6 +412,9 @@ fn events_table(events: &Value) -> String {
             if let Some(late) = overdue(&e["expected_by"], now) {
                 let _ = write!(status, " (overdue {late})");
             }
+            if e["waiting_for_handler"].is_string() {
+                status.push_str(" (waiting: no handler serves; see nimbus event)");
+            }
             let failing = &e["transient_failure"];
             if let Some(delivery) = failing["delivery"].as_u64() {
                 let _ = write!(

@@ -39,14 +39,17 @@ pub(crate) struct EventsQuery {
     limit: Option<usize>,
 }
 
-/// One listed event: its record, and while this host delivers it again
-/// after a transient failure, that failure.
+/// One listed event: its record; while this host delivers it again after
+/// a transient failure, that failure; and for a `Pending` event at an
+/// endpoint where no handler serves, why it waits.
 #[derive(Debug, Serialize)]
 pub(crate) struct ListedEvent {
     #[serde(flatten)]
     record: EventRecord,
     #[serde(skip_serializing_if = "Option::is_none")]
     transient_failure: Option<TransientFailureView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting_for_handler: Option<String>,
 }
 
 pub(crate) async fn list(
@@ -85,14 +88,48 @@ pub(crate) async fn list(
     {
         check_endpoint_exists(&state, &endpoint).await?;
     }
+    let handlers = state.registry.snapshot();
     let listed = records
         .into_iter()
         .map(|record| ListedEvent {
             transient_failure: TransientFailureView::of(&state.retrying, &record),
+            waiting_for_handler: waiting_for_handler(&handlers, &record),
             record,
         })
         .collect();
     Ok((headers, Json(listed)))
+}
+
+/// Why a `Pending` event is not running, when no handler at its endpoint
+/// serves now: its file does not load (with the load error), or none is
+/// installed. The event waits in the endpoint's queue until one does.
+fn waiting_for_handler(handlers: &Snapshot, record: &EventRecord) -> Option<String> {
+    if record.status != Status::Pending || record.sub_status.is_some() {
+        return None;
+    }
+    let at_endpoint: Vec<_> = handlers
+        .handlers()
+        .filter(|h| h.key.endpoint == record.endpoint)
+        .collect();
+    if at_endpoint.iter().any(|h| h.serving.is_some()) {
+        return None;
+    }
+    let errors: Vec<&str> = at_endpoint
+        .iter()
+        .filter_map(|h| h.last_error.as_deref())
+        .collect();
+    Some(if errors.is_empty() {
+        format!(
+            "no handler is installed at '{}': the event waits in its queue until one is",
+            record.endpoint
+        )
+    } else {
+        format!(
+            "no handler at '{}' loads ({}): the event waits in its queue until one does",
+            record.endpoint,
+            errors.join("; ")
+        )
+    })
 }
 
 /// A status filter as the table shows statuses: a status, or
@@ -244,33 +281,7 @@ impl EndpointView {
     /// Notes why a `Pending` event waits, when no handler at its endpoint
     /// serves: the record alone reads like an event in flight.
     fn add_waiting_for_handler(&mut self, handlers: &Snapshot) {
-        let record = &self.detail.record;
-        if record.status != Status::Pending || record.sub_status.is_some() {
-            return;
-        }
-        let at_endpoint: Vec<_> = handlers
-            .handlers()
-            .filter(|h| h.key.endpoint == record.endpoint)
-            .collect();
-        if at_endpoint.iter().any(|h| h.serving.is_some()) {
-            return;
-        }
-        let errors: Vec<&str> = at_endpoint
-            .iter()
-            .filter_map(|h| h.last_error.as_deref())
-            .collect();
-        self.waiting_for_handler = Some(if errors.is_empty() {
-            format!(
-                "no handler is installed at '{}': the event waits in its queue until one is",
-                record.endpoint
-            )
-        } else {
-            format!(
-                "no handler at '{}' loads ({}): the event waits in its queue until one does",
-                record.endpoint,
-                errors.join("; ")
-            )
-        });
+        self.waiting_for_handler = waiting_for_handler(handlers, &self.detail.record);
     }
 
     /// Reads, from its session's state, whether the event's block waits for
