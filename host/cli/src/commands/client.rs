@@ -525,6 +525,11 @@ fn event_text(event: &Value) -> String {
             );
         }
         let _ = writeln!(out, "payload     {}", text(&r["payload"]));
+        // The published message's user properties (a resubmission carries
+        // them again); most events have none.
+        if let Some(properties) = r["properties"].as_str() {
+            let _ = writeln!(out, "properties  {properties}");
+        }
         let _ = writeln!(out, "history:");
         let rows: Vec<Vec<String>> = at["history"]
             .as_array()
@@ -975,6 +980,15 @@ mod tests {
         );
         let quiet = json!({"endpoints": [{"record": {"status": "Pending"}, "history": []}]});
         assert!(!event_text(&quiet).contains("retrying"));
+        let with_properties = json!({"endpoints": [{
+            "record": {"status": "Pending", "properties": r#"{"Tenant":"acme"}"#},
+            "history": [],
+        }]});
+        assert!(
+            event_text(&with_properties).contains("properties  {\"Tenant\":\"acme\"}"),
+            "{}",
+            event_text(&with_properties)
+        );
     }
 
     #[test]
@@ -1019,6 +1033,7 @@ mod tests {
             }],
         });
         let text = event_text(&event);
+        assert!(!text.contains("properties"), "none recorded: {text}");
         let row = text
             .lines()
             .find(|l| l.contains("ErrorResponse"))
