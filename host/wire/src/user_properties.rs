@@ -40,23 +40,31 @@ pub fn from_json(text: &str) -> Result<Properties, String> {
     };
     object
         .into_iter()
-        .map(|(name, value)| {
-            let value = match value {
-                Value::String(s) => PropertyValue::String(s),
-                Value::Bool(b) => PropertyValue::Bool(b),
-                Value::Number(n) => match n.as_i64() {
-                    Some(i) => PropertyValue::Int(i),
-                    None => PropertyValue::Float(n.as_f64().unwrap_or(f64::NAN)),
-                },
-                other => {
-                    return Err(format!(
-                        "user property '{name}' is {other}, not a string, a number or a boolean"
-                    ));
-                }
-            };
-            Ok((name, value))
+        .map(|(name, value)| match from_json_value(&value) {
+            Ok(value) => Ok((name, value)),
+            Err(why) => Err(format!("user property '{name}': {why}")),
         })
         .collect()
+}
+
+/// One property value from JSON: a string, a number or a boolean, as the
+/// publish API's `properties` and [`to_json`] write them.
+///
+/// # Errors
+///
+/// Why the value cannot be a property (another JSON type, a number out of
+/// range), to follow the property's name.
+pub fn from_json_value(value: &Value) -> Result<PropertyValue, String> {
+    Ok(match value {
+        Value::String(s) => PropertyValue::String(s.clone()),
+        Value::Bool(b) => PropertyValue::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => PropertyValue::Int(i),
+            (None, Some(x)) => PropertyValue::Float(x),
+            (None, None) => return Err(format!("{n} is out of range")),
+        },
+        other => return Err(format!("{other} is not a string, a number or a boolean")),
+    })
 }
 
 #[cfg(test)]

@@ -8,8 +8,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use nimbus_transport::provision::forwarder_name;
 use nimbus_transport::{
-    Admin as _, AdminError, Properties, PropertyValue, PublishError, SubscriptionPath,
-    Transport as _,
+    Admin as _, AdminError, Properties, PublishError, SubscriptionPath, Transport as _,
 };
 use nimbus_wire::build::{self, Publish};
 use serde::{Deserialize, Serialize};
@@ -53,24 +52,8 @@ fn user_properties(
                 "properties.{name}: a NimBus envelope property, set by nimbus; choose another name"
             )));
         }
-        let value = match &value {
-            serde_json::Value::String(s) => PropertyValue::String(s.clone()),
-            serde_json::Value::Bool(b) => PropertyValue::Bool(*b),
-            serde_json::Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-                (Some(i), _) => PropertyValue::Int(i),
-                (None, Some(f)) => PropertyValue::Float(f),
-                (None, None) => {
-                    return Err(ApiError::bad_request(format!(
-                        "properties.{name}: {n} is out of range"
-                    )));
-                }
-            },
-            other => {
-                return Err(ApiError::bad_request(format!(
-                    "properties.{name}: {other} is not a string, a number or a boolean"
-                )));
-            }
-        };
+        let value = nimbus_wire::user_properties::from_json_value(&value)
+            .map_err(|why| ApiError::bad_request(format!("properties.{name}: {why}")))?;
         properties.insert(name, value);
     }
     Ok(properties)
