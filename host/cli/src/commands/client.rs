@@ -398,6 +398,16 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// An event record's status as every listing shows it: `Pending/Handoff`
+/// for a status with a sub-status, as `--status` takes it.
+fn status_text(record: &Value) -> String {
+    let status = text(&record["status"]);
+    match record["sub_status"].as_str() {
+        Some(sub) => format!("{status}/{sub}"),
+        None => status,
+    }
+}
+
 fn events_table(events: &Value) -> String {
     let now = SystemTime::now();
     let rows: Vec<Vec<String>> = events
@@ -405,10 +415,7 @@ fn events_table(events: &Value) -> String {
         .into_iter()
         .flatten()
         .map(|e| {
-            let mut status = text(&e["status"]);
-            if let Some(sub) = e["sub_status"].as_str() {
-                let _ = write!(status, "/{sub}");
-            }
+            let mut status = status_text(e);
             if let Some(late) = overdue(&e["expected_by"], now) {
                 let _ = write!(status, " (overdue {late})");
             }
@@ -462,10 +469,7 @@ fn event_text(event: &Value) -> String {
     }
     for at in event["endpoints"].as_array().into_iter().flatten() {
         let r = &at["record"];
-        let mut status = text(&r["status"]);
-        if let Some(sub) = r["sub_status"].as_str() {
-            let _ = write!(status, "/{sub}");
-        }
+        let mut status = status_text(r);
         // Only a Failed event that blocks its session carries these.
         match (at["awaits_retry"].as_bool(), at["retry_at"].as_str()) {
             (Some(true), Some(retry_at)) => {
