@@ -128,6 +128,14 @@ impl Snapshot {
         endpoints
     }
 
+    /// Whether some handler at `endpoint` serves now (a version loaded,
+    /// even one removed and in its grace): the endpoint's sessions run.
+    pub fn endpoint_runs(&self, endpoint: &str) -> bool {
+        self.handlers
+            .values()
+            .any(|h| h.key.endpoint == endpoint && h.serving.is_some())
+    }
+
     /// One handler's status.
     pub fn handler(&self, key: &HandlerKey) -> Option<&HandlerStatus> {
         self.handlers.get(key)

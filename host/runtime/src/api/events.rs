@@ -107,15 +107,12 @@ fn waiting_for_handler(handlers: &Snapshot, record: &EventRecord) -> Option<Stri
     if record.status != Status::Pending || record.sub_status.is_some() {
         return None;
     }
-    let at_endpoint: Vec<_> = handlers
-        .handlers()
-        .filter(|h| h.key.endpoint == record.endpoint)
-        .collect();
-    if at_endpoint.iter().any(|h| h.serving.is_some()) {
+    if handlers.endpoint_runs(&record.endpoint) {
         return None;
     }
-    let errors: Vec<&str> = at_endpoint
-        .iter()
+    let errors: Vec<&str> = handlers
+        .handlers()
+        .filter(|h| h.key.endpoint == record.endpoint)
         .filter_map(|h| h.last_error.as_deref())
         .collect();
     Some(if errors.is_empty() {
@@ -278,12 +275,6 @@ impl EndpointView {
         }
     }
 
-    /// Notes why a `Pending` event waits, when no handler at its endpoint
-    /// serves: the record alone reads like an event in flight.
-    fn add_waiting_for_handler(&mut self, handlers: &Snapshot) {
-        self.waiting_for_handler = waiting_for_handler(handlers, &self.detail.record);
-    }
-
     /// Reads, from its session's state, whether the event's block waits for
     /// a retry; for a `Failed` event only.
     async fn add_block_retry(&mut self, state: &ApiState) -> Result<(), ApiError> {
@@ -365,7 +356,7 @@ async fn views(state: &ApiState, details: Vec<EventDetail>) -> Result<Vec<Endpoi
     for detail in details {
         let mut view = EndpointView::of(detail, &state.retrying);
         view.add_block_retry(state).await?;
-        view.add_waiting_for_handler(&handlers);
+        view.waiting_for_handler = waiting_for_handler(&handlers, &view.detail.record);
         views.push(view);
     }
     Ok(views)

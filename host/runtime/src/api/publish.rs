@@ -140,10 +140,7 @@ pub(crate) async fn publish(
             continue;
         }
         if forwards(&state, &published.topic, endpoint, event_type).await? {
-            let runs = snapshot
-                .handlers()
-                .any(|h| h.key.endpoint == *endpoint && h.serving.is_some());
-            if runs {
+            if snapshot.endpoint_runs(endpoint) {
                 published.fails_at.push(endpoint.clone());
             } else {
                 published.waiting_at.push(endpoint.clone());
