@@ -18,6 +18,8 @@ use nimbus_checkpointer::{
     BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError, interval as checkpoint_interval,
 };
 
+mod session_index;
+
 /// The columns of `events` after its key, in the order the table declares
 /// them (an older store is copied into a new table column by column).
 const EVENT_TABLE_COLUMNS: &str = "
@@ -124,7 +126,6 @@ fn history_table(name: &str) -> String {
 
 const SCHEMA: &str = "
 CREATE INDEX IF NOT EXISTS events_by_status ON events (status, updated_ms);
-CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id);
 CREATE INDEX IF NOT EXISTS events_by_endpoint ON events (endpoint, updated_ms);
 CREATE INDEX IF NOT EXISTS events_by_update ON events (updated_ms);
 CREATE TABLE IF NOT EXISTS heartbeats (
@@ -258,6 +259,7 @@ impl SqliteResolverStore {
         migrate(&conn)?;
         conn.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;
+        session_index::open(&conn)?;
         Ok(SqliteResolverStore {
             conn: Mutex::new(conn),
             reader: None,
@@ -314,7 +316,7 @@ impl SqliteResolverStore {
             }
             let mut stmt = tx
                 .prepare_cached(
-                    "SELECT id FROM events WHERE status = ?1 AND updated_ms < ?2
+                    "SELECT id, session_id FROM events WHERE status = ?1 AND updated_ms < ?2
                      AND NOT EXISTS (SELECT 1 FROM temp.prune_in_use AS u
                                      WHERE u.endpoint = events.endpoint
                                        AND u.session_id = events.session_id)
@@ -323,19 +325,23 @@ impl SqliteResolverStore {
                 .map_err(db("finding expired events"))?;
             let found = stmt
                 .query_map(params![status.as_str(), updated_before_ms, room], |r| {
-                    r.get::<_, i64>(0)
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
                 })
                 .map_err(db("finding expired events"))?
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(db("finding expired events"))?;
             ids.extend(found);
         }
-        for id in &ids {
+        for (id, session_id) in &ids {
             exec(&tx, "DELETE FROM history WHERE event_ref = ?1", params![id])
                 .map_err(db("deleting an expired event's history"))?;
             exec(&tx, "DELETE FROM events WHERE id = ?1", params![id])
                 .map_err(db("deleting an expired event"))?;
+            if let Some(session_id) = session_id {
+                session_index::forget(&tx, *id, session_id)?;
+            }
         }
+        session_index::lower_mark(&tx)?;
         tx.commit().map_err(db("committing"))?;
         Ok(ids.len())
     }
@@ -619,6 +625,7 @@ impl ResolverStore for SqliteResolverStore {
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
         let outcome = record_in(&tx, obs)?;
+        session_index::catch_up_if_due(&tx)?;
         tx.commit().map_err(db("committing"))?;
         self.count_refused(std::slice::from_ref(&outcome));
         Ok(outcome)
@@ -631,6 +638,7 @@ impl ResolverStore for SqliteResolverStore {
             .iter()
             .map(|obs| record_in(&tx, obs))
             .collect::<Result<Vec<_>, _>>()?;
+        session_index::catch_up_if_due(&tx)?;
         tx.commit().map_err(db("committing"))?;
         self.count_refused(&outcomes);
         Ok(outcomes)
@@ -789,7 +797,10 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<rusqlite::types::Value>) {
     add("endpoint", filter.endpoint.as_deref());
     add("status", filter.status.map(Status::as_str));
     add("sub_status", filter.sub_status.as_deref());
-    add("session_id", filter.session_id.as_deref());
+    if let Some(session_id) = filter.session_id.as_deref() {
+        values.push(Value::Text(session_id.to_owned()));
+        conditions.push(session_index::events_of_session(values.len()));
+    }
     let filters = if conditions.is_empty() {
         String::new()
     } else {
@@ -820,8 +831,8 @@ struct Current {
     id: i64,
     /// Its status and what set it, for the guard.
     row: Row,
-    /// Its session, so the write touches `events_by_session` only when the
-    /// session changes.
+    /// Its session, so the write touches the session's index entry only
+    /// when the session changes.
     session_id: Option<String>,
 }
 
@@ -988,12 +999,12 @@ fn current_row(
 /// Resolution has no error; the failure before it stays readable in
 /// history, not in the row).
 ///
-/// The session is written by its own statement, and only when it changes:
-/// SQLite rewrites the entry of every index whose column an `UPDATE`
-/// names, changed or not, and `events_by_session` is keyed by the session
-/// (one tail page per busy session), so naming it in the upsert cost a
-/// page per response (~1.3 WAL pages per event in `nimbus bench`, the
-/// largest item).
+/// The session is written by its own statement, and only when it changes
+/// (with its entry in the session index): SQLite rewrites the entry of
+/// every index whose column an `UPDATE` names, changed or not, and an
+/// index keyed by the session has one tail page per busy session, so
+/// naming it in the upsert cost a page per response (~1.3 WAL pages per
+/// event in `nimbus bench`, then the largest item; decision 0103).
 fn write_status(
     tx: &rusqlite::Transaction<'_>,
     current: Option<&Current>,
@@ -1114,6 +1125,7 @@ fn write_status(
             params![current.id, session_id],
         )
         .map_err(db("writing the session"))?;
+        session_index::moved(tx, current.id, current.session_id.as_deref(), session_id)?;
     }
     Ok(current.id)
 }
@@ -1285,6 +1297,7 @@ mod query_plans {
         let conn = Connection::open_in_memory().unwrap();
         migrate(&conn).unwrap();
         conn.execute_batch(SCHEMA).unwrap();
+        session_index::open(&conn).unwrap();
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
         // The plan does not depend on the values; bind NULLs.
         let nulls = vec![rusqlite::types::Value::Null; stmt.parameter_count()];
@@ -1322,13 +1335,6 @@ mod query_plans {
             ),
             (
                 EventFilter {
-                    session_id: Some("s".to_owned()),
-                    ..EventFilter::default()
-                },
-                "events_by_session",
-            ),
-            (
-                EventFilter {
                     endpoint: Some("billing".to_owned()),
                     ..EventFilter::default()
                 },
@@ -1342,6 +1348,34 @@ mod query_plans {
             );
             assert!(!listing.contains("SCAN events"), "{filter:?}: {listing}");
         }
+    }
+
+    /// A session's events: the indexed ones through the session index,
+    /// those beyond its mark by the events' key, each event then by key.
+    #[test]
+    fn a_listing_by_session_searches_the_session_index_and_the_key() {
+        let listing = plan(
+            &list_sql(&EventFilter {
+                session_id: Some("s".to_owned()),
+                ..EventFilter::default()
+            })
+            .0,
+        );
+        assert!(
+            listing.contains("SEARCH session_events USING PRIMARY KEY (session_id=?)"),
+            "{listing}"
+        );
+        assert!(
+            listing.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid>?)"),
+            "{listing}"
+        );
+        assert!(
+            listing.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid=?)"),
+            "{listing}"
+        );
+        // The mark is the one row of its table.
+        assert!(!listing.contains("SCAN events"), "{listing}");
+        assert!(!listing.contains("SCAN session_events"), "{listing}");
     }
 
     /// Every record reads the event's row and its history: by key, and the

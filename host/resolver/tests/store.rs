@@ -774,6 +774,34 @@ fn stores_of_earlier_builds_are_upgraded_on_open() {
             })
             .unwrap();
         assert_eq!(listed.len(), 2);
+        // Its session index is the store's own now (decision 0119); the
+        // resubmission above moved e1 to its own session.
+        for (session, event_id) in [("s-1", "e0"), ("order-1", "e1")] {
+            let in_session: Vec<String> = store
+                .events(&EventFilter {
+                    session_id: Some(session.to_owned()),
+                    ..EventFilter::default()
+                })
+                .unwrap()
+                .into_iter()
+                .map(|r| r.event_id)
+                .collect();
+            assert_eq!(in_session, [event_id], "{history_indexes}");
+        }
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let session_entries: i64 = conn
+            .query_row("SELECT COUNT(*) FROM session_events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(session_entries, 2, "indexed at the upgrade");
+        let old_index: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'events_by_session'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(old_index, 0, "the per-commit index is gone");
+        drop(conn);
         drop(store);
         // A second open finds nothing to upgrade and loses nothing.
         let store = SqliteResolverStore::open(&path).unwrap();
