@@ -127,7 +127,7 @@ fn history_table(name: &str) -> String {
 const SCHEMA: &str = "
 CREATE INDEX IF NOT EXISTS events_by_status ON events (status, updated_ms);
 CREATE INDEX IF NOT EXISTS events_by_endpoint ON events (endpoint, updated_ms);
-CREATE INDEX IF NOT EXISTS events_by_update ON events (updated_ms);
+DROP INDEX IF EXISTS events_by_update;
 CREATE TABLE IF NOT EXISTS heartbeats (
     endpoint TEXT PRIMARY KEY,
     message_type TEXT NOT NULL,
@@ -801,17 +801,36 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<rusqlite::types::Value>) {
         values.push(Value::Text(session_id.to_owned()));
         conditions.push(session_index::events_of_session(values.len()));
     }
-    let filters = if conditions.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", conditions.join(" AND "))
-    };
     let limit = i64::try_from(filter.limit.unwrap_or(DEFAULT_LIST_LIMIT)).unwrap_or(i64::MAX);
     values.push(Value::Integer(limit));
+    let limit = values.len();
+    const ORDER: &str = "ORDER BY updated_ms DESC, endpoint, event_id";
+    let narrowed =
+        filter.endpoint.is_some() || filter.status.is_some() || filter.session_id.is_some();
+    if narrowed {
+        let filters = format!("WHERE {}", conditions.join(" AND "));
+        let sql =
+            format!("SELECT {LISTED_EVENT_COLUMNS} FROM events {filters} {ORDER} LIMIT ?{limit}");
+        return (sql, values);
+    }
+    // The most recent events of all: the most recent of each status, read
+    // backwards along `events_by_status`, then merged. An index on the
+    // update time alone would serve this with one walk, but it is one more
+    // tail page every commit writes (decision 0120).
+    let branches: Vec<String> = Status::ALL
+        .iter()
+        .map(|status| {
+            let mut filters = vec![format!("status = '{}'", status.as_str())];
+            filters.extend(conditions.iter().cloned());
+            format!(
+                "SELECT * FROM (SELECT {LISTED_EVENT_COLUMNS} FROM events WHERE {} {ORDER} LIMIT ?{limit})",
+                filters.join(" AND ")
+            )
+        })
+        .collect();
     let sql = format!(
-        "SELECT {LISTED_EVENT_COLUMNS} FROM events {filters}
-         ORDER BY updated_ms DESC, endpoint, event_id LIMIT ?{}",
-        values.len()
+        "SELECT * FROM ({}) {ORDER} LIMIT ?{limit}",
+        branches.join(" UNION ALL ")
     );
     (sql, values)
 }
@@ -1400,17 +1419,32 @@ mod query_plans {
         }
     }
 
-    /// The unfiltered listing (the most recent events) walks the update
-    /// index backwards and stops at the limit, rather than sorting the
-    /// whole table.
+    /// The unfiltered listing (the most recent events) reads the most
+    /// recent of each status from the status index and merges them, rather
+    /// than sorting the whole table; so does one by sub-status alone.
     #[test]
-    fn the_unfiltered_listing_reads_the_most_recent_first() {
-        let listing = plan(&list_sql(&EventFilter::default()).0);
-        assert!(
-            listing.contains("SCAN events USING INDEX events_by_update"),
-            "{listing}"
-        );
-        assert!(!listing.contains("TEMP B-TREE FOR ORDER BY"), "{listing}");
+    fn the_unfiltered_listing_reads_the_most_recent_of_each_status() {
+        for filter in [
+            EventFilter::default(),
+            EventFilter {
+                sub_status: Some("Handoff".to_owned()),
+                ..EventFilter::default()
+            },
+        ] {
+            let listing = plan(&list_sql(&filter).0);
+            assert_eq!(
+                listing
+                    .matches("SEARCH events USING INDEX events_by_status (status=?)")
+                    .count(),
+                Status::ALL.len(),
+                "{filter:?}: {listing}"
+            );
+            assert!(
+                listing.contains("MERGE (UNION ALL)"),
+                "{filter:?}: {listing}"
+            );
+            assert!(!listing.contains("SCAN events"), "{filter:?}: {listing}");
+        }
     }
 
     /// The select list, the table's declaration (which an upgrade copies
@@ -1445,7 +1479,12 @@ mod query_plans {
             ]
         );
         let (sql, values) = list_sql(&EventFilter::default());
-        assert!(!sql.contains("WHERE"), "{sql}");
+        for status in Status::ALL {
+            assert!(
+                sql.contains(&format!("WHERE status = '{}' ORDER", status.as_str())),
+                "{sql}"
+            );
+        }
         assert_eq!(values, [rusqlite::types::Value::Integer(1000)]);
     }
 }

@@ -893,6 +893,16 @@ fn an_autoincrement_history_is_rebuilt_keeping_every_row_and_number() {
     );
     assert_eq!(history_rows(&path), before);
     assert_eq!(index_names(&path), ["history_by_ref"]);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let update_index: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'events_by_update'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(update_index, 0, "its index is dropped (decision 0120)");
+    drop(conn);
     let e1 = &store.event("e1").unwrap()[0];
     assert_eq!(e1.record.status, Status::Failed);
     let kinds: Vec<&str> = e1.history.iter().map(|h| h.message_type.as_str()).collect();
@@ -1336,4 +1346,47 @@ fn a_dead_letter_replay_is_noted_in_a_known_events_history_only() {
         store.event("unknown").unwrap().is_empty(),
         "nothing made up"
     );
+}
+
+/// The most recent events of all, across statuses, newest first, ties in
+/// endpoint then id order, up to the limit; as many of one status as the
+/// limit allows.
+#[test]
+fn the_unfiltered_listing_is_the_most_recent_across_statuses() {
+    let (_dir, store) = open();
+    for (endpoint, event_id, kind, at_ms) in [
+        ("billing", "a", MessageKind::ResolutionResponse, 10),
+        ("billing", "b", MessageKind::ErrorResponse, 40),
+        ("shipping", "c", MessageKind::EventRequest, 30),
+        ("billing", "d", MessageKind::DeferralResponse, 30),
+        ("billing", "e", MessageKind::ResolutionResponse, 50),
+        ("billing", "f", MessageKind::ResolutionResponse, 20),
+        ("billing", "g", MessageKind::SkipResponse, 5),
+        ("billing", "h", MessageKind::PendingHandoffResponse, 1),
+    ] {
+        store
+            .record(&Observation::new(endpoint, event_id, kind, at_ms))
+            .unwrap();
+    }
+    let listed = |limit: usize| {
+        store
+            .events(&EventFilter {
+                limit: Some(limit),
+                ..EventFilter::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|r| r.event_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listed(4), ["e", "b", "d", "c"]);
+    assert_eq!(listed(100), ["e", "b", "d", "c", "f", "a", "g", "h"]);
+    let handoffs = store
+        .events(&EventFilter {
+            sub_status: Some("Handoff".to_owned()),
+            ..EventFilter::default()
+        })
+        .unwrap();
+    assert_eq!(handoffs.len(), 1);
+    assert_eq!(handoffs[0].event_id, "h");
 }
