@@ -745,7 +745,11 @@ fn stores_of_earlier_builds_are_upgraded_on_open() {
 
         let before = history_rows_by_event(&path);
         let store = SqliteResolverStore::open(&path).unwrap();
-        assert_eq!(index_names(&path), ["history_by_ref"], "{history_indexes}");
+        assert_eq!(
+            index_names(&path),
+            ["history_of_event"],
+            "{history_indexes}"
+        );
         assert!(!table_sql(&path, "history").contains("AUTOINCREMENT"));
         assert_eq!(history_rows_by_event(&path), before, "{history_indexes}");
         let e1 = &store.event("e1").unwrap()[0];
@@ -892,7 +896,7 @@ fn an_autoincrement_history_is_rebuilt_keeping_every_row_and_number() {
         table_sql(&path, "history")
     );
     assert_eq!(history_rows(&path), before);
-    assert_eq!(index_names(&path), ["history_by_ref"]);
+    assert_eq!(index_names(&path), ["history_of_event"]);
     let conn = rusqlite::Connection::open(&path).unwrap();
     let update_index: i64 = conn
         .query_row(
@@ -968,7 +972,7 @@ fn a_history_from_before_the_handoff_column_is_upgraded_on_open() {
     let store = SqliteResolverStore::open(&path).unwrap();
     assert!(table_sql(&path, "history").contains("handoff"));
     assert_eq!(history_rows(&path), before);
-    assert_eq!(index_names(&path), ["history_by_ref"]);
+    assert_eq!(index_names(&path), ["history_of_event"]);
     let e1 = &store.event("e1").unwrap()[0];
     assert_eq!(e1.record.status, Status::Failed);
     assert_eq!(e1.history.len(), 2);
