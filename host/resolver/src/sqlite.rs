@@ -794,10 +794,14 @@ fn list_sql(filter: &EventFilter) -> (String, Vec<rusqlite::types::Value>) {
     use rusqlite::types::Value;
     let mut conditions = Vec::new();
     let mut values = Vec::new();
+    // A session has few events, an endpoint or a status may have millions:
+    // given a session, the other filters only check its events (`+column`
+    // keeps SQLite from walking their index instead, to save a sort).
+    let check_only = if filter.session_id.is_some() { "+" } else { "" };
     let mut add = |column: &str, value: Option<&str>| {
         if let Some(value) = value {
             values.push(Value::Text(value.to_owned()));
-            conditions.push(format!("{column} = ?{}", values.len()));
+            conditions.push(format!("{check_only}{column} = ?{}", values.len()));
         }
     };
     add("endpoint", filter.endpoint.as_deref());
@@ -1403,6 +1407,40 @@ mod query_plans {
         assert!(!listing.contains("SCAN session_events"), "{listing}");
     }
 
+    /// Given a session and an endpoint or status too, the session decides
+    /// what is read: the endpoint's or status's index would walk all of
+    /// their events.
+    #[test]
+    fn a_session_with_other_filters_is_still_read_by_session() {
+        for filter in [
+            EventFilter {
+                endpoint: Some("billing".to_owned()),
+                session_id: Some("s".to_owned()),
+                ..EventFilter::default()
+            },
+            EventFilter {
+                status: Some(Status::Failed),
+                sub_status: Some("Handoff".to_owned()),
+                session_id: Some("s".to_owned()),
+                ..EventFilter::default()
+            },
+        ] {
+            let listing = plan(&list_sql(&filter).0);
+            assert!(
+                listing.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid=?)"),
+                "{filter:?}: {listing}"
+            );
+            assert!(
+                listing.contains("SEARCH session_events USING PRIMARY KEY (session_id=?)"),
+                "{filter:?}: {listing}"
+            );
+            assert!(
+                !listing.contains("USING INDEX events_by"),
+                "{filter:?}: {listing}"
+            );
+        }
+    }
+
     /// Every record reads the event's row and its history: by key, and the
     /// history by the event's `id` (whose recent values share pages).
     #[test]
@@ -1473,7 +1511,7 @@ mod query_plans {
             limit: Some(5),
             ..EventFilter::default()
         });
-        assert!(sql.contains("endpoint = ?1 AND session_id = ?2"), "{sql}");
+        assert!(sql.contains("+endpoint = ?1 AND session_id = ?2"), "{sql}");
         assert!(sql.contains("LIMIT ?3"), "{sql}");
         assert_eq!(
             values,
