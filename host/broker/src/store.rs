@@ -36,6 +36,16 @@ use crate::{Durability, legacy};
 /// waits behind others when the queue is long.
 const MAX_REQUESTS_PER_COMMIT: usize = 8192;
 
+/// The bytes of messages past which the writer takes no more requests into
+/// a commit. A frame must stay under the log's 1 GiB limit, or the write
+/// fails and poisons the broker; a burst of large messages (a few hundred
+/// of the API's 2 MiB) could reach it within the request bound alone.
+#[cfg(not(test))]
+const COMMIT_BYTES: usize = 64 << 20;
+/// Small in unit tests, so a test can cross it without a large load.
+#[cfg(test)]
+const COMMIT_BYTES: usize = 256 << 10;
+
 /// The size at which the writer starts a new segment, unless
 /// [`BrokerOptions::log_segment_bytes`](crate::BrokerOptions::log_segment_bytes)
 /// says otherwise.
@@ -140,6 +150,22 @@ pub(crate) enum StoreOp {
     SequenceHighWater(i64),
 }
 
+impl StoreOp {
+    /// About how many bytes the op adds to a frame: its message bytes and
+    /// a little for the rest (names and numbers).
+    fn size_hint(&self) -> usize {
+        const FIELDS: usize = 64;
+        FIELDS
+            + match self {
+                StoreOp::InsertEntry(row) => row.message.len(),
+                StoreOp::UpdateEntry { message, .. } => message.as_ref().map_or(0, Vec::len),
+                StoreOp::InsertScheduled { message, .. } => message.len(),
+                StoreOp::SetSessionState { state, .. } => state.as_ref().map_or(0, Vec::len),
+                _ => 0,
+            }
+    }
+}
+
 /// A stored message copy (main or dead-letter queue of a subscription).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct EntryRow {
@@ -216,6 +242,8 @@ pub enum OpenError {
 
 struct Request {
     ops: Vec<StoreOp>,
+    /// [`StoreOp::size_hint`] over `ops`, counted by the submitter.
+    bytes: usize,
     ack: Option<oneshot::Sender<Result<(), StoreError>>>,
     on_commit: OnCommit,
 }
@@ -598,6 +626,7 @@ impl Store {
         let guard = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
         let sent = guard.as_ref().map(|tx| {
             tx.send(Request {
+                bytes: ops.iter().map(StoreOp::size_hint).sum(),
                 ops,
                 ack: Some(ack),
                 on_commit,
@@ -627,6 +656,7 @@ impl Store {
             // A closed channel means shutdown; the failure is reported to
             // every acknowledged caller instead.
             let _ = tx.send(Request {
+                bytes: ops.iter().map(StoreOp::size_hint).sum(),
                 ops,
                 ack: None,
                 on_commit,
@@ -822,6 +852,7 @@ fn writer_loop(
 ) {
     let mut batch: Vec<Request> = Vec::new();
     while let Ok(first) = rx.recv() {
+        let mut bytes = first.bytes;
         batch.push(first);
         // Give the submitters a turn before taking the batch. On a busy
         // machine the threads that are about to submit are runnable but not
@@ -831,9 +862,12 @@ fn writer_loop(
         // so the yield returns at once and adds no latency.
         std::thread::yield_now();
         hold.wait_open();
-        while batch.len() < MAX_REQUESTS_PER_COMMIT {
+        while batch.len() < MAX_REQUESTS_PER_COMMIT && bytes < COMMIT_BYTES {
             match rx.try_recv() {
-                Ok(next) => batch.push(next),
+                Ok(next) => {
+                    bytes += next.bytes;
+                    batch.push(next);
+                }
                 Err(_) => break,
             }
         }
@@ -1010,6 +1044,54 @@ mod tests {
             .flat_map(|s| (0..50).map(move |n| s * 1000 + n))
             .collect();
         assert_eq!(ids(dir.path()), expected);
+    }
+
+    /// A burst of large messages is committed in frames of about
+    /// `COMMIT_BYTES` each (256 KiB in unit tests), not in one frame that
+    /// could outgrow the log's limit and poison the broker.
+    #[test]
+    fn a_burst_of_large_messages_is_split_across_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path(), Durability::Fsync, DEFAULT_SEGMENT_BYTES).unwrap();
+        let gate = Arc::clone(store.commit_gate());
+        gate.hold();
+        // Each request's high-water op marks its frame: a frame keeps one,
+        // its batch's largest.
+        let large = |id: i64| {
+            let mut row = row(id);
+            row.message = vec![1; 100 << 10];
+            vec![
+                StoreOp::InsertEntry(Box::new(row)),
+                StoreOp::SequenceHighWater(id),
+            ]
+        };
+        let acks: Vec<Ack> = (1..=8)
+            .map(|id| store.submit(large(id), OnCommit::default()))
+            .collect();
+        gate.release();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for ack in acks {
+                ack.committed().await.unwrap();
+            }
+        });
+        store.shutdown();
+        let log_dir = dir.path().join(log::DIR_NAME);
+        let mut frame_marks = Vec::new();
+        for number in log::list(&log_dir).unwrap().segments {
+            log::read(&log::segment_path(&log_dir, number), |op| {
+                if let StoreOp::SequenceHighWater(n) = op {
+                    frame_marks.push(n);
+                }
+                Ok(())
+            })
+            .unwrap();
+        }
+        // 100 KiB each: the third request takes a commit past 256 KiB.
+        assert_eq!(frame_marks, [3, 6, 8]);
+        assert_eq!(ids(dir.path()), (1..=8).collect::<Vec<i64>>());
     }
 
     #[test]
