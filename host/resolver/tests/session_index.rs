@@ -203,3 +203,60 @@ fn pruning_takes_the_entries_and_new_events_are_still_found() {
     store.record(&request("new", Some("s"), 3_000)).unwrap();
     assert_eq!(listed(&store, "s"), BTreeSet::from(["new".to_owned()]));
 }
+
+/// An earlier build opened after this one keeps no session index: it moves
+/// events between sessions and prunes the newest ones (so its new events
+/// are numbered at or below the mark) without a word to it. Its
+/// `events_by_session` shows it ran, and the index is made again.
+#[test]
+fn a_store_an_earlier_build_wrote_to_since_is_indexed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("resolver.db");
+    let store = SqliteResolverStore::open(&path).unwrap();
+    let mut observations = vec![request("moved", Some("s-a"), 1)];
+    observations.extend((0..BEYOND_THE_LAG).map(|i| request(&format!("x{i}"), Some("other"), 1)));
+    record_all(&store, &observations);
+    let (mark, _) = index_state(&path);
+    assert!(mark > 0);
+    drop(store);
+
+    // What an earlier build's writes come to, in SQL.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "CREATE INDEX events_by_session ON events (session_id);
+         UPDATE events SET session_id = 's-b' WHERE event_id = 'moved';
+         DELETE FROM events WHERE id > {mark} - 10;
+         INSERT INTO events (endpoint, event_id, session_id, status, status_source, retry_count, first_seen_ms, updated_ms)
+             VALUES ('billing', 'by-an-earlier-build', 's-c', 'Pending', 'EventRequest', 0, 2, 2);"
+    ))
+    .unwrap();
+    let reused: i64 = conn
+        .query_row(
+            "SELECT id FROM events WHERE event_id = 'by-an-earlier-build'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(reused <= mark, "numbered below the mark: {reused}");
+    drop(conn);
+
+    let store = SqliteResolverStore::open(&path).unwrap();
+    assert_eq!(listed(&store, "s-b"), BTreeSet::from(["moved".to_owned()]));
+    assert_eq!(
+        listed(&store, "s-c"),
+        BTreeSet::from(["by-an-earlier-build".to_owned()])
+    );
+    assert!(listed(&store, "s-a").is_empty());
+    assert_eq!(entries_of(&path, "moved"), ["s-b"]);
+    drop(store);
+    // Its index is gone again, so the next open trusts this one.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let old_index: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_schema WHERE name = 'events_by_session'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(old_index, 0);
+}

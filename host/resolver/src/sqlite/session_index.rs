@@ -40,8 +40,7 @@ CREATE TABLE IF NOT EXISTS session_events (
 CREATE TABLE IF NOT EXISTS session_index_mark (
     only INTEGER PRIMARY KEY CHECK (only = 0),
     indexed_through INTEGER NOT NULL
-);
-DROP INDEX IF EXISTS events_by_session;";
+);";
 
 /// The condition on `events` that selects the events of the session bound
 /// to `?{n}`.
@@ -55,9 +54,11 @@ pub(super) fn events_of_session(n: usize) -> String {
     )
 }
 
-/// Makes the tables, and for a store without them (new, or of an earlier
-/// build, whose `events_by_session` index goes) indexes every event there
-/// is, in one transaction.
+/// Makes the tables and, in one transaction, indexes every event there is
+/// when the index cannot be trusted: a store without it (new, or of an
+/// earlier build), or one an earlier build has opened since this one
+/// (its `events_by_session` is back, and it moved and pruned events
+/// without keeping this index, nor the mark below new row numbers).
 pub(super) fn open(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch(&format!("BEGIN IMMEDIATE; {TABLES}"))
         .map_err(db("creating the session index"))?;
@@ -67,9 +68,24 @@ pub(super) fn open(conn: &Connection) -> Result<(), StoreError> {
                 r.get::<_, i64>(0)
             })
             .optional()?;
-        if marked.is_none() {
+        let earlier_build_ran = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name = 'events_by_session'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )?
+            > 0;
+        if marked.is_none() || earlier_build_ran {
+            if earlier_build_ran {
+                tracing::info!("resolver store: indexing each session's events again");
+            }
+            conn.execute_batch(
+                "DROP INDEX IF EXISTS events_by_session;
+                 DELETE FROM session_events;
+                 DELETE FROM session_index_mark;",
+            )?;
             conn.execute(
-                "INSERT OR IGNORE INTO session_events (session_id, event_ref)
+                "INSERT INTO session_events (session_id, event_ref)
                  SELECT session_id, id FROM events WHERE session_id IS NOT NULL",
                 [],
             )?;
