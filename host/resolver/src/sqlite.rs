@@ -263,6 +263,20 @@ impl SqliteResolverStore {
         conn.pragma_update(None, "synchronous", synchronous)
             .map_err(db("setting synchronous"))?;
         migrate(&conn)?;
+        let builds_history_index = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM history)
+                    AND NOT EXISTS (SELECT 1 FROM sqlite_schema WHERE name = 'history_of_event')",
+                [],
+                |r| r.get::<_, bool>(0),
+            )
+            .map_err(db("reading the schema"))?;
+        if builds_history_index {
+            // Once, and a while on a large store: say why the start waits.
+            tracing::info!(
+                "resolver store: indexing the history (once, for a store an earlier build wrote)"
+            );
+        }
         conn.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;
         session_index::open(&conn)?;

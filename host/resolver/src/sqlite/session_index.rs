@@ -76,8 +76,14 @@ pub(super) fn open(conn: &Connection) -> Result<(), StoreError> {
             )?
             > 0;
         if marked.is_none() || earlier_build_ran {
-            if earlier_build_ran {
-                tracing::info!("resolver store: indexing each session's events again");
+            let has_events = conn.query_row("SELECT EXISTS (SELECT 1 FROM events)", [], |r| {
+                r.get::<_, bool>(0)
+            })?;
+            // On a large store this takes a while, once; say why the start waits.
+            if has_events {
+                tracing::info!(
+                    "resolver store: indexing each session's events (once, for a store an earlier build wrote)"
+                );
             }
             conn.execute_batch(
                 "DROP INDEX IF EXISTS events_by_session;
