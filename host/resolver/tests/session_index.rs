@@ -87,6 +87,20 @@ fn entries_of(path: &Path, event_id: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// A store on a file where `event_id` of `session` came first and more than
+/// the lag came after it, so it is indexed.
+fn with_an_indexed_event(
+    event_id: &str,
+    session: &str,
+) -> (tempfile::TempDir, SqliteResolverStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteResolverStore::open(&dir.path().join("resolver.db")).unwrap();
+    let mut observations = vec![request(event_id, Some(session), 1)];
+    observations.extend((0..BEYOND_THE_LAG).map(|i| request(&format!("x{i}"), Some("other"), 1)));
+    record_all(&store, &observations);
+    (dir, store)
+}
+
 #[test]
 fn a_session_lists_every_event_whether_indexed_yet_or_not() {
     let dir = tempfile::tempdir().unwrap();
@@ -139,12 +153,8 @@ fn a_session_lists_every_event_whether_indexed_yet_or_not() {
 
 #[test]
 fn an_event_that_changes_session_moves_its_entry() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, store) = with_an_indexed_event("moved", "s-a");
     let path = dir.path().join("resolver.db");
-    let store = SqliteResolverStore::open(&path).unwrap();
-    let mut observations = vec![request("moved", Some("s-a"), 1)];
-    observations.extend((0..BEYOND_THE_LAG).map(|i| request(&format!("x{i}"), Some("other"), 1)));
-    record_all(&store, &observations);
     assert_eq!(entries_of(&path, "moved"), ["s-a"], "indexed by now");
 
     let mut resubmitted = request("moved", Some("s-b"), 2);
@@ -210,12 +220,8 @@ fn pruning_takes_the_entries_and_new_events_are_still_found() {
 /// `events_by_session` shows it ran, and the index is made again.
 #[test]
 fn a_store_an_earlier_build_wrote_to_since_is_indexed_again() {
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, store) = with_an_indexed_event("moved", "s-a");
     let path = dir.path().join("resolver.db");
-    let store = SqliteResolverStore::open(&path).unwrap();
-    let mut observations = vec![request("moved", Some("s-a"), 1)];
-    observations.extend((0..BEYOND_THE_LAG).map(|i| request(&format!("x{i}"), Some("other"), 1)));
-    record_all(&store, &observations);
     let (mark, _) = index_state(&path);
     assert!(mark > 0);
     drop(store);
