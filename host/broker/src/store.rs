@@ -249,6 +249,21 @@ struct Request {
     on_commit: OnCommit,
 }
 
+impl Request {
+    fn new(
+        ops: Vec<StoreOp>,
+        ack: Option<oneshot::Sender<Result<(), StoreError>>>,
+        on_commit: OnCommit,
+    ) -> Request {
+        Request {
+            bytes: ops.iter().map(StoreOp::size_hint).sum(),
+            ops,
+            ack,
+            on_commit,
+        }
+    }
+}
+
 /// Set once the transaction of the request that inserted a message has
 /// committed. Until then the message is not handed out: a consumer that
 /// acted on it (a handler calling a partner, the Resolver writing its own
@@ -625,14 +640,9 @@ impl Store {
         }
         let (ack, rx) = oneshot::channel();
         let guard = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
-        let sent = guard.as_ref().map(|tx| {
-            tx.send(Request {
-                bytes: ops.iter().map(StoreOp::size_hint).sum(),
-                ops,
-                ack: Some(ack),
-                on_commit,
-            })
-        });
+        let sent = guard
+            .as_ref()
+            .map(|tx| tx.send(Request::new(ops, Some(ack), on_commit)));
         match sent {
             Some(Ok(())) => Ack(Some(rx), None),
             _ => Ack(
@@ -656,12 +666,7 @@ impl Store {
         if let Some(tx) = guard.as_ref() {
             // A closed channel means shutdown; the failure is reported to
             // every acknowledged caller instead.
-            let _ = tx.send(Request {
-                bytes: ops.iter().map(StoreOp::size_hint).sum(),
-                ops,
-                ack: None,
-                on_commit,
-            });
+            let _ = tx.send(Request::new(ops, None, on_commit));
         }
     }
 

@@ -20,7 +20,7 @@
 //!   numbers a new row after the largest one there is and would otherwise
 //!   number new events below the mark, unindexed.
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, Transaction, params};
 
 use super::{db, exec};
 use crate::store::StoreError;
@@ -63,11 +63,11 @@ pub(super) fn open(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch(&format!("BEGIN IMMEDIATE; {TABLES}"))
         .map_err(db("creating the session index"))?;
     let result = (|| {
-        let marked = conn
-            .query_row("SELECT indexed_through FROM session_index_mark", [], |r| {
-                r.get::<_, i64>(0)
-            })
-            .optional()?;
+        let marked = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM session_index_mark)",
+            [],
+            |r| r.get::<_, bool>(0),
+        )?;
         let earlier_build_ran = conn
             .query_row(
                 "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND name = 'events_by_session'",
@@ -75,7 +75,7 @@ pub(super) fn open(conn: &Connection) -> Result<(), StoreError> {
                 |r| r.get::<_, i64>(0),
             )?
             > 0;
-        if marked.is_none() || earlier_build_ran {
+        if !marked || earlier_build_ran {
             let has_events = conn.query_row("SELECT EXISTS (SELECT 1 FROM events)", [], |r| {
                 r.get::<_, bool>(0)
             })?;
