@@ -955,9 +955,8 @@ mod tests {
 
     use super::{PublishBody, event_text, events_table, left_hint, overdue, retry_note};
 
-    /// A settled handoff: the event's own handoff fields are empty, and the
-    /// history shows the job the park named and the details the completion
-    /// carried, each on its own row.
+    /// A Pending event whose last delivery failed transiently says so under
+    /// its status, with the next delivery's time; a quiet one does not.
     #[test]
     fn a_pending_event_failing_transiently_says_so_under_its_status() {
         let event = json!({
@@ -1048,6 +1047,9 @@ mod tests {
         );
     }
 
+    /// A settled handoff: the event's own handoff fields are empty, and the
+    /// history shows the job the park named and the details the completion
+    /// carried, each on its own row.
     #[test]
     fn the_history_shows_each_messages_handoff() {
         let entry = |message_type: &str, at_ms: u64, handoff: serde_json::Value| {
