@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{Connection, OptionalExtension, Row as SqlRow, params};
+use rusqlite::{CachedStatement, Connection, OptionalExtension, Row as SqlRow, params};
 
 use crate::guard::{self, Row, Verdict};
 use crate::observation::{HandoffDetails, Observation};
@@ -644,7 +644,7 @@ impl ResolverStore for SqliteResolverStore {
     fn record(&self, obs: &Observation) -> Result<Recorded, StoreError> {
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
-        let outcome = record_in(&tx, obs)?;
+        let outcome = record_in(&tx, &mut RecordStatements::prepare(&tx)?, obs)?;
         session_index::catch_up_if_due(&tx)?;
         tx.commit().map_err(db("committing"))?;
         self.count_refused(std::slice::from_ref(&outcome));
@@ -654,10 +654,12 @@ impl ResolverStore for SqliteResolverStore {
     fn record_batch(&self, observations: &[Observation]) -> Result<Vec<Recorded>, StoreError> {
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
+        let mut statements = RecordStatements::prepare(&tx)?;
         let outcomes = observations
             .iter()
-            .map(|obs| record_in(&tx, obs))
+            .map(|obs| record_in(&tx, &mut statements, obs))
             .collect::<Result<Vec<_>, _>>()?;
+        drop(statements);
         session_index::catch_up_if_due(&tx)?;
         tx.commit().map_err(db("committing"))?;
         self.count_refused(&outcomes);
@@ -883,13 +885,78 @@ struct Current {
 const HISTORY_OF_EVENT_SQL: &str = "SELECT message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused, handoff, replaced_payload
      FROM history WHERE event_ref = ?1 ORDER BY seq";
 
+/// Writes a status to an event's row: a new row, or the existing one with
+/// what this message carries (see [`write_status`]).
+const UPSERT_EVENT_SQL: &str = "INSERT INTO events (endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
+                             retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id,
+                             expected_by, handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms,
+                             request_message_id, request_from, originating_message_id, originating_from, properties)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?22, ?23, ?24, ?25, ?26, ?29)
+         ON CONFLICT (event_id, endpoint) DO UPDATE SET
+            request_message_id = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?23 ELSE request_message_id END,
+            request_from = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?24 ELSE request_from END,
+            originating_message_id = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?25 ELSE originating_message_id END,
+            originating_from = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?26 ELSE originating_from END,
+            status = excluded.status,
+            sub_status = excluded.sub_status,
+            status_source = excluded.status_source,
+            event_type = COALESCE(excluded.event_type, event_type),
+            correlation_id = COALESCE(excluded.correlation_id, correlation_id),
+            last_message_id = COALESCE(excluded.last_message_id, last_message_id),
+            retry_count = excluded.retry_count,
+            error_type = excluded.error_type,
+            error_text = excluded.error_text,
+            dead_letter_reason = excluded.dead_letter_reason,
+            dead_letter_description = excluded.dead_letter_description,
+            handoff_reason = excluded.handoff_reason,
+            external_job_id = excluded.external_job_id,
+            expected_by = excluded.expected_by,
+            handler_version = COALESCE(excluded.handler_version, handler_version),
+            queue_time_ms = COALESCE(excluded.queue_time_ms, queue_time_ms),
+            processing_time_ms = COALESCE(excluded.processing_time_ms, processing_time_ms),
+            payload = CASE WHEN ?28 THEN COALESCE(excluded.payload, payload) ELSE COALESCE(payload, excluded.payload) END,
+            properties = COALESCE(excluded.properties, properties),
+            updated_ms = excluded.updated_ms";
+
+/// Appends one history entry.
+const INSERT_HISTORY_SQL: &str = "INSERT INTO history (event_ref, endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused, handoff, replaced_payload)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+
+/// The statements every record runs, looked up once per transaction rather
+/// than once per record: the statement cache hashes a statement's whole
+/// text on each lookup, the upsert's is ~2.5 KB, and the recorder ran
+/// three lookups per message on its one thread.
+struct RecordStatements<'t> {
+    current_row: CachedStatement<'t>,
+    upsert: CachedStatement<'t>,
+    history: CachedStatement<'t>,
+}
+
+impl<'t> RecordStatements<'t> {
+    fn prepare(tx: &'t rusqlite::Transaction<'_>) -> Result<Self, StoreError> {
+        let prepare = |sql| {
+            tx.prepare_cached(sql)
+                .map_err(db("preparing a record's statements"))
+        };
+        Ok(RecordStatements {
+            current_row: prepare(CURRENT_ROW_AND_SEEN_SQL)?,
+            upsert: prepare(UPSERT_EVENT_SQL)?,
+            history: prepare(INSERT_HISTORY_SQL)?,
+        })
+    }
+}
+
 /// An event's payload now, read before a resubmission may replace it.
 const PAYLOAD_SQL: &str = "SELECT payload FROM events WHERE id = ?1";
 
 /// Records one message inside `tx`: the guarded status write, the history
 /// row (keyed by the event's `id`), then the request coordinates.
-fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Recorded, StoreError> {
-    let (current, already_recorded) = current_row(tx, obs)?;
+fn record_in(
+    tx: &rusqlite::Transaction<'_>,
+    statements: &mut RecordStatements<'_>,
+    obs: &Observation,
+) -> Result<Recorded, StoreError> {
+    let (current, already_recorded) = current_row(&mut statements.current_row, obs)?;
     // A redelivered message changes nothing, unless it is a control
     // request, whose verdict the guard still gives.
     if already_recorded && !obs.kind.is_control_request() {
@@ -913,7 +980,14 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
     };
     let (event_ref, outcome) = match verdict {
         Verdict::Apply => (
-            write_status(tx, current.as_ref(), obs, status, sub_status)?,
+            write_status(
+                tx,
+                &mut statements.upsert,
+                current.as_ref(),
+                obs,
+                status,
+                sub_status,
+            )?,
             Recorded::Applied { status },
         ),
         Verdict::Refuse(reason) => {
@@ -961,11 +1035,9 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
                 context: "a history entry's handoff",
                 source,
             })?;
-        exec(
-            tx,
-            "INSERT INTO history (event_ref, endpoint, event_id, message_id, message_type, status, at_ms, from_endpoint, retry_count, error_type, error_text, handler_version, refused, handoff, replaced_payload)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-            params![
+        statements
+            .history
+            .execute(params![
                 event_ref,
                 obs.endpoint,
                 obs.event_id,
@@ -981,9 +1053,8 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
                 refused,
                 handoff,
                 replaced_payload,
-            ],
-        )
-        .map_err(db("appending history"))?;
+            ])
+            .map_err(db("appending history"))?;
     }
     Ok(outcome)
 }
@@ -991,31 +1062,28 @@ fn record_in(tx: &rusqlite::Transaction<'_>, obs: &Observation) -> Result<Record
 /// The event's row as it is before this write, if it has one, and whether
 /// this message is in its history already (one lookup for both).
 fn current_row(
-    tx: &rusqlite::Transaction<'_>,
+    statement: &mut CachedStatement<'_>,
     obs: &Observation,
 ) -> Result<(Option<Current>, bool), StoreError> {
-    let found = tx
-        .prepare_cached(CURRENT_ROW_AND_SEEN_SQL)
-        .and_then(|mut stmt| {
-            stmt.query_row(
-                params![
-                    obs.event_id,
-                    obs.endpoint,
-                    obs.message_id,
-                    obs.kind.as_str()
-                ],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, Option<String>>(3)?,
-                        r.get::<_, bool>(4)?,
-                    ))
-                },
-            )
-            .optional()
-        })
+    let found = statement
+        .query_row(
+            params![
+                obs.event_id,
+                obs.endpoint,
+                obs.message_id,
+                obs.kind.as_str()
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, bool>(4)?,
+                ))
+            },
+        )
+        .optional()
         .map_err(db("reading the event"))?;
     let Some((id, status, source, session_id, seen)) = found else {
         // No row yet: nothing about this event was recorded.
@@ -1050,6 +1118,7 @@ fn current_row(
 /// event in `nimbus bench`, then the largest item; decision 0103).
 fn write_status(
     tx: &rusqlite::Transaction<'_>,
+    upsert: &mut CachedStatement<'_>,
     current: Option<&Current>,
     obs: &Observation,
     status: Status,
@@ -1088,39 +1157,8 @@ fn write_status(
     // request's body, which for a handoff completion is the job's details,
     // not the event: it only fills a payload still unknown.
     let payload_authoritative = obs.kind.is_request();
-    exec(
-        tx,
-        "INSERT INTO events (endpoint, event_id, session_id, status, sub_status, status_source, event_type, correlation_id, last_message_id,
-                             retry_count, error_type, error_text, dead_letter_reason, dead_letter_description, handoff_reason, external_job_id,
-                             expected_by, handler_version, queue_time_ms, processing_time_ms, payload, first_seen_ms, updated_ms,
-                             request_message_id, request_from, originating_message_id, originating_from, properties)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?22, ?23, ?24, ?25, ?26, ?29)
-         ON CONFLICT (event_id, endpoint) DO UPDATE SET
-            request_message_id = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?23 ELSE request_message_id END,
-            request_from = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?24 ELSE request_from END,
-            originating_message_id = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?25 ELSE originating_message_id END,
-            originating_from = CASE WHEN ?23 IS NOT NULL AND (?27 OR request_message_id IS NULL) THEN ?26 ELSE originating_from END,
-            status = excluded.status,
-            sub_status = excluded.sub_status,
-            status_source = excluded.status_source,
-            event_type = COALESCE(excluded.event_type, event_type),
-            correlation_id = COALESCE(excluded.correlation_id, correlation_id),
-            last_message_id = COALESCE(excluded.last_message_id, last_message_id),
-            retry_count = excluded.retry_count,
-            error_type = excluded.error_type,
-            error_text = excluded.error_text,
-            dead_letter_reason = excluded.dead_letter_reason,
-            dead_letter_description = excluded.dead_letter_description,
-            handoff_reason = excluded.handoff_reason,
-            external_job_id = excluded.external_job_id,
-            expected_by = excluded.expected_by,
-            handler_version = COALESCE(excluded.handler_version, handler_version),
-            queue_time_ms = COALESCE(excluded.queue_time_ms, queue_time_ms),
-            processing_time_ms = COALESCE(excluded.processing_time_ms, processing_time_ms),
-            payload = CASE WHEN ?28 THEN COALESCE(excluded.payload, payload) ELSE COALESCE(payload, excluded.payload) END,
-            properties = COALESCE(excluded.properties, properties),
-            updated_ms = excluded.updated_ms",
-        params![
+    upsert
+        .execute(params![
             obs.endpoint,
             obs.event_id,
             obs.session_id,
@@ -1150,9 +1188,8 @@ fn write_status(
             authoritative,
             payload_authoritative,
             obs.properties,
-        ],
-    )
-    .map_err(db("writing the status"))?;
+        ])
+        .map_err(db("writing the status"))?;
     let Some(current) = current else {
         // A new row's id is the last one inserted; `RETURNING` would cost
         // the upsert a temporary table on every write.
