@@ -143,6 +143,13 @@ impl MessageContent {
 /// Whether the JSON text nests objects/arrays deeper than `max` (a cheap
 /// scan that ignores brackets inside strings).
 fn json_depth_exceeds(body: &[u8], max: usize) -> bool {
+    // Nesting needs an opening bracket per level, and a count is one
+    // vectorised pass where the scan below goes byte by byte; the engine
+    // and the Resolver read every message's body, almost all shallow.
+    let openings = body.iter().filter(|&&b| b == b'{' || b == b'[').count();
+    if openings <= max {
+        return false;
+    }
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
@@ -217,5 +224,32 @@ mod tests {
         let deep = format!("{}{}", "[".repeat(40), "]".repeat(40));
         let err = MessageContent::from_json_bytes(deep.as_bytes()).expect_err("too deep");
         assert!(err.to_string().contains("deeper than 32"), "{err}");
+    }
+
+    /// The limit is on nesting, not on how many brackets a body holds, and
+    /// brackets inside strings do not nest.
+    #[test]
+    fn the_depth_limit_counts_levels_not_brackets() {
+        let nested = |levels: usize| {
+            format!(
+                r#"{{"Extra":{}{}}}"#,
+                "[".repeat(levels - 1),
+                "]".repeat(levels - 1)
+            )
+        };
+        assert!(MessageContent::from_json_bytes(nested(32).as_bytes()).is_ok());
+        let err = MessageContent::from_json_bytes(nested(33).as_bytes()).expect_err("33 deep");
+        assert!(err.to_string().contains("deeper than 32"), "{err}");
+
+        let wide = format!(r#"{{"Extra":[{}[]]}}"#, "{},".repeat(40));
+        assert!(MessageContent::from_json_bytes(wide.as_bytes()).is_ok());
+        let in_strings = format!(
+            r#"{{"EventContent":{{"EventTypeId":"A","EventJson":"{}"}}}}"#,
+            "{[".repeat(40)
+        );
+        let read = MessageContent::from_json_bytes(in_strings.as_bytes())
+            .expect("brackets in a string")
+            .expect("content");
+        assert_eq!(read.event_json(), Some("{[".repeat(40).as_str()));
     }
 }
