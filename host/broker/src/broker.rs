@@ -271,6 +271,25 @@ impl Original {
     }
 }
 
+/// The most bytes of messages one request may store: a publish with every
+/// copy its routing makes, or a settlement with its publishes. A request is
+/// one frame of the log, never split, and a frame over the log's 1 GiB limit
+/// fails the write and with it every later one (a 2 MiB message reaching
+/// ~500 subscriptions was enough); refused up front, the sender gets an
+/// error that says why and the broker goes on.
+#[cfg(not(test))]
+pub(crate) const MAX_REQUEST_MESSAGE_BYTES: usize = 256 << 20;
+/// Small in unit tests, so a test can cross it without a large load.
+#[cfg(test)]
+pub(crate) const MAX_REQUEST_MESSAGE_BYTES: usize = 1 << 20;
+
+#[cfg(test)]
+mod request_size_tests;
+
+/// Headroom per copy for everything but the body (ids, user properties), so
+/// the exact size is computed only for a request that may be near the limit.
+const NON_BODY_ALLOWANCE: usize = 64 << 10;
+
 /// What routing one publish decided, before anything is applied.
 #[derive(Default)]
 pub(crate) struct Plan {
@@ -280,6 +299,49 @@ pub(crate) struct Plan {
     dedup: Vec<(String, String, i64)>,
     /// The sequence number per published message.
     pub(crate) sequence_numbers: Vec<i64>,
+}
+
+impl Plan {
+    /// Refuses a plan whose messages would make the request larger than
+    /// [`MAX_REQUEST_MESSAGE_BYTES`], saying why.
+    pub(crate) fn check_size(&self) -> Result<(), String> {
+        let messages = || {
+            self.placements
+                .iter()
+                .map(|(_, _, _, entry)| &entry.message)
+                .chain(self.scheduled.iter().map(|(_, _, s)| &s.message))
+        };
+        let copies = self.placements.len() + self.scheduled.len();
+        let bodies: usize = messages().map(|m| m.body.len()).sum();
+        if bodies.saturating_add(copies.saturating_mul(NON_BODY_ALLOWANCE))
+            <= MAX_REQUEST_MESSAGE_BYTES
+        {
+            return Ok(());
+        }
+        let stored = |m: &Message| postcard::experimental::serialized_size(m).unwrap_or(usize::MAX);
+        let total = messages().map(stored).fold(0usize, usize::saturating_add);
+        if total <= MAX_REQUEST_MESSAGE_BYTES {
+            return Ok(());
+        }
+        let largest = messages().map(stored).max().unwrap_or_default();
+        Err(format!(
+            "it would store {copies} message copies ({} in all, the largest {}) in one request, \
+             more than the {} a request may hold; send smaller messages, or fewer at once, or \
+             route them to fewer subscriptions",
+            mib(total),
+            mib(largest),
+            mib(MAX_REQUEST_MESSAGE_BYTES),
+        ))
+    }
+}
+
+/// `bytes` for a person: MiB with one decimal, or bytes below 1 MiB.
+fn mib(bytes: usize) -> String {
+    if bytes < 1 << 20 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+    }
 }
 
 impl Inner {
@@ -463,6 +525,10 @@ impl Inner {
                 // to the sender rather than lost at activation.
                 let mut dry = Plan::default();
                 self.route(locked, topic, message.clone(), seq, now, 0, &mut dry)?;
+                dry.check_size()
+                    .map_err(|reason| PublishError::InvalidMessage {
+                        reason: format!("when it falls due, {reason}"),
+                    })?;
                 plan.scheduled
                     .push((topic.to_owned(), seq, Scheduled { at, message }));
                 Ok(())
@@ -763,6 +829,8 @@ impl Inner {
                 for message in messages {
                     self.plan_publish(locked, topic, message, now, &mut plan)?;
                 }
+                plan.check_size()
+                    .map_err(|reason| PublishError::InvalidMessage { reason })?;
                 let sequence_numbers = std::mem::take(&mut plan.sequence_numbers);
                 let mut ops = Vec::new();
                 let mut on_commit = OnCommit::default();
@@ -925,6 +993,9 @@ impl Inner {
                     },
                 })?;
         }
+        plan.check_size().map_err(|reason| SettleError::Invalid {
+            reason: format!("its messages were refused: {reason}"),
+        })?;
         // 2. Apply.
         let mut ops = Vec::new();
         let sequence_numbers = std::mem::take(&mut plan.sequence_numbers);

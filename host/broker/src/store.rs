@@ -40,7 +40,8 @@ const MAX_REQUESTS_PER_COMMIT: usize = 8192;
 /// a commit. A frame must stay under the log's 1 GiB limit, or the write
 /// fails and poisons the broker; a burst of large messages (a few hundred
 /// of the API's 2 MiB) could reach it within the request bound alone. A
-/// request is never split, so one request of 1 GiB still fails.
+/// request is never split; one is refused before it reaches the writer if
+/// its messages pass [`MAX_REQUEST_MESSAGE_BYTES`](crate::broker::MAX_REQUEST_MESSAGE_BYTES).
 #[cfg(not(test))]
 const COMMIT_BYTES: usize = 64 << 20;
 /// Small in unit tests, so a test can cross it without a large load.
