@@ -283,9 +283,6 @@ pub(crate) const MAX_REQUEST_MESSAGE_BYTES: usize = 256 << 20;
 #[cfg(test)]
 pub(crate) const MAX_REQUEST_MESSAGE_BYTES: usize = 1 << 20;
 
-#[cfg(test)]
-mod request_size_tests;
-
 /// Headroom per copy for everything but the body (ids, user properties), so
 /// the exact size is computed only for a request that may be near the limit.
 const NON_BODY_ALLOWANCE: usize = 64 << 10;
@@ -1643,3 +1640,6 @@ impl From<StoreError> for SettleError {
         SettleError::Transient(value.into())
     }
 }
+
+#[cfg(test)]
+mod request_size_tests;
