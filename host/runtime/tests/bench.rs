@@ -64,6 +64,26 @@ async fn every_event_completes_through_wasm_and_native_noop() {
     let printed = report.to_string();
     assert!(printed.contains("wasm / native"), "{printed}");
     assert!(printed.contains("slowest 1 %:"), "{printed}");
+    if cfg!(target_os = "linux") {
+        // Where the CPU went, by the stack's threads.
+        for mode in &report.modes {
+            let groups: Vec<&str> = mode.closed.threads.iter().map(|t| t.group).collect();
+            for expected in ["tokio workers", "Resolver recorder", "broker writer"] {
+                assert!(groups.contains(&expected), "{:?}: {groups:?}", mode.mode);
+            }
+            let busiest = mode
+                .closed
+                .busiest_thread
+                .as_ref()
+                .expect("a busiest thread");
+            assert!(!busiest.name.starts_with("tokio-"), "{busiest:?}");
+        }
+        assert!(printed.contains("cpu µs by thread: "), "{printed}");
+        assert!(
+            printed.contains("alone would be busy all the time at ~"),
+            "{printed}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

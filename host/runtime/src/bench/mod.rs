@@ -24,6 +24,7 @@ mod native;
 mod report;
 mod rig;
 mod stats;
+mod threads;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -39,6 +40,7 @@ pub use load::OnFailure;
 pub use nimbus_broker::Durability;
 pub use report::{BenchReport, ModeReport, PhaseReport};
 pub use stats::{BURST_GAP, Percentiles, TailBursts};
+pub use threads::{BusiestThread, ThreadShare};
 
 use crate::handlers::SandboxHandlers;
 use load::{EventSource, Tracker};

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::load::Samples;
 use super::rig::Rig;
 use super::stats::{Ms, Percentiles, TailBursts, median_ms, process_cpu};
+use super::threads::{self, BusiestThread, ThreadCpu, ThreadShare};
 use super::{BenchOptions, Mode};
 
 /// One measured phase.
@@ -40,6 +41,10 @@ pub struct PhaseReport {
     pub handler_mean: Duration,
     /// Process CPU time per ended event (Linux).
     pub cpu_per_event: Option<Duration>,
+    /// That CPU by group of threads, largest first (Linux).
+    pub threads: Vec<ThreadShare>,
+    /// The busiest thread with one job, whose share caps the throughput.
+    pub busiest_thread: Option<BusiestThread>,
 }
 
 impl PhaseReport {
@@ -75,6 +80,7 @@ pub struct BenchReport {
 /// The counters at the start of a phase.
 pub(crate) struct Probe {
     cpu: Option<Duration>,
+    threads: ThreadCpu,
     handler: (u64, u64),
 }
 
@@ -82,6 +88,7 @@ impl Probe {
     pub(crate) fn now(rig: &Rig) -> Probe {
         Probe {
             cpu: process_cpu(),
+            threads: threads::snapshot(),
             handler: rig.clock.read(),
         }
     }
@@ -113,6 +120,11 @@ impl Probe {
             (Some(before), Some(after), Ok(n)) if n > 0 => Some((after - before) / n),
             _ => None,
         };
+        let (threads, busiest_thread) = threads::split(
+            &self.threads,
+            &threads::snapshot(),
+            u32::try_from(ended).unwrap_or(u32::MAX),
+        );
         for (key, status) in samples.lost.iter().take(3) {
             tracing::warn!(%key, status = status.as_str(), "a bench event ended neither completed nor failed");
         }
@@ -138,6 +150,8 @@ impl Probe {
             processing_p50_ms: median_ms(samples.processing_ms),
             handler_mean,
             cpu_per_event,
+            threads,
+            busiest_thread,
         }
     }
 }
@@ -192,6 +206,27 @@ fn write_phase(f: &mut fmt::Formatter<'_>, mode: Mode, phase: &PhaseReport) -> f
         opt_ms(phase.queue_p50_ms),
         opt_ms(phase.processing_p50_ms),
     )?;
+    // Where the closed loop's CPU goes, and the thread that caps it.
+    if phase.offered_rate.is_none() && !phase.threads.is_empty() {
+        let shares: Vec<String> = phase
+            .threads
+            .iter()
+            .map(|t| format!("{} {:.0}", t.group, t.per_event.as_secs_f64() * 1e6))
+            .collect();
+        write!(f, "{:<25}cpu µs by thread: {}", "", shares.join(", "))?;
+        match phase
+            .busiest_thread
+            .as_ref()
+            .and_then(|b| Some((b, b.saturates_at()?)))
+        {
+            Some((busiest, at)) => writeln!(
+                f,
+                "; {} alone would be busy all the time at ~{:.0} events/s",
+                busiest.name, at
+            )?,
+            None => writeln!(f)?,
+        }
+    }
     // Where the open loop's p99 comes from: the target is set there.
     if phase.offered_rate.is_some() && phase.tail.events > 0 {
         writeln!(
@@ -328,7 +363,56 @@ mod tests {
             processing_p50_ms: Some(1234),
             handler_mean: Duration::from_nanos(123_456_700),
             cpu_per_event: Some(Duration::from_micros(123_456)),
+            threads: Vec::new(),
+            busiest_thread: None,
         }
+    }
+
+    /// Under the closed loop, the CPU by thread and the throughput at which
+    /// the busiest thread with a job of its own would be saturated.
+    #[test]
+    fn the_closed_loop_says_where_its_cpu_went_and_which_thread_caps_it() {
+        let closed = PhaseReport {
+            threads: vec![
+                ThreadShare {
+                    group: "tokio workers",
+                    per_event: Duration::from_micros(72),
+                },
+                ThreadShare {
+                    group: "Resolver recorder",
+                    per_event: Duration::from_micros(40),
+                },
+            ],
+            busiest_thread: Some(BusiestThread {
+                name: "nimbus-recorder".into(),
+                per_event: Duration::from_micros(40),
+            }),
+            ..phase(None)
+        };
+        let report = BenchReport {
+            options: BenchOptions::default(),
+            machine: "test".into(),
+            modes: vec![ModeReport {
+                mode: Mode::Wasm,
+                closed,
+                open: phase(Some(6172.0)),
+            }],
+        };
+        let text = report.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        let closed_row = lines
+            .iter()
+            .position(|l| l.starts_with("wasm   closed loop"))
+            .unwrap();
+        assert_eq!(
+            lines[closed_row + 1].trim_start(),
+            "cpu µs by thread: tokio workers 72, Resolver recorder 40; \
+             nimbus-recorder alone would be busy all the time at ~25000 events/s"
+        );
+        assert!(
+            lines[closed_row + 2].starts_with("wasm   open @ 6172/s"),
+            "{text}"
+        );
     }
 
     /// Where each whitespace-separated field of `line` ends, in characters
