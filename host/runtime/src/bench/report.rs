@@ -211,6 +211,8 @@ fn write_phase(f: &mut fmt::Formatter<'_>, mode: Mode, phase: &PhaseReport) -> f
         let shares: Vec<String> = phase
             .threads
             .iter()
+            // A group under half a µs would print as 0.
+            .filter(|t| t.per_event >= Duration::from_nanos(500))
             .map(|t| format!("{} {:.0}", t.group, t.per_event.as_secs_f64() * 1e6))
             .collect();
         write!(f, "{:<25}cpu µs by thread: {}", "", shares.join(", "))?;
@@ -381,6 +383,10 @@ mod tests {
                 ThreadShare {
                     group: "Resolver recorder",
                     per_event: Duration::from_micros(40),
+                },
+                ThreadShare {
+                    group: "other",
+                    per_event: Duration::from_nanos(400),
                 },
             ],
             busiest_thread: Some(BusiestThread {
