@@ -3,6 +3,7 @@
 //! other; this adapter is the only place both meet.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, UNIX_EPOCH};
 
 use nimbus_engine::{
@@ -15,12 +16,40 @@ use nimbus_wire::build::FollowUp;
 /// The sandbox's registry, as the engine's handlers.
 pub struct SandboxHandlers {
     registry: Arc<Registry>,
+    calls: Arc<AtomicUsize>,
 }
 
 impl SandboxHandlers {
     /// Dispatches through `registry`.
     pub fn new(registry: Arc<Registry>) -> Self {
-        SandboxHandlers { registry }
+        SandboxHandlers {
+            registry,
+            calls: Arc::default(),
+        }
+    }
+
+    /// Counts the handler calls in progress in `calls` (shared by every
+    /// endpoint of a host, which says at shutdown how many the grace cut).
+    pub fn counting_calls_in(mut self, calls: Arc<AtomicUsize>) -> Self {
+        self.calls = calls;
+        self
+    }
+}
+
+/// One handler call in progress, counted until it ends or is dropped
+/// unfinished.
+struct CallInProgress<'a>(&'a AtomicUsize);
+
+impl<'a> CallInProgress<'a> {
+    fn start(calls: &'a AtomicUsize) -> Self {
+        calls.fetch_add(1, Ordering::Relaxed);
+        CallInProgress(calls)
+    }
+}
+
+impl Drop for CallInProgress<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -30,6 +59,7 @@ impl Handlers for SandboxHandlers {
             let Some(version) = self.registry.lookup(endpoint, &event.event_type) else {
                 return self.not_loaded(endpoint, &event.event_type);
             };
+            let _counted = CallInProgress::start(&self.calls);
             let invocation = version.invoke_async(to_sandbox_event(event)).await;
             Some(report(invocation, version.id()))
         })

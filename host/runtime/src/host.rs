@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context as _;
 use nimbus_broker::{Broker, BrokerOptions};
@@ -36,6 +37,8 @@ pub struct Host {
     resolver: Arc<SqliteResolverStore>,
     metrics: Arc<Metrics>,
     retrying: Arc<Retrying>,
+    /// Handler calls in progress, across every endpoint.
+    handler_calls: Arc<AtomicUsize>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     _watch: WatchGuard,
@@ -125,6 +128,7 @@ impl Host {
             resolver,
             metrics: Arc::new(Metrics::default()),
             retrying: Arc::default(),
+            handler_calls: Arc::default(),
             shutdown,
             tasks,
             _watch: watch,
@@ -194,9 +198,11 @@ impl Host {
             .await
             .is_err()
         {
+            let cut_off = self.handler_calls.load(Ordering::Relaxed);
             warn!(
                 ?grace,
-                "shutdown grace elapsed; unsettled deliveries will be redelivered"
+                handler_calls = cut_off,
+                "shutdown grace elapsed with {cut_off} handler call(s) still running; unsettled deliveries will be redelivered"
             );
         }
         if let Err(e) = self.broker.flush().await {
@@ -263,6 +269,7 @@ struct Supervisor {
     config: ValidConfig,
     policies: Arc<Policies>,
     retrying: Arc<Retrying>,
+    handler_calls: Arc<AtomicUsize>,
     processor: ProcessorSettings,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -277,6 +284,7 @@ impl Supervisor {
             config: host.config.clone(),
             policies: Arc::new(wiring::policies(&host.config)),
             retrying: Arc::clone(&host.retrying),
+            handler_calls: Arc::clone(&host.handler_calls),
             processor: wiring::processor_settings(&host.config),
             shutdown: host.shutdown.clone(),
             tasks: host.tasks.clone(),
@@ -344,7 +352,10 @@ impl Supervisor {
         let endpoint = wiring::endpoint(
             &self.config,
             name,
-            Arc::new(SandboxHandlers::new(Arc::clone(&self.registry))),
+            Arc::new(
+                SandboxHandlers::new(Arc::clone(&self.registry))
+                    .counting_calls_in(Arc::clone(&self.handler_calls)),
+            ),
             Arc::clone(&self.policies),
             format!("nimbus {VERSION}"),
             Arc::clone(&self.retrying),
