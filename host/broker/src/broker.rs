@@ -315,12 +315,14 @@ impl Plan {
         {
             return Ok(());
         }
-        let stored = |m: &Message| postcard::experimental::serialized_size(m).unwrap_or(usize::MAX);
-        let total = messages().map(stored).fold(0usize, usize::saturating_add);
+        let (total, largest) = messages()
+            .map(|m| postcard::experimental::serialized_size(m).unwrap_or(usize::MAX))
+            .fold((0usize, 0usize), |(total, largest), size| {
+                (total.saturating_add(size), largest.max(size))
+            });
         if total <= MAX_REQUEST_MESSAGE_BYTES {
             return Ok(());
         }
-        let largest = messages().map(stored).max().unwrap_or_default();
         Err(format!(
             "it would store {copies} message copies ({} in all, the largest {}) in one request, \
              more than the {} a request may hold; send smaller messages, or fewer at once, or \
