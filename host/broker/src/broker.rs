@@ -63,6 +63,7 @@ pub struct BrokerOptions {
     pub(crate) durability: Durability,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) segment_bytes: u64,
+    pub(crate) max_request_bytes: usize,
 }
 
 impl std::fmt::Debug for BrokerOptions {
@@ -71,6 +72,7 @@ impl std::fmt::Debug for BrokerOptions {
             .field("data_dir", &self.data_dir)
             .field("durability", &self.durability)
             .field("segment_bytes", &self.segment_bytes)
+            .field("max_request_bytes", &self.max_request_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -84,6 +86,7 @@ impl BrokerOptions {
             durability: Durability::default(),
             clock: Arc::new(SystemClock),
             segment_bytes: store::DEFAULT_SEGMENT_BYTES,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
         }
     }
 
@@ -93,6 +96,16 @@ impl BrokerOptions {
     /// plus a segment or two. Smaller segments mean more, smaller compactions.
     pub fn log_segment_bytes(mut self, bytes: u64) -> Self {
         self.segment_bytes = bytes.max(1);
+        self
+    }
+
+    /// Sets the most bytes of messages one request may store (256 MiB by
+    /// default, at most that): a publish with every copy its routing
+    /// makes, or a settlement with its publishes. A larger request is
+    /// refused with a reason. Lower it to hold the embedded broker to the
+    /// limits of the Service Bus tier a deployment will run on.
+    pub fn max_request_bytes(mut self, bytes: usize) -> Self {
+        self.max_request_bytes = bytes.clamp(1, DEFAULT_MAX_REQUEST_BYTES);
         self
     }
 
@@ -133,6 +146,8 @@ pub(crate) struct Inner {
     next_holder: AtomicU64,
     pub(crate) timers: Arc<Timers>,
     pub(crate) inbox: Mutex<Inbox>,
+    /// See [`BrokerOptions::max_request_bytes`].
+    pub(crate) max_request_bytes: usize,
 }
 
 /// How many inbox records may be written between two purges of expired ones.
@@ -276,12 +291,9 @@ impl Original {
 /// one frame of the log, never split, and a frame over the log's 1 GiB limit
 /// fails the write and with it every later one (a 2 MiB message reaching
 /// ~500 subscriptions was enough); refused up front, the sender gets an
-/// error that says why and the broker goes on.
-#[cfg(not(test))]
-pub(crate) const MAX_REQUEST_MESSAGE_BYTES: usize = 256 << 20;
-/// Small in unit tests, so a test can cross it without a large load.
-#[cfg(test)]
-pub(crate) const MAX_REQUEST_MESSAGE_BYTES: usize = 1 << 20;
+/// error that says why and the broker goes on. Also the most
+/// [`BrokerOptions::max_request_bytes`] may set.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 256 << 20;
 
 /// Headroom per copy for everything but the body (ids, user properties), so
 /// the exact size is computed only for a request that may be near the limit.
@@ -300,8 +312,8 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// Refuses a plan whose messages would make the request larger than
-    /// [`MAX_REQUEST_MESSAGE_BYTES`], saying why.
-    pub(crate) fn check_size(&self) -> Result<(), String> {
+    /// `limit` bytes, saying why.
+    pub(crate) fn check_size(&self, limit: usize) -> Result<(), String> {
         let messages = || {
             self.placements
                 .iter()
@@ -310,9 +322,7 @@ impl Plan {
         };
         let copies = self.placements.len() + self.scheduled.len();
         let bodies: usize = messages().map(|m| m.body.len()).sum();
-        if bodies.saturating_add(copies.saturating_mul(NON_BODY_ALLOWANCE))
-            <= MAX_REQUEST_MESSAGE_BYTES
-        {
+        if bodies.saturating_add(copies.saturating_mul(NON_BODY_ALLOWANCE)) <= limit {
             return Ok(());
         }
         let (total, largest) = messages()
@@ -320,7 +330,7 @@ impl Plan {
             .fold((0usize, 0usize), |(total, largest), size| {
                 (total.saturating_add(size), largest.max(size))
             });
-        if total <= MAX_REQUEST_MESSAGE_BYTES {
+        if total <= limit {
             return Ok(());
         }
         Err(format!(
@@ -329,7 +339,7 @@ impl Plan {
              route them to fewer subscriptions",
             mib(total),
             mib(largest),
-            mib(MAX_REQUEST_MESSAGE_BYTES),
+            mib(limit),
         ))
     }
 }
@@ -524,10 +534,11 @@ impl Inner {
                 // to the sender rather than lost at activation.
                 let mut dry = Plan::default();
                 self.route(locked, topic, message.clone(), seq, now, 0, &mut dry)?;
-                dry.check_size()
-                    .map_err(|reason| PublishError::InvalidMessage {
+                dry.check_size(self.max_request_bytes).map_err(|reason| {
+                    PublishError::InvalidMessage {
                         reason: format!("when it falls due, {reason}"),
-                    })?;
+                    }
+                })?;
                 plan.scheduled
                     .push((topic.to_owned(), seq, Scheduled { at, message }));
                 Ok(())
@@ -828,7 +839,7 @@ impl Inner {
                 for message in messages {
                     self.plan_publish(locked, topic, message, now, &mut plan)?;
                 }
-                plan.check_size()
+                plan.check_size(self.max_request_bytes)
                     .map_err(|reason| PublishError::InvalidMessage { reason })?;
                 let sequence_numbers = std::mem::take(&mut plan.sequence_numbers);
                 let mut ops = Vec::new();
@@ -992,9 +1003,10 @@ impl Inner {
                     },
                 })?;
         }
-        plan.check_size().map_err(|reason| SettleError::Invalid {
-            reason: format!("its messages were refused: {reason}"),
-        })?;
+        plan.check_size(self.max_request_bytes)
+            .map_err(|reason| SettleError::Invalid {
+                reason: format!("its messages were refused: {reason}"),
+            })?;
         // 2. Apply.
         let mut ops = Vec::new();
         let sequence_numbers = std::mem::take(&mut plan.sequence_numbers);
@@ -1366,6 +1378,7 @@ pub(crate) fn open(options: BrokerOptions) -> Result<Arc<Inner>, OpenError> {
         next_holder: AtomicU64::new(0),
         timers: Arc::clone(&timers),
         inbox: Mutex::new(inbox),
+        max_request_bytes: options.max_request_bytes,
     });
     tokio::spawn(timer_task(Arc::downgrade(&inner), timers));
     Ok(inner)

@@ -41,7 +41,8 @@ const MAX_REQUESTS_PER_COMMIT: usize = 8192;
 /// fails and poisons the broker; a burst of large messages (a few hundred
 /// of the API's 2 MiB) could reach it within the request bound alone. A
 /// request is never split; one is refused before it reaches the writer if
-/// its messages pass [`MAX_REQUEST_MESSAGE_BYTES`](crate::broker::MAX_REQUEST_MESSAGE_BYTES).
+/// its messages pass [`DEFAULT_MAX_REQUEST_BYTES`](crate::DEFAULT_MAX_REQUEST_BYTES)
+/// (or the lower limit the broker was opened with).
 #[cfg(not(test))]
 const COMMIT_BYTES: usize = 64 << 20;
 /// Small in unit tests, so a test can cross it without a large load.

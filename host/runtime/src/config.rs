@@ -128,6 +128,14 @@ pub struct BrokerConfig {
     /// Deliveries before the broker dead-letters a message.
     #[serde(default = "default_max_delivery_count")]
     pub max_delivery_count: u32,
+    /// The most one request may store, every copy counted, e.g. `"256MiB"`
+    /// (the most, and the default).
+    #[serde(default = "default_max_request_size")]
+    pub max_request_size: String,
+}
+
+fn default_max_request_size() -> String {
+    "256MiB".to_owned()
 }
 
 /// Service Bus's longest message and session lock.
@@ -147,6 +155,7 @@ impl Default for BrokerConfig {
             durability: DurabilityConfig::default(),
             lock_duration: default_lock_duration(),
             max_delivery_count: default_max_delivery_count(),
+            max_request_size: default_max_request_size(),
         }
     }
 }
@@ -447,6 +456,8 @@ pub struct ValidConfig {
     pub classifier: Classifier,
     /// `sandbox.memory` in bytes.
     pub sandbox_memory_bytes: u64,
+    /// `broker.max_request_size` in bytes.
+    pub broker_max_request_bytes: usize,
 }
 
 impl Config {
@@ -583,6 +594,13 @@ impl Config {
                 0
             }
         };
+        let broker_max_request_bytes = match max_request_bytes(&self.broker.max_request_size) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                problems.push(format!("broker.max_request_size: {e}"));
+                0
+            }
+        };
         for (i, producer) in self.host.producers.iter().enumerate() {
             let first = self.host.producers[..i]
                 .iter()
@@ -625,7 +643,29 @@ impl Config {
             retry,
             classifier,
             sandbox_memory_bytes,
+            broker_max_request_bytes,
         })
+    }
+}
+
+/// The smallest `broker.max_request_size`: below it, ordinary events with
+/// their copies would be refused.
+const MIN_MAX_REQUEST_BYTES: usize = 64 << 10;
+
+/// `broker.max_request_size` in bytes, between [`MIN_MAX_REQUEST_BYTES`] and
+/// the broker's own limit.
+fn max_request_bytes(text: &str) -> Result<usize, String> {
+    let bytes = nimbus_sandbox::parse_byte_size(text)?;
+    let most = nimbus_broker::DEFAULT_MAX_REQUEST_BYTES;
+    match usize::try_from(bytes) {
+        Ok(bytes) if bytes > most => Err(format!(
+            "{text} is over the broker's maximum of 256MiB (a request is one frame of its log)"
+        )),
+        Ok(bytes) if bytes < MIN_MAX_REQUEST_BYTES => {
+            Err(format!("{text} is under the minimum of 64KiB"))
+        }
+        Ok(bytes) => Ok(bytes),
+        Err(_) => Err(format!("{text} is over the broker's maximum of 256MiB")),
     }
 }
 
@@ -637,6 +677,29 @@ mod tests {
 
     fn parse(text: &str) -> Result<ValidConfig, ConfigError> {
         Config::parse(text, Path::new("nimbus.toml"), Path::new("/srv/app"))
+    }
+
+    #[test]
+    fn the_request_size_is_read_with_its_unit_and_held_to_the_broker_limits() {
+        assert_eq!(parse("").unwrap().broker_max_request_bytes, 256 << 20);
+        let valid = parse("[broker]\nmax_request_size = \"1MiB\"\n").unwrap();
+        assert_eq!(valid.broker_max_request_bytes, 1 << 20);
+        for (value, says) in [
+            (
+                "\"512MiB\"",
+                "broker.max_request_size: 512MiB is over the broker's maximum of 256MiB",
+            ),
+            (
+                "\"1KiB\"",
+                "broker.max_request_size: 1KiB is under the minimum of 64KiB",
+            ),
+            ("\"lots\"", "broker.max_request_size: `lots` is not a size"),
+        ] {
+            let err = parse(&format!("[broker]\nmax_request_size = {value}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{value}: {err}");
+        }
     }
 
     #[test]

@@ -89,7 +89,9 @@ impl Host {
         })?;
         let broker = Arc::new(
             Broker::open(
-                BrokerOptions::new(&broker_dir).durability(config.config.broker.durability.into()),
+                BrokerOptions::new(&broker_dir)
+                    .durability(config.config.broker.durability.into())
+                    .max_request_bytes(config.broker_max_request_bytes),
             )
             .await
             .with_context(|| format!("opening the broker in {}", broker_dir.display()))?,

@@ -1,5 +1,5 @@
 //! A request too large for one log frame is refused up front, with a reason
-//! that says why, and the broker goes on (under `cfg(test)` the limit is
+//! that says why, and the broker goes on (these tests lower the limit to
 //! 1 MiB).
 
 use std::time::Duration;
@@ -9,8 +9,17 @@ use nimbus_transport::{
     SubQueue, SubscriptionPath, SubscriptionSettings, TopicSettings, Transport,
 };
 
-use super::MAX_REQUEST_MESSAGE_BYTES;
 use crate::{Broker, BrokerOptions, Durability};
+
+/// The limit these tests set, small so a test can cross it without a large
+/// load.
+const LIMIT: usize = 1 << 20;
+
+fn options(dir: &std::path::Path) -> BrokerOptions {
+    BrokerOptions::new(dir)
+        .durability(Durability::Os)
+        .max_request_bytes(LIMIT)
+}
 
 const SUBSCRIPTIONS: usize = 20;
 const ARRIVES: Duration = Duration::from_secs(10);
@@ -19,9 +28,7 @@ const ABSENT: Duration = Duration::from_millis(100);
 /// Topic `t` with [`SUBSCRIPTIONS`] subscriptions taking everything, and a
 /// session queue `work/q` to settle from.
 async fn broker(dir: &std::path::Path) -> Broker {
-    let broker = Broker::open(BrokerOptions::new(dir).durability(Durability::Os))
-        .await
-        .expect("open");
+    let broker = Broker::open(options(dir)).await.expect("open");
     for topic in ["t", "work"] {
         broker
             .create_topic(topic, TopicSettings::default())
@@ -50,7 +57,7 @@ async fn broker(dir: &std::path::Path) -> Broker {
 /// A message whose copies to every subscription of `t` cross the limit,
 /// though the message alone is far under it.
 fn fans_out_too_far() -> Message {
-    let body = vec![b'x'; MAX_REQUEST_MESSAGE_BYTES / SUBSCRIPTIONS + 1024];
+    let body = vec![b'x'; LIMIT / SUBSCRIPTIONS + 1024];
     Message::new(body)
 }
 
@@ -96,9 +103,7 @@ async fn a_publish_whose_copies_outgrow_one_request_is_refused_and_the_broker_go
         .await
         .expect("a small publish");
     drop(broker);
-    let broker = Broker::open(BrokerOptions::new(dir.path()).durability(Durability::Os))
-        .await
-        .expect("reopen");
+    let broker = Broker::open(options(dir.path())).await.expect("reopen");
     for n in [0, SUBSCRIPTIONS - 1] {
         assert_eq!(
             bodies(&broker, &format!("s{n:02}")).await,
