@@ -312,7 +312,73 @@ impl<T: Transport> Delivery<'_, T> {
                 "no handler at this endpoint serves the event's type: answered UnsupportedResponse"
             );
         }
-        let (outcome, failure, decided_by) = match report.as_ref().map(|r| &r.result) {
+        // A settlement with follow-ups can be refused for good (too large
+        // for one request): kept to settle the event as failed instead.
+        let sends_follow_ups = report.as_ref().is_some_and(|r| {
+            !r.follow_ups.is_empty()
+                && matches!(
+                    r.result,
+                    HandlerResult::Completed | HandlerResult::PendingHandoff { .. }
+                )
+        });
+        let fallback = sends_follow_ups.then(|| received.clone());
+        let settled = self.settle_report(
+            received,
+            message,
+            entry,
+            event_id,
+            timing,
+            inbox_key,
+            report.as_ref(),
+        );
+        let refusal = match settled.await {
+            Err(DeliveryError::Settle {
+                source: SettleError::Invalid { reason },
+            }) => reason,
+            other => return other,
+        };
+        let (Some(received), Some(report)) = (fallback, report) else {
+            return Err(DeliveryError::Settle {
+                source: SettleError::Invalid { reason: refusal },
+            });
+        };
+        let failed = follow_ups_refused(report, &refusal);
+        warn!(
+            endpoint = %self.endpoint.name,
+            session = message.session_id.as_deref().unwrap_or(""),
+            %event_id,
+            event_type = event_type.unwrap_or_default(),
+            reason = %refusal,
+            "the broker refused the event's settlement with its follow-ups: none is sent, and \
+             the event fails as if its handler had"
+        );
+        self.settle_report(
+            received,
+            message,
+            entry,
+            event_id,
+            timing,
+            inbox_key,
+            Some(&failed),
+        )
+        .await
+    }
+
+    /// Settles `received` by the handler's report (`None`: no handler
+    /// serves the type).
+    #[allow(clippy::too_many_arguments, reason = "one delivery's parts")]
+    async fn settle_report(
+        &mut self,
+        received: ReceivedMessage,
+        message: &NimbusMessage,
+        entry: Entry,
+        event_id: &str,
+        timing: Timing,
+        inbox_key: Option<InboxKey>,
+        report: Option<&HandlerReport>,
+    ) -> Result<(), DeliveryError> {
+        let event_type = message.event_type();
+        let (outcome, failure, decided_by) = match report.map(|r| &r.result) {
             None => (Outcome::Unsupported, None, None),
             Some(HandlerResult::Completed) => (Outcome::Completed, None, None),
             Some(HandlerResult::PendingHandoff { .. }) => (Outcome::PendingHandoff, None, None),
@@ -342,7 +408,7 @@ impl<T: Transport> Delivery<'_, T> {
             event_id,
             entry,
             replayed: message.replayed_sequence().is_some(),
-            report: report.as_ref(),
+            report,
             failure: failure.as_ref(),
             decided_by: decided_by.as_deref(),
             timing,
@@ -947,6 +1013,30 @@ fn dead_letter_reason(
 
 /// The error type of a handler that panicked (the sandbox's for a guest).
 pub const HANDLER_PANIC: &str = "Panic";
+
+/// The error type of an event whose handler succeeded but whose settlement
+/// the broker refused for good because of its follow-ups (too large for one
+/// request): the event fails, so nothing is half sent and an operator sees
+/// why, instead of the message coming back to run again and again.
+pub const FOLLOW_UPS_REFUSED: &str = "FollowUpsRefused";
+
+/// The report a refused settlement turns `report` into: failed, with the
+/// broker's reason, without follow-ups, by the same handler version.
+fn follow_ups_refused(report: HandlerReport, refusal: &str) -> HandlerReport {
+    let count = report.follow_ups.len();
+    HandlerReport {
+        result: HandlerResult::Failed(HandlerFailure {
+            error_type: FOLLOW_UPS_REFUSED.to_owned(),
+            message: format!(
+                "the handler succeeded, but the broker refused its settlement with {count} \
+                 follow-up(s), so none was sent: {refusal}"
+            ),
+            retry_after: None,
+        }),
+        follow_ups: Vec::new(),
+        version: report.version,
+    }
+}
 
 /// The report of a handler that panicked: `failed`, with the panic's
 /// message. No version ran to the end, so none is named.

@@ -26,7 +26,8 @@ mod retrying;
 pub mod session_state;
 
 pub use delivery::{
-    Endpoint, HANDLER_PANIC, HANDLER_VERSION_PROPERTY, MAX_DELIVERY_COUNT_EXCEEDED,
+    Endpoint, FOLLOW_UPS_REFUSED, HANDLER_PANIC, HANDLER_VERSION_PROPERTY,
+    MAX_DELIVERY_COUNT_EXCEEDED,
 };
 pub use handler::{
     HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,

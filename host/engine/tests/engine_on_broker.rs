@@ -20,12 +20,17 @@ use nimbus_transport::{
     Admin, Message, Receiver, RuleDescription, SubQueue, SubscriptionPath, SubscriptionSettings,
     TopicSettings, Transport,
 };
+use nimbus_wire::build::FollowUp;
 use nimbus_wire::{MessageContent, MessageType, NimbusMessage, SessionState};
 use tokio_util::sync::CancellationToken;
 
 mod support;
 
 use support::{E, event_request};
+
+/// The event type of the follow-ups the `follow-ups-N-BYTES` action
+/// publishes.
+const FOLLOW_UP_TYPE: &str = "OrderShipped";
 
 /// How long the `"slow"` action runs.
 const SLOW_HANDLER: Duration = Duration::from_millis(1500);
@@ -59,7 +64,7 @@ impl Scripted {
         let action = payload["Action"].as_str().unwrap_or("complete");
         let count = {
             let mut failures = self.failures.lock().unwrap();
-            let count = failures.entry(id).or_default();
+            let count = failures.entry(id.clone()).or_default();
             *count += 1;
             *count
         };
@@ -89,9 +94,26 @@ impl Scripted {
             "panic" => panic!("scripted panic"),
             _ => HandlerResult::Completed,
         };
+        // `follow-ups-N-BYTES`: completes, publishing N follow-ups whose
+        // payloads are strings of BYTES characters.
+        let follow_ups = match action.strip_prefix("follow-ups-") {
+            Some(shape) => {
+                let (n, bytes) = shape.split_once('-').unwrap();
+                let (n, bytes): (usize, usize) = (n.parse().unwrap(), bytes.parse().unwrap());
+                (0..n)
+                    .map(|i| FollowUp {
+                        event_type_id: FOLLOW_UP_TYPE.to_owned(),
+                        message_id: format!("{id}-follow-up-{i}"),
+                        payload: serde_json::json!("x".repeat(bytes)).to_string(),
+                        ..FollowUp::default()
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
         Some(HandlerReport {
             result,
-            follow_ups: Vec::new(),
+            follow_ups,
             version: "sha256:test".into(),
         })
     }
@@ -208,6 +230,9 @@ struct Tuning {
     renew_every: Duration,
     /// How long the session waits after a transient failure.
     transient_backoff: TransientBackoff,
+    /// The broker's limit on one request's messages; its default when
+    /// `None`.
+    max_request_bytes: Option<usize>,
 }
 
 async fn start_with(
@@ -229,14 +254,15 @@ async fn start_with(
             base: Duration::from_millis(5),
             max: Duration::from_millis(20),
         },
+        max_request_bytes: None,
     };
     tune(&mut tuning);
     let dir = tempfile::tempdir().unwrap();
-    let broker = Arc::new(
-        Broker::open(BrokerOptions::new(dir.path()).durability(Durability::Os))
-            .await
-            .unwrap(),
-    );
+    let mut options = BrokerOptions::new(dir.path()).durability(Durability::Os);
+    if let Some(bytes) = tuning.max_request_bytes {
+        options = options.max_request_bytes(bytes);
+    }
+    let broker = Arc::new(Broker::open(options).await.unwrap());
     provision(&broker, max_delivery_count, tuning.lock_duration).await;
     let handler = Arc::new(Scripted::default());
     let retrying = Arc::new(Retrying::default());
@@ -1332,5 +1358,94 @@ async fn a_retry_scheduled_before_a_resubmission_that_hands_off_or_dead_letters_
         let state = h.session_state(session).await;
         assert_eq!(state.awaits_retry(), Some(false), "{session}: {state:?}");
     }
+    h.shutdown.cancel();
+}
+
+/// What the follow-ups subscription (every `OrderShipped` published on the
+/// endpoint's topic) holds: their message ids, taken off it.
+async fn follow_ups_published(receiver: &nimbus_broker::BrokerReceiver) -> Vec<String> {
+    let mut ids = Vec::new();
+    while let Some(received) = receiver.receive(Duration::from_millis(300)).await.unwrap() {
+        ids.push(received.message.message_id.clone().unwrap_or_default());
+        receiver.complete(received).await.unwrap();
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_ups_the_broker_refuses_fail_the_event_once_instead_of_running_it_again_and_again() {
+    // 64 KiB a request: three follow-ups of 30 KB pass it, two of 100 bytes
+    // do not.
+    let h = start_with(RetryPolicies::default(), 10, None, |t| {
+        t.max_request_bytes = Some(64 << 10);
+    })
+    .await;
+    let shipped = SubscriptionPath::new(E, "shipped");
+    h.broker
+        .create_subscription(&shipped, SubscriptionSettings::default())
+        .await
+        .unwrap();
+    h.broker.delete_rule(&shipped, "$Default").await.unwrap();
+    h.broker
+        .create_rule(
+            &shipped,
+            RuleDescription::new("shipped", format!("user.To = '{FOLLOW_UP_TYPE}'")),
+        )
+        .await
+        .unwrap();
+    let follow_ups = h.broker.receiver(&shipped, SubQueue::Main).await.unwrap();
+
+    // Within the limit, the follow-ups go out with the completion.
+    h.publish(event("s0", "e0", "Z", "follow-ups-2-100")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "e0")]));
+    assert_eq!(
+        follow_ups_published(&follow_ups).await,
+        ["Z-follow-up-0", "Z-follow-up-1"]
+    );
+
+    h.publish(event("s1", "e1", "A", "follow-ups-3-30000"))
+        .await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    let (kind, event_id, error) = h.response().await;
+    assert_eq!((kind.as_str(), event_id.as_str()), ("ErrorResponse", "e1"));
+    let content = error
+        .content
+        .as_ref()
+        .expect("an error response has content");
+    let text = serde_json::to_string(content).unwrap();
+    assert!(
+        text.contains(nimbus_engine::FOLLOW_UPS_REFUSED)
+            && text.contains("3 follow-up(s)")
+            && text.contains("more than the 65536 bytes a request may hold"),
+        "the error names the follow-ups and the broker's limit: {text}"
+    );
+    assert_eq!(
+        error
+            .properties
+            .get("HandlerVersion")
+            .and_then(|v| v.as_str()),
+        Some("sha256:test"),
+        "the version that produced the follow-ups is recorded"
+    );
+    assert_eq!(h.responses(1).await, pairs(&[("DeferralResponse", "e2")]));
+    assert_eq!(h.session_state("s1").await.blocked_by(), Some("e1"));
+    assert!(
+        follow_ups_published(&follow_ups).await.is_empty(),
+        "no follow-up of the failed event is sent"
+    );
+    assert_eq!(
+        h.seen(),
+        ["Z", "A"],
+        "the handler ran once: the message is not handed back to run again"
+    );
+
+    // The operator skips it, and the session goes on.
+    h.publish(control(MessageType::SkipRequest, "s1", "e1"))
+        .await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("SkipResponse", "e1"), ("ResolutionResponse", "e2")])
+    );
+    assert_eq!(h.seen(), ["Z", "A", "B"]);
     h.shutdown.cancel();
 }
