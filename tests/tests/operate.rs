@@ -382,6 +382,17 @@ fn a_bad_configuration_key_stops_the_host_before_it_starts_and_names_the_key() {
         check.stderr()
     );
 
+    let too_large = scratch.write("large.toml", b"[broker]\nmax_request_size = \"1GiB\"\n");
+    let check = scratch.run_raw(&["check", "--config", too_large.to_str().expect("utf-8")]);
+    check.expect_code(1);
+    assert!(
+        check
+            .stderr()
+            .contains("broker.max_request_size: 1GiB is over the broker's maximum of 256MiB"),
+        "{}",
+        check.stderr()
+    );
+
     let good = scratch.write("good.toml", b"[api]\nlisten = \"127.0.0.1:7399\"\n");
     let check = scratch.run_raw(&["check", "--config", good.to_str().expect("utf-8")]);
     check.expect_code(0);
