@@ -204,7 +204,8 @@ pub(crate) enum DlqCommand {
 
 #[derive(Debug, Args)]
 pub(crate) struct DlqListArgs {
-    /// Only this endpoint's dead letters (`Resolver`: only what the
+    /// Only this endpoint's dead letters, its topic's forwarders' included
+    /// (a producer's topic: its forwarders'; `Resolver`: only what the
     /// Resolver could not record).
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
@@ -232,7 +233,9 @@ pub(crate) struct DlqTargetArgs {
     #[arg(long, value_name = "ID")]
     pub(crate) message_id: Option<String>,
     /// Only this subscription's dead-letter queue (the endpoint's own,
-    /// `Resolver`, `Deferred` or `DeferredProcessor`).
+    /// `Resolver`, `Deferred`, `DeferredProcessor`, or a forwarder of its
+    /// topic, named after the consumer: removed with --force, never
+    /// replayed).
     #[arg(long, value_name = "NAME")]
     pub(crate) subscription: Option<String>,
 }

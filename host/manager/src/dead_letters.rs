@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use nimbus_resolver::{ReplayNote, Status};
 use nimbus_transport::{
-    ErrorKind, ReceivedMessage, Receiver, SubQueue, SubscriptionPath, Transport,
+    Admin, ErrorKind, ReceivedMessage, Receiver, SubQueue, SubscriptionPath, Transport,
 };
 use nimbus_wire::addr::RESOLVER;
 use nimbus_wire::prop;
@@ -33,11 +33,13 @@ const END_OF_QUEUE_WAIT: Duration = Duration::from_millis(50);
 /// One dead-lettered message, as an operator needs to see it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadLetter {
-    /// The endpoint.
+    /// The endpoint; for a message a forwarder could not forward, the
+    /// topic it was published to (an endpoint's, or a producer's).
     pub endpoint: String,
     /// The subscription whose dead-letter queue holds it (`E` for the
     /// endpoint's own, `Resolver` for the copy bound to the Resolver,
-    /// `Deferred` or `DeferredProcessor`). For the Resolver's own queue
+    /// `Deferred` or `DeferredProcessor`, or a forwarder to a consumer's
+    /// topic, named after the consumer). For the Resolver's own queue
     /// both this and [`DeadLetter::endpoint`] are `Resolver`.
     pub subscription: String,
     /// The broker sequence number.
@@ -156,6 +158,12 @@ fn subscriptions(endpoint: &str) -> Vec<SubscriptionPath> {
     ]
 }
 
+/// Whether `path` is a forwarder of `endpoint`'s topic to a consumer's
+/// topic, rather than one of the endpoint's own subscriptions.
+fn is_forwarder(endpoint: &str, path: &SubscriptionPath) -> bool {
+    !subscriptions(endpoint).contains(path)
+}
+
 /// Whether `path` holds copies bound to the Resolver (an endpoint's
 /// forwarding subscription, or the Resolver's own): a copy there is what
 /// the audit trail lacks, never something a handler runs.
@@ -194,9 +202,87 @@ pub fn check_dead_letter_queue(endpoint: &str, subscription: &str) -> Result<(),
     })
 }
 
-impl<T: Transport> Manager<T> {
+impl<T: Transport + Admin> Manager<T> {
+    /// The forwarders of topic `topic` to its consumers' topics (all its
+    /// forwarding subscriptions but the one to the Resolver, which is the
+    /// endpoint's own), by name. A message dead-letters there when it cannot
+    /// be forwarded (its target topic is gone, a rule failed on it), so no
+    /// endpoint and no Resolver ever saw it: only its dead-letter queue
+    /// tells an operator that a publish went nowhere. `None` when the topic
+    /// does not exist.
+    async fn forwarders(&self, topic: &str) -> Result<Option<Vec<SubscriptionPath>>, ManagerError> {
+        match self.transport.list_subscriptions(topic).await {
+            Ok(subscriptions) => Ok(Some(
+                subscriptions
+                    .into_iter()
+                    .filter(|s| s.settings.forward_to.is_some() && s.name != RESOLVER)
+                    .map(|s| SubscriptionPath::new(s.topic, s.name))
+                    .collect(),
+            )),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(ManagerError::ListForwarders {
+                topic: topic.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// Every dead-letter queue of `endpoint` (see [`subscriptions`]) and
+    /// of its topic's forwarders; for a producer's topic, which has no
+    /// endpoint subscriptions, the forwarders' alone (none when nothing
+    /// consumes what it publishes). An error when there is no such topic.
+    async fn open_queues(
+        &self,
+        endpoint: &str,
+        only: Option<&str>,
+    ) -> Result<Vec<(SubscriptionPath, T::Receiver)>, ManagerError> {
+        let forwarders = self.forwarders(endpoint).await?;
+        let topic_exists = forwarders.is_some();
+        let forwarders = forwarders.unwrap_or_default();
+        let mut open = Vec::new();
+        for path in subscriptions(endpoint)
+            .into_iter()
+            .chain(forwarders.iter().cloned())
+        {
+            if only.is_some_and(|s| s != path.subscription) {
+                continue;
+            }
+            match self.open_dead_letters(endpoint, &path).await {
+                Ok(Some(receiver)) => open.push((path, receiver)),
+                Ok(None) => {}
+                // A producer's topic: its forwarders are all it has.
+                Err(ManagerError::UnknownEndpoint { .. }) if topic_exists => {}
+                Err(e) => {
+                    for (_, receiver) in open {
+                        receiver.close().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(open)
+    }
+
+    /// Checks that `subscription` names one of `endpoint`'s dead-letter
+    /// queues or one of its topic's forwarders.
+    async fn check_queue(&self, endpoint: &str, subscription: &str) -> Result<(), ManagerError> {
+        let fixed = check_dead_letter_queue(endpoint, subscription);
+        if fixed.is_ok()
+            || self
+                .forwarders(endpoint)
+                .await?
+                .unwrap_or_default()
+                .iter()
+                .any(|path| path.subscription == subscription)
+        {
+            return Ok(());
+        }
+        fixed
+    }
+
     /// The dead-lettered messages of `endpoint` (its own subscription's
-    /// queue, then the Resolver forwarding subscription's), in queue order
+    /// queue, then the Resolver forwarding subscription's, `Deferred`'s,
+    /// `DeferredProcessor`'s and its topic's forwarders'), in queue order
     /// in each (a replayed message keeps the place it was given when it
     /// went back, so one dead-lettered again comes after the others), at most `limit` (default [`DEFAULT_DEAD_LETTER_LIMIT`]). Nothing
     /// is removed and no delivery is counted.
@@ -207,10 +293,8 @@ impl<T: Transport> Manager<T> {
     ) -> Result<Vec<DeadLetter>, ManagerError> {
         let limit = limit.unwrap_or(DEFAULT_DEAD_LETTER_LIMIT);
         let mut listed = Vec::new();
-        for path in subscriptions(endpoint) {
-            let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
-                continue;
-            };
+        let mut queues = self.open_queues(endpoint, None).await?.into_iter();
+        for (path, receiver) in queues.by_ref() {
             let held = read_all(&receiver, &path, limit.saturating_sub(listed.len())).await;
             // Closing releases every held message without counting a delivery.
             receiver.close().await;
@@ -222,6 +306,9 @@ impl<T: Transport> Manager<T> {
             if listed.len() >= limit {
                 break;
             }
+        }
+        for (_, receiver) in queues {
+            receiver.close().await;
         }
         Ok(listed)
     }
@@ -247,6 +334,13 @@ impl<T: Transport> Manager<T> {
     ) -> Result<Replayed, ManagerError> {
         let (path, receiver, message) = self.locate(endpoint, subscription, which).await?;
         let mut described = describe(endpoint, &path, &message);
+        if is_forwarder(endpoint, &path) {
+            receiver.close().await;
+            return Err(ManagerError::NotForwarded {
+                which: which.to_string(),
+                subscription: path.to_string(),
+            });
+        }
         if let Some(refusal) = parked_copy_not_replayable(&path, which) {
             receiver.close().await;
             return Err(refusal);
@@ -425,17 +519,11 @@ impl<T: Transport> Manager<T> {
         which: &DeadLetterId,
     ) -> Result<(SubscriptionPath, T::Receiver, ReceivedMessage), ManagerError> {
         if let Some(subscription) = subscription {
-            check_dead_letter_queue(endpoint, subscription)?;
+            self.check_queue(endpoint, subscription).await?;
         }
         let mut found: Vec<(SubscriptionPath, T::Receiver, ReceivedMessage)> = Vec::new();
         let mut searched = Vec::new();
-        for path in subscriptions(endpoint) {
-            if subscription.is_some_and(|s| s != path.subscription) {
-                continue;
-            }
-            let Some(receiver) = self.open_dead_letters(endpoint, &path).await? else {
-                continue;
-            };
+        for (path, receiver) in self.open_queues(endpoint, subscription).await? {
             searched.push(path.to_string());
             // Every message received before the match stays locked by this
             // receiver until it closes, so the scan sees each message once.
@@ -481,7 +569,13 @@ impl<T: Transport> Manager<T> {
         force: bool,
     ) -> Result<ReplayedAll, ManagerError> {
         if let Some(subscription) = subscription {
-            check_dead_letter_queue(endpoint, subscription)?;
+            self.check_queue(endpoint, subscription).await?;
+            if check_dead_letter_queue(endpoint, subscription).is_err() {
+                return Err(ManagerError::NotForwarded {
+                    which: "every message".to_owned(),
+                    subscription: SubscriptionPath::new(endpoint, subscription).to_string(),
+                });
+            }
         }
         let mut done = ReplayedAll::default();
         for path in subscriptions(endpoint) {
@@ -673,7 +767,7 @@ impl<T: Transport> Manager<T> {
         path: &SubscriptionPath,
         message: &DeadLetter,
     ) -> Option<Status> {
-        if bound_to_resolver(path) {
+        if bound_to_resolver(path) || is_forwarder(endpoint, path) {
             return None;
         }
         let event_id = message.event_id.as_deref()?;
@@ -701,6 +795,11 @@ impl<T: Transport> Manager<T> {
                 why,
             }))
         };
+        if is_forwarder(endpoint, path) {
+            return keep(
+                "it was never forwarded, so nothing shows its event was published again".to_owned(),
+            );
+        }
         if bound_to_resolver(path) {
             return keep(
                 "it is a copy the Resolver could not record: removing it loses what it \

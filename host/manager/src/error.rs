@@ -66,6 +66,20 @@ pub enum ManagerError {
         /// The subscription whose dead-letter queue holds it.
         subscription: String,
     },
+    /// A message dead-lettered on a producer's forwarder: it never reached
+    /// its consumer's topic, so there is nowhere to replay it to.
+    #[error(
+        "the dead-lettered message {which} in {subscription} was never forwarded, so no endpoint \
+         and no Resolver has seen it: replayed, it would wait in a forwarder that forwards only \
+         what is published. Fix what its reason names, publish the event again (`nimbus \
+         publish`), then remove this copy (`nimbus dlq remove ... --force`)"
+    )]
+    NotForwarded {
+        /// The message.
+        which: String,
+        /// The forwarder whose dead-letter queue holds it.
+        subscription: String,
+    },
     /// A dead-lettered message the Manager keeps unless forced: removing it
     /// could lose an event still open, or what its history lacks.
     #[error(
@@ -185,7 +199,7 @@ pub enum ManagerError {
     },
     /// A dead-letter queue was named that the endpoint does not have.
     #[error(
-        "endpoint '{endpoint}' has no subscription '{subscription}' with a dead-letter queue: name '{endpoint}' (its own), 'Resolver', 'Deferred' or 'DeferredProcessor'"
+        "endpoint '{endpoint}' has no subscription '{subscription}' with a dead-letter queue: name '{endpoint}' (its own), 'Resolver', 'Deferred', 'DeferredProcessor' or one of its topic's forwarders (a consumer's name)"
     )]
     UnknownDeadLetterQueue {
         /// The endpoint.
@@ -229,6 +243,15 @@ pub enum ManagerError {
         /// The transport's answer.
         #[source]
         source: PublishError,
+    },
+    /// Listing a topic's forwarders failed.
+    #[error("listing the forwarders of topic '{topic}': {source}")]
+    ListForwarders {
+        /// The topic.
+        topic: String,
+        /// The transport's answer.
+        #[source]
+        source: nimbus_transport::AdminError,
     },
     /// Opening a dead-letter queue failed.
     #[error("opening the dead-letter queue of {subscription}: {source}")]

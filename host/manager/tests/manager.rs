@@ -1541,3 +1541,130 @@ async fn the_resolvers_own_dead_letters_are_listed_kept_and_replayed_to_record_t
     );
     h.stop().await;
 }
+
+/// A publish a producer's forwarder cannot forward (here: the consumer's
+/// topic is gone) dead-letters on the forwarder, where no endpoint and no
+/// Resolver sees it: `dead_letters` lists it under the producer's topic, a
+/// replay is refused with what to do instead, and it is removed only by
+/// force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_a_forwarder_could_not_forward_is_listed_and_removed_only_by_force() {
+    use nimbus_transport::provision::{Endpoint, Topology, provision};
+
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(
+        Broker::open(BrokerOptions::new(dir.path().join("broker")))
+            .await
+            .unwrap(),
+    );
+    let topology = Topology::new()
+        .endpoint(Endpoint::new("billing").consumes(["OrderPlaced"]))
+        .producer_topic("storefront");
+    provision(&*broker, &topology).await.unwrap();
+    broker.delete_topic("billing").await.unwrap();
+    let store = Arc::new(SqliteResolverStore::open(&dir.path().join("resolver.db")).unwrap());
+    let manager = Manager::new(
+        Arc::clone(&broker),
+        Arc::clone(&store) as Arc<dyn ResolverStore>,
+    );
+    assert!(
+        manager
+            .dead_letters("storefront", None)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a producer's topic lists, though it has no endpoint subscription"
+    );
+
+    let publish = build::original_publish(&build::Publish {
+        event_type_id: "OrderPlaced".into(),
+        payload: r#"{"OrderId":"o-1001"}"#.into(),
+        session_id: Some(SESSION.into()),
+        message_id: Some("msg-lost-1".into()),
+        publisher: Some("storefront".into()),
+        ..build::Publish::default()
+    });
+    broker
+        .publish("storefront", vec![publish.to_transport()])
+        .await
+        .unwrap();
+
+    let listed = manager.dead_letters("storefront", None).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let lost = &listed[0];
+    assert_eq!(
+        (
+            lost.endpoint.as_str(),
+            lost.subscription.as_str(),
+            lost.message_id.as_deref(),
+            lost.reason.as_deref(),
+            lost.event_type.as_deref(),
+            lost.event_status,
+        ),
+        (
+            "storefront",
+            "billing",
+            Some("msg-lost-1"),
+            Some(nimbus_broker::REASON_FORWARD_TARGET_MISSING),
+            Some("OrderPlaced"),
+            None,
+        )
+    );
+    let which = DeadLetterId::MessageId("msg-lost-1".into());
+
+    let refused = manager
+        .replay_dead_letter("storefront", None, &which, true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ManagerError::NotForwarded { .. })
+            && refused.to_string().contains("publish the event again"),
+        "{refused}"
+    );
+    let refused = manager
+        .replay_all_dead_letters("storefront", Some("billing"), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ManagerError::NotForwarded { .. }),
+        "{refused}"
+    );
+    let kept = manager
+        .remove_dead_letter("storefront", Some("billing"), &which, false)
+        .await
+        .unwrap_err();
+    assert!(
+        kept.to_string().contains("never forwarded"),
+        "kept unless forced: {kept}"
+    );
+    let unknown = manager
+        .remove_dead_letter("storefront", Some("shipping"), &which, true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unknown, ManagerError::UnknownDeadLetterQueue { .. }),
+        "{unknown}"
+    );
+    assert_eq!(
+        manager
+            .dead_letters("storefront", None)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "refusals change nothing"
+    );
+
+    let removed = manager
+        .remove_dead_letter("storefront", None, &which, true)
+        .await
+        .unwrap();
+    assert_eq!(removed.subscription, "billing");
+    assert!(
+        manager
+            .dead_letters("storefront", None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

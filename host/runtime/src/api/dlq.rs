@@ -9,7 +9,7 @@ use nimbus_manager::{DeadLetter, DeadLetterId, ManagerError};
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{ApiQuery, given, json};
-use crate::api::endpoints::known_endpoints;
+use crate::api::endpoints::known_topics;
 use crate::api::events::TRUNCATED_HEADER;
 use crate::api::{ApiError, ApiState};
 
@@ -31,8 +31,10 @@ pub(crate) async fn list(
     let endpoints = match given(query.endpoint) {
         Some(endpoint) => vec![endpoint],
         None => {
-            // Last, after the endpoints: what the Resolver could not record.
-            let mut all = known_endpoints(&state).await?;
+            // The endpoints, then the producers' topics (what their
+            // forwarders could not forward).
+            let mut all = known_topics(&state).await?;
+            // Last: what the Resolver could not record.
             all.push(nimbus_wire::addr::RESOLVER.to_owned());
             all
         }
@@ -74,9 +76,9 @@ pub(crate) async fn list(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReplayRequest {
     endpoint: Option<String>,
-    /// `E` (the endpoint's own queue), `Resolver`, `Deferred` or
-    /// `DeferredProcessor`; needed only when the
-    /// message is in both.
+    /// `E` (the endpoint's own queue), `Resolver`, `Deferred`,
+    /// `DeferredProcessor` or a forwarder (refused: publish again); needed
+    /// only when the message is in more than one.
     subscription: Option<String>,
     sequence_number: Option<i64>,
     message_id: Option<String>,
@@ -122,6 +124,7 @@ fn reason(why: &ManagerError) -> &'static str {
         ManagerError::Replay { .. } | ManagerError::Remove { .. } => "lock_lost",
         ManagerError::DeadLetterStillNeeded { .. } => "still_needed",
         ManagerError::NotReplayable { .. } => "parked_copy",
+        ManagerError::NotForwarded { .. } => "not_forwarded",
         _ => "other",
     }
 }
@@ -146,10 +149,9 @@ impl Target {
         let Some(endpoint) = given(endpoint) else {
             return Err(ApiError::bad_request("endpoint is missing"));
         };
+        // The Manager checks the name: besides the endpoint's own queues it
+        // may be one of its topic's forwarders, which it looks up.
         let subscription = given(subscription);
-        if let Some(subscription) = &subscription {
-            nimbus_manager::check_dead_letter_queue(&endpoint, subscription)?;
-        }
         let which = match (sequence_number, given(message_id), whole) {
             (Some(n), None, false) => Some(DeadLetterId::SequenceNumber(n)),
             (None, Some(id), false) => Some(DeadLetterId::MessageId(id)),
@@ -232,9 +234,10 @@ pub(crate) async fn replay(
 #[serde(deny_unknown_fields)]
 pub(crate) struct RemoveRequest {
     endpoint: Option<String>,
-    /// `E` (the endpoint's own queue), `Resolver`, `Deferred` or
-    /// `DeferredProcessor`; needed only when the
-    /// message is in both.
+    /// `E` (the endpoint's own queue), `Resolver`, `Deferred`,
+    /// `DeferredProcessor` or a forwarder of the endpoint's topic (named
+    /// after its consumer); needed only when the message is in more than
+    /// one.
     subscription: Option<String>,
     sequence_number: Option<i64>,
     message_id: Option<String>,

@@ -9,6 +9,20 @@ use crate::api::{ApiError, ApiState};
 /// leaves its endpoint's topic and session subscription in place, with
 /// their blocked sessions and dead letters: an operator still has to see
 /// them when listing everything.
+/// The endpoints, then the producers' topics that are not endpoints: every
+/// topic whose forwarders can dead-letter what was published to it.
+pub(crate) async fn known_topics(state: &ApiState) -> Result<Vec<String>, ApiError> {
+    let mut topics = known_endpoints(state).await?;
+    let producers: Vec<String> = state
+        .producers
+        .iter()
+        .filter(|p| !topics.iter().any(|e| e.eq_ignore_ascii_case(p)))
+        .cloned()
+        .collect();
+    topics.extend(producers);
+    Ok(topics)
+}
+
 pub(crate) async fn known_endpoints(state: &ApiState) -> Result<Vec<String>, ApiError> {
     let mut endpoints: BTreeSet<String> = state
         .registry

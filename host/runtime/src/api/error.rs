@@ -77,6 +77,7 @@ impl From<ManagerError> for ApiError {
             | ManagerError::EventNotRecorded { .. }
             | ManagerError::DeadLetterStillNeeded { .. }
             | ManagerError::NotReplayable { .. }
+            | ManagerError::NotForwarded { .. }
             | ManagerError::SeenInThisPass { .. }
             | ManagerError::MissingCoordinate { .. }
             | ManagerError::MissingPayload { .. } => ApiError::conflict(message),

@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use nimbus_transport::{Admin as _, AdminError, SubscriptionPath};
 use nimbus_wire::SessionState;
 
-use crate::api::endpoints::known_endpoints;
+use crate::api::endpoints::known_topics;
 use crate::api::{ApiError, ApiState};
 use crate::metrics::{CONTENT_TYPE, Text};
 
@@ -60,6 +60,22 @@ async fn depths(state: &ApiState, endpoint: &str) -> Result<Depths, ApiError> {
             depths.dead_letter += subscription.dead_letter_message_count;
         }
     }
+    // And the topic's forwarders to its consumers: a publish none could
+    // forward reached no endpoint, so this gauge is all that shows it.
+    let topic = state
+        .broker
+        .list_subscriptions(endpoint)
+        .await
+        .or_else(|e| match e {
+            AdminError::NotFound { .. } => Ok(Vec::new()),
+            e => Err(e),
+        })
+        .map_err(|e| ApiError::internal(format!("listing the subscriptions of {endpoint}: {e}")))?;
+    depths.dead_letter += topic
+        .iter()
+        .filter(|s| s.settings.forward_to.is_some() && s.name != nimbus_wire::addr::RESOLVER)
+        .map(|s| s.dead_letter_message_count)
+        .sum::<u64>();
     let sessions = match state.broker.list_sessions(&path).await {
         Ok(sessions) => sessions,
         Err(AdminError::NotFound { .. }) => Vec::new(),
@@ -88,7 +104,7 @@ pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoRe
     state.metrics.render(&mut text);
 
     let mut endpoints = Vec::new();
-    let mut watched = known_endpoints(&state).await?;
+    let mut watched = known_topics(&state).await?;
     watched.push(nimbus_wire::addr::RESOLVER.to_owned());
     let retrying = state.retrying.counts();
     for endpoint in watched {

@@ -618,7 +618,8 @@ async fn bad_input_is_a_4xx_that_names_the_problem() {
             "/api/dlq/replay",
             Some(r#"{"endpoint": "billing", "sequence_number": 1, "subscription": "Bogus"}"#),
             StatusCode::BAD_REQUEST,
-            "name 'billing' (its own), 'Resolver', 'Deferred' or 'DeferredProcessor'",
+            "name 'billing' (its own), 'Resolver', 'Deferred', 'DeferredProcessor' or one of its \
+             topic's forwarders",
         ),
         (
             Method::POST,
@@ -1150,5 +1151,75 @@ async fn published_user_properties_travel_typed() {
         PropertyValue::String("OrderPlaced".into())
     );
     receiver.complete(message).await.unwrap();
+    host.shutdown().await;
+}
+
+/// A publish that a producer's forwarder cannot forward (its target topic
+/// is gone) reaches no endpoint and no Resolver: the unfiltered `/api/dlq`
+/// lists it under the producer's topic, and a replay says what to do
+/// instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_no_forwarder_could_forward_is_listed_under_its_producer() {
+    use nimbus_transport::{Admin as _, RuleDescription, SubscriptionPath, SubscriptionSettings};
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+    let broker = host.broker();
+    broker
+        .create_topic("ghost", nimbus_transport::TopicSettings::default())
+        .await
+        .unwrap();
+    let forwarder = SubscriptionPath::new("publisher", "ghost");
+    broker
+        .create_subscription(&forwarder, SubscriptionSettings::forwarding_to("ghost"))
+        .await
+        .unwrap();
+    broker.delete_rule(&forwarder, "$Default").await.unwrap();
+    broker
+        .create_rule(
+            &forwarder,
+            RuleDescription::new("orders", "user.EventTypeId = 'OrderPlaced'"),
+        )
+        .await
+        .unwrap();
+    broker.delete_topic("ghost").await.unwrap();
+
+    let message_id = api.publish("OrderPlaced", "s-1", order("o-1", false)).await;
+    // The forwarder to billing delivered it.
+    api.wait_status("billing", "s-1", &message_id, "Completed")
+        .await;
+    let (listed, _) = api.listing("/api/dlq").await;
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["endpoint"], "publisher");
+    assert_eq!(listed[0]["subscription"], "ghost");
+    assert_eq!(listed[0]["message_id"], message_id.as_str());
+    assert_eq!(listed[0]["reason"], "ForwardToTargetNotFound");
+    // The dead-letter gauge counts it under the producer, for an alert.
+    let request = Request::get("/metrics").body(Body::empty()).unwrap();
+    let response = api.0.clone().oneshot(request).await.unwrap();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    assert_eq!(
+        sample(&text, "nimbus_dead_letter_messages{endpoint=\"publisher\"}"),
+        Some(1.0),
+        "{text}"
+    );
+
+    let (status, refused) = api
+        .post(
+            "/api/dlq/replay",
+            &json!({"endpoint": "publisher", "message_id": message_id}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("was never forwarded")),
+        "{refused}"
+    );
     host.shutdown().await;
 }
