@@ -322,15 +322,14 @@ impl<T: Transport> Delivery<'_, T> {
                 )
         });
         let fallback = sends_follow_ups.then(|| received.clone());
-        let settled = self.settle_report(
-            received,
+        let handled = Handled {
             message,
             entry,
             event_id,
             timing,
             inbox_key,
-            report.as_ref(),
-        );
+        };
+        let settled = self.settle_report(received, handled, report.as_ref());
         let refusal = match settled.await {
             Err(DeliveryError::Settle {
                 source: SettleError::Invalid { reason },
@@ -352,31 +351,24 @@ impl<T: Transport> Delivery<'_, T> {
             "the broker refused the event's settlement with its follow-ups: none is sent, and \
              the event fails as if its handler had"
         );
-        self.settle_report(
-            received,
+        self.settle_report(received, handled, Some(&failed)).await
+    }
+
+    /// Settles `received` by the handler's report (`None`: no handler
+    /// serves the type).
+    async fn settle_report(
+        &mut self,
+        received: ReceivedMessage,
+        handled: Handled<'_>,
+        report: Option<&HandlerReport>,
+    ) -> Result<(), DeliveryError> {
+        let Handled {
             message,
             entry,
             event_id,
             timing,
             inbox_key,
-            Some(&failed),
-        )
-        .await
-    }
-
-    /// Settles `received` by the handler's report (`None`: no handler
-    /// serves the type).
-    #[allow(clippy::too_many_arguments, reason = "one delivery's parts")]
-    async fn settle_report(
-        &mut self,
-        received: ReceivedMessage,
-        message: &NimbusMessage,
-        entry: Entry,
-        event_id: &str,
-        timing: Timing,
-        inbox_key: Option<InboxKey>,
-        report: Option<&HandlerReport>,
-    ) -> Result<(), DeliveryError> {
+        } = handled;
         let event_type = message.event_type();
         let (outcome, failure, decided_by) = match report.map(|r| &r.result) {
             None => (Outcome::Unsupported, None, None),
@@ -894,6 +886,16 @@ impl<T: Transport> Delivery<'_, T> {
         }
         Ok(())
     }
+}
+
+/// The event a handler ran on, as its settlement needs it.
+#[derive(Clone, Copy)]
+struct Handled<'a> {
+    message: &'a NimbusMessage,
+    entry: Entry,
+    event_id: &'a str,
+    timing: Timing,
+    inbox_key: Option<InboxKey>,
 }
 
 /// Why a message is parked, which says what the Resolver is told.
