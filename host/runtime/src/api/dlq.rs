@@ -28,7 +28,9 @@ pub(crate) async fn list(
     if query.limit == Some(0) {
         return Err(ApiError::bad_request("limit: must be at least 1"));
     }
-    let endpoints = match given(query.endpoint) {
+    let only = given(query.endpoint);
+    let filtered = only.is_some();
+    let endpoints = match only {
         Some(endpoint) => vec![endpoint],
         None => {
             // The endpoints, then the producers' topics (what their
@@ -48,10 +50,18 @@ pub(crate) async fn list(
     let mut truncated = Vec::new();
     for endpoint in endpoints {
         // One more than the limit tells "exactly the limit" from "more".
-        let mut held = state
+        let read = state
             .manager
             .dead_letters(&endpoint, Some(limit.saturating_add(1)))
-            .await?;
+            .await;
+        let mut held = match read {
+            Ok(held) => held,
+            // Unfiltered, a topic not (or no longer) on the broker has
+            // nothing to list: an endpoint added a moment ago, a producer
+            // nothing provisioned.
+            Err(ManagerError::UnknownEndpoint { .. }) if !filtered => continue,
+            Err(e) => return Err(e.into()),
+        };
         if held.len() > limit {
             held.truncate(limit);
             truncated.push(endpoint);
