@@ -16,8 +16,8 @@ guests=$(cargo metadata --no-deps --format-version 1 \
 # Guests are built with fat LTO and one codegen unit: a fresh instance runs
 # per event, so the guest's instruction count is paid on every event, and LTO
 # cut it by 5-6 % (callgrind, docs/decisions/0003-dispatch-cost.md; components
-# ~15 % smaller). Set through the environment, for this build only, so the
-# host's release profile (and the CI's link time for it) stays as it is.
+# ~15 % smaller). The workspace's release profile has the same since decision
+# 0124 (for the host); kept here so the guests' build says what it needs.
 if [ -n "$guests" ]; then
   # shellcheck disable=SC2086
   CARGO_PROFILE_RELEASE_LTO=true CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
