@@ -1,14 +1,10 @@
-//! Which endpoints a listing covers when the caller names none.
+//! Which endpoints (and producers' topics) a listing covers when the caller
+//! names none.
 
 use std::collections::BTreeSet;
 
 use crate::api::{ApiError, ApiState};
 
-/// Every endpoint with queues on the broker, and every endpoint with a
-/// handler now. A handler deleted, or not loading since the host started,
-/// leaves its endpoint's topic and session subscription in place, with
-/// their blocked sessions and dead letters: an operator still has to see
-/// them when listing everything.
 /// The endpoints, then the producers' topics that are not endpoints: every
 /// topic whose forwarders can dead-letter what was published to it.
 pub(crate) async fn known_topics(state: &ApiState) -> Result<Vec<String>, ApiError> {
@@ -23,6 +19,11 @@ pub(crate) async fn known_topics(state: &ApiState) -> Result<Vec<String>, ApiErr
     Ok(topics)
 }
 
+/// Every endpoint with queues on the broker, and every endpoint with a
+/// handler now. A handler deleted, or not loading since the host started,
+/// leaves its endpoint's topic and session subscription in place, with
+/// their blocked sessions and dead letters: an operator still has to see
+/// them when listing everything.
 pub(crate) async fn known_endpoints(state: &ApiState) -> Result<Vec<String>, ApiError> {
     let mut endpoints: BTreeSet<String> = state
         .registry
