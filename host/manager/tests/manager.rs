@@ -782,12 +782,10 @@ async fn dead_letter_operations_name_what_is_missing() {
     h.stop().await;
 }
 
-/// The whole path with the real provisioning: storefront publishes, the
-/// forwarder gives billing's copy a fresh EventId, the Resolver records it,
-/// and the Manager resubmits it by that id alone, with the shape of vector
-/// 08 (the EventId aside: the forwarding rule chose it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_alone() {
+/// A broker in a temp dir with the real provisioning of `billing`
+/// consuming `OrderPlaced` from the producer topic `storefront`, and an
+/// empty Resolver store beside it.
+async fn storefront_to_billing() -> (tempfile::TempDir, Arc<Broker>, Arc<SqliteResolverStore>) {
     use nimbus_transport::provision::{Endpoint, Topology, provision};
 
     let dir = tempfile::tempdir().unwrap();
@@ -801,6 +799,16 @@ async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_al
         .producer_topic("storefront");
     provision(&*broker, &topology).await.unwrap();
     let store = Arc::new(SqliteResolverStore::open(&dir.path().join("resolver.db")).unwrap());
+    (dir, broker, store)
+}
+
+/// The whole path with the real provisioning: storefront publishes, the
+/// forwarder gives billing's copy a fresh EventId, the Resolver records it,
+/// and the Manager resubmits it by that id alone, with the shape of vector
+/// 08 (the EventId aside: the forwarding rule chose it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_alone() {
+    let (_dir, broker, store) = storefront_to_billing().await;
     let (tx, mut progress) = mpsc::unbounded_channel();
     let shutdown = CancellationToken::new();
     let resolver = tokio::spawn(run_resolver(
@@ -1549,20 +1557,8 @@ async fn the_resolvers_own_dead_letters_are_listed_kept_and_replayed_to_record_t
 /// force.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_a_forwarder_could_not_forward_is_listed_and_removed_only_by_force() {
-    use nimbus_transport::provision::{Endpoint, Topology, provision};
-
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Arc::new(
-        Broker::open(BrokerOptions::new(dir.path().join("broker")))
-            .await
-            .unwrap(),
-    );
-    let topology = Topology::new()
-        .endpoint(Endpoint::new("billing").consumes(["OrderPlaced"]))
-        .producer_topic("storefront");
-    provision(&*broker, &topology).await.unwrap();
+    let (_dir, broker, store) = storefront_to_billing().await;
     broker.delete_topic("billing").await.unwrap();
-    let store = Arc::new(SqliteResolverStore::open(&dir.path().join("resolver.db")).unwrap());
     let manager = Manager::new(
         Arc::clone(&broker),
         Arc::clone(&store) as Arc<dyn ResolverStore>,
