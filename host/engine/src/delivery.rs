@@ -531,22 +531,15 @@ impl<T: Transport> Delivery<'_, T> {
             let response = self.response(response, &settled, &received);
             settlement = settlement.publish(topic.clone(), response.to_transport());
         }
+        let mut follow_ups = None;
         if plan.send_follow_ups
             && let Some(report) = settled.report
         {
             for follow_up in &report.follow_ups {
-                // A follow-up nothing consumes leaves no other trace: the
-                // author checking that theirs went out reads it here (-v).
-                info!(
-                    endpoint = %self.endpoint.name,
-                    event_id = %settled.event_id,
-                    follow_up_type = %follow_up.event_type_id,
-                    follow_up_message_id = %follow_up.message_id,
-                    "follow-up published with the event's settlement"
-                );
                 let publish = build::follow_up_publish(settled.message, follow_up, &topic);
                 settlement = settlement.publish(topic.clone(), publish.to_transport());
             }
+            follow_ups = Some(&report.follow_ups);
         }
         if plan.record_inbox
             && let (Some(key), Some(retention)) = (settled.inbox_key, self.endpoint.inbox_retention)
@@ -666,7 +659,20 @@ impl<T: Transport> Delivery<'_, T> {
                  resubmitted or skipped (`nimbus event ID`)"
             );
         }
-        self.commit(settlement, Some(next)).await
+        self.commit(settlement, Some(next)).await?;
+        // Said once committed: a settlement the broker refused sent none.
+        for follow_up in follow_ups.into_iter().flatten() {
+            // A follow-up nothing consumes leaves no other trace: the
+            // author checking that theirs went out reads it here (-v).
+            info!(
+                endpoint = %topic,
+                event_id = %settled.event_id,
+                follow_up_type = %follow_up.event_type_id,
+                follow_up_message_id = %follow_up.message_id,
+                "follow-up published with the event's settlement"
+            );
+        }
+        Ok(())
     }
 
     /// Builds the Resolver-bound response a plan asks for.
