@@ -102,8 +102,10 @@ impl BrokerOptions {
     /// Sets the most bytes of messages one request may store (256 MiB by
     /// default, at most that): a publish with every copy its routing
     /// makes, or a settlement with its publishes. A larger request is
-    /// refused with a reason. Lower it to hold the embedded broker to the
-    /// limits of the Service Bus tier a deployment will run on.
+    /// refused with a reason. Whatever sends through the broker must fit
+    /// its own requests under it: nimbus's engine needs ~4 MiB for one
+    /// event's settlement at the API's largest payload, so `nimbus.toml`
+    /// holds it at 16 MiB or more; tests lower it to cross it cheaply.
     pub fn max_request_bytes(mut self, bytes: usize) -> Self {
         self.max_request_bytes = bytes.clamp(1, DEFAULT_MAX_REQUEST_BYTES);
         self

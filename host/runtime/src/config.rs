@@ -648,9 +648,13 @@ impl Config {
     }
 }
 
-/// The smallest `broker.max_request_size`: below it, ordinary events with
-/// their copies would be refused.
-const MIN_MAX_REQUEST_BYTES: usize = 64 << 10;
+/// The smallest `broker.max_request_size`. The engine's largest settlement
+/// of one event without follow-ups (its error response and a scheduled
+/// retry, each carrying the event's payload, up to the API's 2 MiB, plus
+/// the error text) must always fit: one refused would hand the message back
+/// to run again and again. Follow-ups over the limit fail the event instead
+/// (`FollowUpsRefused`).
+const MIN_MAX_REQUEST_BYTES: usize = 16 << 20;
 
 /// `broker.max_request_size` in bytes, between [`MIN_MAX_REQUEST_BYTES`] and
 /// the broker's own limit.
@@ -661,9 +665,10 @@ fn max_request_bytes(text: &str) -> Result<usize, String> {
         Ok(bytes) if bytes > most => Err(format!(
             "{text} is over the broker's maximum of 256MiB (a request is one frame of its log)"
         )),
-        Ok(bytes) if bytes < MIN_MAX_REQUEST_BYTES => {
-            Err(format!("{text} is under the minimum of 64KiB"))
-        }
+        Ok(bytes) if bytes < MIN_MAX_REQUEST_BYTES => Err(format!(
+            "{text} is under the minimum of 16MiB (an event's own settlement, up to two \
+                 copies of a 2 MiB payload and its error, must always fit)"
+        )),
         Ok(bytes) => Ok(bytes),
         Err(_) => Err(format!("{text} is over the broker's maximum of 256MiB")),
     }
@@ -682,16 +687,16 @@ mod tests {
     #[test]
     fn the_request_size_is_read_with_its_unit_and_held_to_the_broker_limits() {
         assert_eq!(parse("").unwrap().broker_max_request_bytes, 256 << 20);
-        let valid = parse("[broker]\nmax_request_size = \"1MiB\"\n").unwrap();
-        assert_eq!(valid.broker_max_request_bytes, 1 << 20);
+        let valid = parse("[broker]\nmax_request_size = \"32MiB\"\n").unwrap();
+        assert_eq!(valid.broker_max_request_bytes, 32 << 20);
         for (value, says) in [
             (
                 "\"512MiB\"",
                 "broker.max_request_size: 512MiB is over the broker's maximum of 256MiB",
             ),
             (
-                "\"1KiB\"",
-                "broker.max_request_size: 1KiB is under the minimum of 64KiB",
+                "\"8MiB\"",
+                "broker.max_request_size: 8MiB is under the minimum of 16MiB",
             ),
             ("\"lots\"", "broker.max_request_size: `lots` is not a size"),
         ] {
