@@ -164,6 +164,21 @@ fn is_forwarder(endpoint: &str, path: &SubscriptionPath) -> bool {
     !subscriptions(endpoint).contains(path)
 }
 
+/// Checks that `subscription` names one of `endpoint`'s dead-letter queues
+/// or one of `forwarders` (its topic's).
+fn check_named_queue(
+    endpoint: &str,
+    subscription: &str,
+    forwarders: Option<&[SubscriptionPath]>,
+) -> Result<(), ManagerError> {
+    let fixed = check_dead_letter_queue(endpoint, subscription);
+    let forwarder = forwarders
+        .unwrap_or_default()
+        .iter()
+        .any(|path| path.subscription == subscription);
+    if forwarder { Ok(()) } else { fixed }
+}
+
 /// Whether `path` holds copies bound to the Resolver (an endpoint's
 /// forwarding subscription, or the Resolver's own): a copy there is what
 /// the audit trail lacks, never something a handler runs.
@@ -237,6 +252,9 @@ impl<T: Transport + Admin> Manager<T> {
         only: Option<&str>,
     ) -> Result<Vec<(SubscriptionPath, T::Receiver)>, ManagerError> {
         let forwarders = self.forwarders(endpoint).await?;
+        if let Some(subscription) = only {
+            check_named_queue(endpoint, subscription, forwarders.as_deref())?;
+        }
         let topic_exists = forwarders.is_some();
         let forwarders = forwarders.unwrap_or_default();
         let mut open = Vec::new();
@@ -261,23 +279,6 @@ impl<T: Transport + Admin> Manager<T> {
             }
         }
         Ok(open)
-    }
-
-    /// Checks that `subscription` names one of `endpoint`'s dead-letter
-    /// queues or one of its topic's forwarders.
-    async fn check_queue(&self, endpoint: &str, subscription: &str) -> Result<(), ManagerError> {
-        let fixed = check_dead_letter_queue(endpoint, subscription);
-        if fixed.is_ok()
-            || self
-                .forwarders(endpoint)
-                .await?
-                .unwrap_or_default()
-                .iter()
-                .any(|path| path.subscription == subscription)
-        {
-            return Ok(());
-        }
-        fixed
     }
 
     /// The dead-lettered messages of `endpoint` (its own subscription's
@@ -518,9 +519,6 @@ impl<T: Transport + Admin> Manager<T> {
         subscription: Option<&str>,
         which: &DeadLetterId,
     ) -> Result<(SubscriptionPath, T::Receiver, ReceivedMessage), ManagerError> {
-        if let Some(subscription) = subscription {
-            self.check_queue(endpoint, subscription).await?;
-        }
         let mut found: Vec<(SubscriptionPath, T::Receiver, ReceivedMessage)> = Vec::new();
         let mut searched = Vec::new();
         for (path, receiver) in self.open_queues(endpoint, subscription).await? {
@@ -568,14 +566,17 @@ impl<T: Transport + Admin> Manager<T> {
         subscription: Option<&str>,
         force: bool,
     ) -> Result<ReplayedAll, ManagerError> {
-        if let Some(subscription) = subscription {
-            self.check_queue(endpoint, subscription).await?;
-            if check_dead_letter_queue(endpoint, subscription).is_err() {
-                return Err(ManagerError::NotForwarded {
-                    which: "every message".to_owned(),
-                    subscription: SubscriptionPath::new(endpoint, subscription).to_string(),
-                });
-            }
+        if let Some(subscription) = subscription
+            && check_dead_letter_queue(endpoint, subscription).is_err()
+        {
+            let forwarders = self.forwarders(endpoint).await?;
+            // Named and not one of the endpoint's own: a forwarder, whose
+            // messages are never replayed, or an error naming the choices.
+            check_named_queue(endpoint, subscription, forwarders.as_deref())?;
+            return Err(ManagerError::NotForwarded {
+                which: "every message".to_owned(),
+                subscription: SubscriptionPath::new(endpoint, subscription).to_string(),
+            });
         }
         let mut done = ReplayedAll::default();
         for path in subscriptions(endpoint) {

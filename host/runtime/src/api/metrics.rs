@@ -29,40 +29,7 @@ type Gauge = (&'static str, &'static str, fn(&Depths) -> u64);
 async fn depths(state: &ApiState, endpoint: &str) -> Result<Depths, ApiError> {
     let path = SubscriptionPath::new(endpoint, endpoint);
     let mut depths = Depths::default();
-    if let Some(subscription) = state
-        .broker
-        .get_subscription(&path)
-        .await
-        .map_err(|e| ApiError::internal(format!("reading the subscription {path}: {e}")))?
-    {
-        depths.active = subscription.active_message_count;
-        depths.dead_letter = subscription.dead_letter_message_count;
-    }
-    // The Resolver's own subscription holds no session state and has no
-    // other queues: its backlog and what it could not record are all.
-    if endpoint == nimbus_wire::addr::RESOLVER {
-        return Ok(depths);
-    }
-    // Every dead-letter queue `nimbus dlq list` reads: a Resolver copy or a
-    // parked event dead-lettered elsewhere must not be missed by an alert.
-    for other in [
-        nimbus_wire::addr::RESOLVER,
-        nimbus_wire::addr::DEFERRED,
-        nimbus_wire::addr::DEFERRED_PROCESSOR,
-    ] {
-        let other = SubscriptionPath::new(endpoint, other);
-        if let Some(subscription) = state
-            .broker
-            .get_subscription(&other)
-            .await
-            .map_err(|e| ApiError::internal(format!("reading the subscription {other}: {e}")))?
-        {
-            depths.dead_letter += subscription.dead_letter_message_count;
-        }
-    }
-    // And the topic's forwarders to its consumers: a publish none could
-    // forward reached no endpoint, so this gauge is all that shows it.
-    let topic = state
+    let subscriptions = state
         .broker
         .list_subscriptions(endpoint)
         .await
@@ -71,11 +38,35 @@ async fn depths(state: &ApiState, endpoint: &str) -> Result<Depths, ApiError> {
             e => Err(e),
         })
         .map_err(|e| ApiError::internal(format!("listing the subscriptions of {endpoint}: {e}")))?;
-    depths.dead_letter += topic
-        .iter()
-        .filter(|s| s.settings.forward_to.is_some() && s.name != nimbus_wire::addr::RESOLVER)
-        .map(|s| s.dead_letter_message_count)
-        .sum::<u64>();
+    // Every dead-letter queue `nimbus dlq list` reads: a Resolver copy, a
+    // parked event dead-lettered elsewhere, or a publish that no forwarder
+    // could forward (it reached no endpoint, so this gauge is all that
+    // shows it) must not be missed by an alert.
+    let read_by_dlq_list = |name: &str, forwards: bool| {
+        forwards
+            || [
+                endpoint,
+                nimbus_wire::addr::RESOLVER,
+                nimbus_wire::addr::DEFERRED,
+                nimbus_wire::addr::DEFERRED_PROCESSOR,
+            ]
+            .contains(&name)
+    };
+    for subscription in &subscriptions {
+        if subscription.name == endpoint {
+            depths.active = subscription.active_message_count;
+        }
+        if read_by_dlq_list(
+            &subscription.name,
+            subscription.settings.forward_to.is_some(),
+        ) {
+            depths.dead_letter += subscription.dead_letter_message_count;
+        }
+    }
+    // The Resolver's own subscription holds no session state.
+    if endpoint == nimbus_wire::addr::RESOLVER {
+        return Ok(depths);
+    }
     let sessions = match state.broker.list_sessions(&path).await {
         Ok(sessions) => sessions,
         Err(AdminError::NotFound { .. }) => Vec::new(),
