@@ -613,6 +613,7 @@ impl<T: Transport> Delivery<'_, T> {
             let trigger = build::process_deferred_request(settled.message);
             settlement = settlement.publish(topic.clone(), trigger.to_transport());
         }
+        let mut dead_lettered = None;
         let disposition = match plan.settle {
             Settle::Complete => Disposition::Complete,
             Settle::DeadLetter | Settle::Abandon => {
@@ -621,18 +622,7 @@ impl<T: Transport> Delivery<'_, T> {
                     received.delivery_count,
                     self.endpoint.max_delivery_count,
                 );
-                // What an operator on call looks for in the log, at the
-                // default level: the event, where it is, and why.
-                warn!(
-                    endpoint = %topic,
-                    session = %settled.message.session_id.as_deref().unwrap_or(""),
-                    event_id = %settled.event_id,
-                    event_type = %settled.message.event_type().unwrap_or(""),
-                    %reason,
-                    // A permanent failure's reason already holds its text.
-                    description = (!reason.contains(&description)).then_some(description.as_str()),
-                    "event dead-lettered (`nimbus dlq list`; `nimbus dlq replay` once fixed)"
-                );
+                dead_lettered = Some((reason.clone(), description.clone()));
                 Disposition::DeadLetter {
                     reason,
                     description,
@@ -640,12 +630,30 @@ impl<T: Transport> Delivery<'_, T> {
             }
         };
         let settlement = settlement.with_outcome(received, disposition);
+        let blocks_for_good = plan.block != BlockChange::BlockByThis
+            && plan.retry_if_policy_allows
+            && retry_at.is_none()
+            && next.is_blocked_by(settled.event_id);
+        self.commit(settlement, Some(next)).await?;
+        // The outcome is said once committed: a settlement the broker
+        // refused changed nothing, and the message comes back to run again.
+        if let Some((reason, description)) = dead_lettered {
+            // What an operator on call looks for in the log, at the
+            // default level: the event, where it is, and why.
+            warn!(
+                endpoint = %topic,
+                session = %settled.session(),
+                event_id = %settled.event_id,
+                event_type = %settled.message.event_type().unwrap_or(""),
+                %reason,
+                // A permanent failure's reason already holds its text.
+                description = (!reason.contains(&description)).then_some(description.as_str()),
+                "event dead-lettered (`nimbus dlq list`; `nimbus dlq replay` once fixed)"
+            );
+        }
         if plan.block == BlockChange::BlockByThis {
             log_block(&topic, &settled, retry_at);
-        } else if plan.retry_if_policy_allows
-            && retry_at.is_none()
-            && next.is_blocked_by(settled.event_id)
-        {
+        } else if blocks_for_good {
             // A retry or a resubmission of the blocker failed with no retry
             // left: from now on only an operator unblocks the session.
             let (error_type, error) = settled.error();
@@ -659,8 +667,6 @@ impl<T: Transport> Delivery<'_, T> {
                  resubmitted or skipped (`nimbus event ID`)"
             );
         }
-        self.commit(settlement, Some(next)).await?;
-        // Said once committed: a settlement the broker refused sent none.
         for follow_up in follow_ups.into_iter().flatten() {
             // A follow-up nothing consumes leaves no other trace: the
             // author checking that theirs went out reads it here (-v).
