@@ -222,6 +222,8 @@ $start_hint  1. Look at the failure (status, error, handler version, full histor
        $rel_nimbus resubmit $failed --api $api
      or skip it instead (o-1003 still replays):
        $rel_nimbus skip $failed --api $api
+     or, after an outage, every Failed event at once (--dry-run shows which):
+       $rel_nimbus resubmit --all --dry-run --api $api
   4. Complete the ERP import's pending handoff (or fail it):
        $rel_nimbus handoff complete $handoff --api $api
        $rel_nimbus handoff fail $handoff --error "DMF job failed" --api $api

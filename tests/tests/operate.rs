@@ -1658,3 +1658,157 @@ fn a_transient_failure_is_said_once_at_the_default_level() {
         said[0]
     );
 }
+
+/// The event ids a bulk answer lists under `key`, sorted.
+fn bulk_ids(answer: &serde_json::Value, key: &str) -> Vec<String> {
+    let mut ids: Vec<String> = answer[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in {answer:#}"))
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// After an outage an operator settles many blocked sessions at once:
+/// `--dry-run` lists the Failed events a filter names and sends nothing;
+/// the run sends one control message each; an event whose retry is
+/// scheduled is left out unless asked for; a typo in the endpoint is an
+/// error, not "nothing matched".
+#[test]
+fn every_failed_event_a_filter_names_is_resubmitted_or_skipped_at_once() {
+    let scratch = Scratch::new();
+    scratch.install("app", "echo", "echo");
+    let host = RunningHost::start(
+        &scratch,
+        "[[retry.rules]]\nerror_type = \"Flaky\"\npolicy = { max_retries = 1, base_delay = \"1h\" }\n",
+    );
+    let failing = |session: &str, error_type: &str| {
+        let message = publish(
+            &host,
+            "Echo",
+            session,
+            &format!(r#"{{"Outcome":"Failed","ErrorType":"{error_type}"}}"#),
+        );
+        id(&host.wait_status(session, &message, "Failed"))
+    };
+    let boom_1 = failing("s-1", "Boom");
+    let boom_2 = failing("s-2", "Boom");
+    let other = failing("s-3", "Other");
+    let flaky = failing("s-4", "Flaky");
+    let mut operator_owned = vec![boom_1.clone(), boom_2.clone(), other.clone()];
+    operator_owned.sort();
+
+    // A dry run chooses and sends nothing.
+    let preview = host.cli(&["resubmit", "--all", "--dry-run"]);
+    preview.expect_code(0);
+    for event in &operator_owned {
+        assert!(
+            preview.stdout().contains(event.as_str()),
+            "{}",
+            preview.stdout()
+        );
+    }
+    assert!(
+        !preview.stdout().contains(flaky.as_str())
+            && preview
+                .stdout()
+                .contains("dry run: would resubmit 3 event(s); nothing was sent"),
+        "{}",
+        preview.stdout()
+    );
+    assert!(
+        preview
+            .stderr()
+            .contains("left out: 1 event(s) whose session waits for a scheduled retry"),
+        "{}",
+        preview.stderr()
+    );
+    let preview = host.cli_json(&["skip", "--all", "--dry-run", "--json"]);
+    assert_eq!(bulk_ids(&preview, "chosen"), operator_owned);
+    assert_eq!(bulk_ids(&preview, "awaiting_retry"), [flaky.as_str()]);
+    assert_eq!(bulk_ids(&preview, "sent"), Vec::<String>::new());
+    for session in ["s-1", "s-2", "s-3", "s-4"] {
+        let events = host.cli_json(&["events", "--session", session, "--json"]);
+        assert_eq!(events[0]["status"], "Failed", "{events:#}");
+    }
+
+    // Skip narrowed to one session, by error type in any case.
+    let skipped = host.cli(&["skip", "--all", "--error-type", "boom", "--session", "s-2"]);
+    skipped.expect_code(0);
+    assert!(
+        skipped.stdout().contains("skipped 1 of 1 event(s)") && skipped.stdout().contains(&boom_2),
+        "{}",
+        skipped.stdout()
+    );
+    host.eventually("the skip is recorded", || {
+        let events = host.cli_json(&["events", "--session", "s-2", "--json"]);
+        (events[0]["status"] == "Skipped").then_some(())
+    });
+
+    // Resubmit by error type: only the Boom event still Failed.
+    let resubmitted = host.cli_json(&["resubmit", "--all", "--error-type", "Boom", "--json"]);
+    assert_eq!(bulk_ids(&resubmitted, "chosen"), [boom_1.as_str()]);
+    assert_eq!(bulk_ids(&resubmitted, "sent"), [boom_1.as_str()]);
+    assert_eq!(
+        resubmitted["sent"][0]["message_type"],
+        "ResubmissionRequest"
+    );
+    host.eventually("the resubmission is in the event's history", || {
+        let event = host.event_json(&boom_1)?;
+        event["endpoints"][0]["history"]
+            .as_array()?
+            .iter()
+            .any(|h| h["message_type"] == "ResubmissionRequest")
+            .then_some(())
+    });
+
+    // The event awaiting its retry is resubmitted only when asked for.
+    let nothing = host.cli(&["resubmit", "--all", "--session", "s-4"]);
+    nothing.expect_code(0);
+    assert!(
+        nothing.stdout().contains("no Failed event matches"),
+        "{}",
+        nothing.stdout()
+    );
+    let asked = host.cli_json(&[
+        "resubmit",
+        "--all",
+        "--session",
+        "s-4",
+        "--include-awaiting-retry",
+        "--json",
+    ]);
+    assert_eq!(bulk_ids(&asked, "sent"), [flaky]);
+
+    // Nothing has been Failed for an hour.
+    let recent = host.cli(&["resubmit", "--all", "--older-than", "1h"]);
+    recent.expect_code(0);
+    assert!(
+        recent.stdout().contains("no Failed event matches"),
+        "{}",
+        recent.stdout()
+    );
+
+    // Mistakes are named.
+    let typo = host.cli(&["skip", "--all", "--endpoint", "ap"]);
+    typo.expect_code(1);
+    assert!(
+        typo.stderr().contains("there is no endpoint 'ap'"),
+        "{}",
+        typo.stderr()
+    );
+    let bad_age = host.cli(&["skip", "--all", "--older-than", "soon"]);
+    bad_age.expect_code(1);
+    assert!(
+        bad_age.stderr().contains("not_updated_for: 'soon'"),
+        "{}",
+        bad_age.stderr()
+    );
+    host.cli(&["resubmit", &other, "--all"]).expect_code(2);
+    host.cli(&["resubmit", "--all", "--data", "{}"])
+        .expect_code(2);
+    host.cli(&["skip", "--dry-run"]).expect_code(2);
+    host.cli(&["skip"]).expect_code(2);
+}

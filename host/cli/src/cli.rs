@@ -40,11 +40,12 @@ pub(crate) enum Command {
     Event(EventArgs),
     /// Run the handler on an event again (its recorded or an edited payload).
     /// A parked event runs now, out of turn; if that settles it, its parked
-    /// copy is dropped when the session replays.
+    /// copy is dropped when the session replays. `--all` resubmits every
+    /// Failed event a filter names (`--dry-run` first to see which).
     Resubmit(ResubmitArgs),
     /// Settle an event as Skipped without running the handler, unblocking
     /// its session; a parked event's copy is dropped when the session
-    /// replays.
+    /// replays. `--all` skips every Failed event a filter names.
     Skip(SkipArgs),
     /// Complete or fail the external job of an event pending a handoff.
     #[command(subcommand)]

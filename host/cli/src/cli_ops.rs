@@ -99,16 +99,19 @@ pub(crate) struct EventArgs {
 pub(crate) struct ResubmitArgs {
     /// The event id, or the id of a message of one event (e.g. the one
     /// `nimbus publish` printed).
-    #[arg(value_name = "ID", value_parser = an_id)]
-    pub(crate) id: String,
+    #[arg(value_name = "ID", value_parser = an_id, required_unless_present = "all")]
+    pub(crate) id: Option<String>,
     /// An edited event replacing the recorded one: JSON, `@path` (a file)
     /// or `@-` (stdin).
-    #[arg(long, value_name = "JSON|@FILE")]
+    #[arg(long, value_name = "JSON|@FILE", conflicts_with = "all")]
     pub(crate) data: Option<String>,
-    /// The endpoint, when the event is at several.
+    /// The endpoint, when the event is at several; with `--all`, only
+    /// events at this endpoint.
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
-    /// Print the API's answer as JSON instead of one line.
+    #[command(flatten)]
+    pub(crate) bulk: BulkArgs,
+    /// Print the API's answer as JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -117,14 +120,50 @@ pub(crate) struct ResubmitArgs {
 pub(crate) struct SkipArgs {
     /// The event id, or the id of a message of one event (e.g. the one
     /// `nimbus publish` printed).
-    #[arg(value_name = "ID", value_parser = an_id)]
-    pub(crate) id: String,
-    /// The endpoint, when the event is at several.
+    #[arg(value_name = "ID", value_parser = an_id, required_unless_present = "all")]
+    pub(crate) id: Option<String>,
+    /// The endpoint, when the event is at several; with `--all`, only
+    /// events at this endpoint.
     #[arg(long, value_name = "NAME")]
     pub(crate) endpoint: Option<String>,
-    /// Print the API's answer as JSON instead of one line.
+    #[command(flatten)]
+    pub(crate) bulk: BulkArgs,
+    /// Print the API's answer as JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `--all` and the filters that narrow it, shared by `resubmit` and `skip`.
+#[derive(Debug, Args)]
+pub(crate) struct BulkArgs {
+    /// Every Failed event (narrowed by the options below and `--endpoint`),
+    /// oldest first, instead of one ID. An event whose session waits for a
+    /// scheduled retry is left out unless `--include-awaiting-retry`.
+    #[arg(long, conflicts_with = "id")]
+    pub(crate) all: bool,
+    /// With `--all`: only events of this session.
+    #[arg(long, value_name = "ID", requires = "all")]
+    pub(crate) session: Option<String>,
+    /// With `--all`: only events of this type.
+    #[arg(long, value_name = "TYPE", requires = "all")]
+    pub(crate) event_type: Option<String>,
+    /// With `--all`: only events whose recorded error has this type.
+    #[arg(long, value_name = "TYPE", requires = "all")]
+    pub(crate) error_type: Option<String>,
+    /// With `--all`: only events whose status has not changed for this
+    /// long (e.g. `10m`, `2h`).
+    #[arg(long, value_name = "DURATION", requires = "all")]
+    pub(crate) older_than: Option<String>,
+    /// With `--all`: also events whose session waits for a scheduled retry
+    /// (the retry would run them too).
+    #[arg(long, requires = "all")]
+    pub(crate) include_awaiting_retry: bool,
+    /// With `--all`: act on at most this many events [default: 1000].
+    #[arg(long, value_name = "N", requires = "all")]
+    pub(crate) limit: Option<usize>,
+    /// With `--all`: list the events it would act on, and send nothing.
+    #[arg(long, requires = "all")]
+    pub(crate) dry_run: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -230,6 +230,27 @@ pub enum ManagerError {
         /// Where it was found.
         subscriptions: Vec<String>,
     },
+    /// A bulk operation named an endpoint the broker has no topic for.
+    #[error("there is no endpoint '{endpoint}' (no topic of that name on the broker)")]
+    NoSuchEndpoint {
+        /// The endpoint named.
+        endpoint: String,
+    },
+    /// A bulk operation's selection cannot be used.
+    #[error("invalid selection: {reason}")]
+    InvalidSelection {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Reading an endpoint's topic or sessions failed.
+    #[error("reading the sessions of {subscription}: {source}")]
+    ListSessions {
+        /// The endpoint's session subscription.
+        subscription: String,
+        /// The transport's answer.
+        #[source]
+        source: nimbus_transport::AdminError,
+    },
     /// Reading the Resolver store failed.
     #[error("reading the Resolver store: {0}")]
     Store(#[from] StoreError),

@@ -3,8 +3,8 @@
 //!
 //! The HTTP API and the CLI call it to resubmit an event (with its recorded
 //! payload or an edited one), skip it, complete or fail its pending
-//! handoff, and to list, replay and remove an endpoint's dead-lettered
-//! messages.
+//! handoff, to resubmit or skip every Failed event a selection names, and
+//! to list, replay and remove an endpoint's dead-lettered messages.
 //! Like upstream's ManagerClient it never touches an endpoint's session or
 //! state: it publishes a `ResubmissionRequest`, `SkipRequest`,
 //! `HandoffCompletedRequest` or `HandoffFailedRequest` with `From = Manager`
@@ -22,10 +22,14 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 
+mod bulk;
 mod dead_letters;
 mod error;
 mod operations;
 
+pub use bulk::{
+    AwaitingRetry, BulkAction, BulkOutcome, BulkSelection, Chosen, DEFAULT_BULK_LIMIT, NotSent,
+};
 pub use dead_letters::{
     DEFAULT_DEAD_LETTER_LIMIT, DeadLetter, DeadLetterId, RemovedAll, Replayed, ReplayedAll,
     check_dead_letter_queue,

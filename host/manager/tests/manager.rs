@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nimbus_broker::{Broker, BrokerOptions};
-use nimbus_manager::{DeadLetterId, Manager, ManagerError};
+use nimbus_manager::{BulkAction, BulkSelection, Chosen, DeadLetterId, Manager, ManagerError};
 use nimbus_resolver::{
     EventDetail, EventFilter, EventRecord, Heartbeat, MessageKind, Observation, Outcome, Progress,
     Recorded, ResolverError, ResolverSettings, ResolverStore, SqliteResolverStore, Status,
@@ -1663,4 +1663,156 @@ async fn a_message_a_forwarder_could_not_forward_is_listed_and_removed_only_by_f
             .unwrap()
             .is_empty()
     );
+}
+
+/// Three events failed at `billing`, in sessions `s-0`, `s-1`, `s-2`, in
+/// that order: their event ids.
+async fn three_failed_at_billing(h: &mut Harness) -> Vec<String> {
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let mut request = forwarded("billing");
+        request.session_id = Some(format!("s-{n}"));
+        request.event_id = Some(format!("event-{n}"));
+        request.message_id = Some(format!("msg-pub-{n}"));
+        failed_at_billing_from(h, request).await;
+        ids.push(format!("event-{n}"));
+        // Each fails a clock tick after the last, so "oldest first" has
+        // one answer.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_failed_event_is_resubmitted_oldest_first_up_to_the_limit() {
+    let mut h = Harness::start(&["billing"]).await;
+    let ids = three_failed_at_billing(&mut h).await;
+    let ids_of = |events: &[Chosen]| {
+        events
+            .iter()
+            .map(|c| c.event_id.clone())
+            .collect::<Vec<_>>()
+    };
+    // The requests themselves wait on `billing/billing`: no engine runs.
+    let waiting = h.active("billing").await;
+
+    let preview = h
+        .manager
+        .act_on_failed(
+            BulkAction::Resubmit,
+            &BulkSelection {
+                dry_run: true,
+                ..BulkSelection::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&preview.chosen), ids);
+    assert!(preview.sent.is_empty() && !preview.more, "{preview:?}");
+    assert_eq!(
+        h.active("billing").await,
+        waiting,
+        "a dry run sends nothing"
+    );
+
+    let aged = |age| BulkSelection {
+        not_updated_for: Some(age),
+        dry_run: true,
+        ..BulkSelection::default()
+    };
+    let none = h
+        .manager
+        .act_on_failed(BulkAction::Skip, &aged(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    assert!(none.chosen.is_empty(), "{none:?}");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let all = h
+        .manager
+        .act_on_failed(BulkAction::Skip, &aged(Duration::from_millis(10)))
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&all.chosen), ids);
+
+    let two = h
+        .manager
+        .act_on_failed(
+            BulkAction::Resubmit,
+            &BulkSelection {
+                endpoint: Some("billing".into()),
+                limit: Some(2),
+                ..BulkSelection::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&two.chosen), ids[..2]);
+    assert!(two.more, "a third matched beyond the limit");
+    assert_eq!(
+        two.sent
+            .iter()
+            .map(|s| (s.event_id.as_str(), s.message_type))
+            .collect::<Vec<_>>(),
+        [
+            ("event-0", "ResubmissionRequest"),
+            ("event-1", "ResubmissionRequest")
+        ]
+    );
+    for (n, sent) in two.sent.iter().enumerate() {
+        let received = h.endpoint_receives("billing", &format!("s-{n}")).await;
+        let ids: Vec<_> = received
+            .iter()
+            .map(|m| m.message.message_id.clone().unwrap_or_default())
+            .collect();
+        assert!(ids.contains(&sent.message_id), "{ids:?} lacks {sent:?}");
+    }
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_operation_stops_at_a_refused_publish_and_names_what_it_did_not_send() {
+    let mut h = Harness::start(&["billing"]).await;
+    let ids = three_failed_at_billing(&mut h).await;
+    let refused = h
+        .manager
+        .act_on_failed(
+            BulkAction::Skip,
+            &BulkSelection {
+                endpoint: Some("billings".into()),
+                ..BulkSelection::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ManagerError::NoSuchEndpoint { ref endpoint } if endpoint == "billings"),
+        "{refused:?}"
+    );
+    // The endpoint's topic is gone: the first publish is refused, and the
+    // rest are not attempted.
+    h.broker.delete_topic("billing").await.unwrap();
+    let done = h
+        .manager
+        .act_on_failed(BulkAction::Skip, &BulkSelection::default())
+        .await
+        .unwrap();
+    assert!(done.sent.is_empty(), "{done:?}");
+    assert_eq!(
+        done.not_sent
+            .iter()
+            .map(|n| n.event.event_id.clone())
+            .collect::<Vec<_>>(),
+        ids
+    );
+    assert!(
+        done.not_sent[0].error.contains("sending the SkipRequest"),
+        "{done:?}"
+    );
+    assert!(
+        done.not_sent[1..].iter().all(|n| n
+            .error
+            .starts_with("not attempted: sending the SkipRequest")),
+        "{done:?}"
+    );
+    h.stop().await;
 }

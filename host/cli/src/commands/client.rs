@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::api_client::{ApiClient, path_segment};
 use crate::cli::Command;
-use crate::cli_ops::{ApiArgs, DlqCommand, DlqTargetArgs, HandoffCommand};
+use crate::cli_ops::{ApiArgs, BulkArgs, DlqCommand, DlqTargetArgs, HandoffCommand};
 use crate::output::{errln, out, outln, print_json};
 
 pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
@@ -78,13 +78,16 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Resubmit(args) => {
+            let Some(id) = args.id.as_deref().filter(|_| !args.bulk.all) else {
+                return on_failed(&client, "resubmit", args.endpoint, args.bulk, args.json);
+            };
             let data = args
                 .data
                 .as_deref()
                 .map(|d| json_arg("--data", d))
                 .transpose()?;
             let sent = client.post(
-                &operation_path(&args.id, "resubmit"),
+                &operation_path(id, "resubmit"),
                 &ResubmitBody {
                     endpoint: args.endpoint.as_deref(),
                     data: data.as_deref(),
@@ -93,8 +96,11 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             print_sent(&sent, args.json)?;
         }
         Command::Skip(args) => {
+            let Some(id) = args.id.as_deref().filter(|_| !args.bulk.all) else {
+                return on_failed(&client, "skip", args.endpoint, args.bulk, args.json);
+            };
             let sent = client.post(
-                &operation_path(&args.id, "skip"),
+                &operation_path(id, "skip"),
                 &json!({ "endpoint": args.endpoint }),
             )?;
             print_sent(&sent, args.json)?;
@@ -283,6 +289,125 @@ struct PublishBody<'a> {
     from: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     properties: Option<std::collections::BTreeMap<&'a str, &'a str>>,
+}
+
+/// `nimbus resubmit --all` and `nimbus skip --all`: one request, then
+/// what was chosen and sent (or with `--dry-run`, what would be), the
+/// events left out and why, and notes. Not a success when anything chosen
+/// was not sent.
+fn on_failed(
+    client: &ApiClient,
+    operation: &str,
+    endpoint: Option<String>,
+    bulk: BulkArgs,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let answer = client.post(
+        &format!("/api/failed/{operation}"),
+        &json!({
+            "endpoint": endpoint,
+            "session": bulk.session,
+            "event_type": bulk.event_type,
+            "error_type": bulk.error_type,
+            "not_updated_for": bulk.older_than,
+            "include_awaiting_retry": bulk.include_awaiting_retry,
+            "limit": bulk.limit,
+            "dry_run": bulk.dry_run,
+        }),
+    )?;
+    let not_sent = answer["not_sent"].as_array().map_or(0, Vec::len);
+    if as_json {
+        print_json(&answer)?;
+    } else {
+        let (text, notes) = on_failed_text(operation, &answer);
+        out!("{text}");
+        for note in notes {
+            errln!("{note}");
+        }
+    }
+    Ok(if not_sent > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The text of a bulk operation's answer (the events and a summary line),
+/// and the lines for stderr: what was not sent or left out, and notes.
+fn on_failed_text(operation: &str, answer: &Value) -> (String, Vec<String>) {
+    let list = |key: &str| answer[key].as_array().cloned().unwrap_or_default();
+    let (chosen, sent, not_sent, awaiting) = (
+        list("chosen"),
+        list("sent"),
+        list("not_sent"),
+        list("awaiting_retry"),
+    );
+    let dry_run = answer["dry_run"].as_bool().unwrap_or(false);
+    let past = if operation == "skip" {
+        "skipped"
+    } else {
+        "resubmitted"
+    };
+    let mut out = String::new();
+    if chosen.is_empty() {
+        out.push_str("no Failed event matches\n");
+    } else {
+        let rows: Vec<Vec<String>> = chosen
+            .iter()
+            .map(|c| {
+                vec![
+                    text(&c["event_id"]),
+                    text(&c["endpoint"]),
+                    text(&c["session_id"]),
+                    text(&c["event_type"]),
+                    time_ms(&c["updated_ms"]),
+                    text(&c["error_type"]),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &["EVENT", "ENDPOINT", "SESSION", "TYPE", "FAILED", "ERROR"],
+            &rows,
+        ));
+        if dry_run {
+            let _ = writeln!(
+                out,
+                "dry run: would {operation} {} event(s); nothing was sent",
+                chosen.len()
+            );
+        } else {
+            let _ = writeln!(out, "{past} {} of {} event(s)", sent.len(), chosen.len());
+        }
+    }
+    let mut notes: Vec<String> = not_sent
+        .iter()
+        .map(|left| {
+            format!(
+                "not sent: event {} at {}: {}",
+                text(&left["event_id"]),
+                text(&left["endpoint"]),
+                text(&left["error"])
+            )
+        })
+        .collect();
+    if !awaiting.is_empty() {
+        notes.push(format!(
+            "left out: {} event(s) whose session waits for a scheduled retry (the retry runs \
+             them; --include-awaiting-retry to {operation} them too)",
+            awaiting.len()
+        ));
+    }
+    if answer["more"].as_bool().unwrap_or(false) {
+        notes.push(
+            "note: more Failed events may match than this pass took; run it again once these \
+             have settled (or raise --limit)"
+                .to_owned(),
+        );
+    }
+    for note in answer["notes"].as_array().into_iter().flatten() {
+        notes.push(format!("note: {}", text(note)));
+    }
+    (out, notes)
 }
 
 /// `POST .../resubmit`, with the edited data as written.

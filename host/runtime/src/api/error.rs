@@ -65,12 +65,14 @@ impl From<ManagerError> for ApiError {
             ManagerError::UnknownEvent { .. }
             | ManagerError::NotAtEndpoint { .. }
             | ManagerError::UnknownEndpoint { .. }
+            | ManagerError::NoSuchEndpoint { .. }
             | ManagerError::DeadLetterNotFound { .. } => ApiError::not_found(message),
             ManagerError::NotJson { .. }
             | ManagerError::MissingErrorText
             | ManagerError::AmbiguousEndpoint { .. }
             | ManagerError::AmbiguousMessage { .. }
             | ManagerError::AmbiguousDeadLetter { .. }
+            | ManagerError::InvalidSelection { .. }
             | ManagerError::UnknownDeadLetterQueue { .. } => ApiError::bad_request(message),
             ManagerError::NotPendingHandoff { .. }
             | ManagerError::EventAlreadySettled { .. }

@@ -15,6 +15,7 @@ mod dlq;
 mod endpoints;
 mod error;
 mod events;
+mod failed;
 mod handler_status;
 mod metrics;
 mod publish;
@@ -51,6 +52,8 @@ pub fn router(state: ApiState) -> Router {
             "/api/events/{event_id}/handoff/fail",
             post(events::fail_handoff),
         )
+        .route("/api/failed/resubmit", post(failed::resubmit))
+        .route("/api/failed/skip", post(failed::skip))
         .route("/api/sessions", get(sessions::list))
         .route("/api/dlq", get(dlq::list))
         .route("/api/dlq/replay", post(dlq::replay))
