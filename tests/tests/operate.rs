@@ -1812,3 +1812,94 @@ fn every_failed_event_a_filter_names_is_resubmitted_or_skipped_at_once() {
     host.cli(&["skip", "--dry-run"]).expect_code(2);
     host.cli(&["skip"]).expect_code(2);
 }
+
+/// While a system its handlers call is down, an operator pauses the
+/// endpoint: its events wait in its queue instead of failing, the pause
+/// holds across a restart, and a resume runs what waited.
+#[test]
+fn a_paused_endpoint_runs_nothing_across_a_restart_until_it_is_resumed() {
+    let scratch = Scratch::new();
+    scratch.install("app", "echo", "echo");
+    let host = RunningHost::start(&scratch, "");
+    let before = publish(&host, "Echo", "s-p", "{}");
+    host.wait_status("s-p", &before, "Completed");
+
+    let paused = host.cli(&["pause", "app"]);
+    paused.expect_code(0);
+    assert!(
+        paused.stdout().contains("endpoint app is paused since "),
+        "{}",
+        paused.stdout()
+    );
+    assert!(
+        host.cli(&["pause", "app"])
+            .expect_code(0)
+            .stdout()
+            .contains("(it already was)")
+    );
+    let waiting = publish(&host, "Echo", "s-p", "{}");
+    host.wait_status("s-p", &waiting, "Pending");
+    let listed = host.cli(&["events", "--session", "s-p"]);
+    assert!(
+        listed
+            .stdout()
+            .contains("Pending (waiting: endpoint paused)"),
+        "{}",
+        listed.stdout()
+    );
+    // Long enough for an accept, a receive and a run.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    host.wait_status("s-p", &waiting, "Pending");
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+
+    let host = RunningHost::start(&scratch, "");
+    let endpoints = host.cli_json(&["endpoints", "--json"]);
+    assert_eq!(endpoints[0]["endpoint"], "app", "{endpoints:#}");
+    assert_eq!(endpoints[0]["paused"], true, "{endpoints:#}");
+    assert!(
+        host.cli(&["endpoints"])
+            .expect_code(0)
+            .stdout()
+            .contains("paused since "),
+    );
+    assert!(
+        host.metrics()
+            .contains("nimbus_endpoint_paused{endpoint=\"app\"} 1"),
+        "{}",
+        host.metrics()
+    );
+    host.eventually("the start says the endpoint is paused", || {
+        host.stderr()
+            .contains("endpoint started paused")
+            .then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    host.wait_status("s-p", &waiting, "Pending");
+
+    let resumed = host.cli(&["resume", "app"]);
+    resumed.expect_code(0);
+    assert!(
+        resumed.stdout().contains("endpoint app is running"),
+        "{}",
+        resumed.stdout()
+    );
+    host.wait_status("s-p", &waiting, "Completed");
+    assert_eq!(host.cli_json(&["endpoints", "--json"])[0]["paused"], false);
+    assert!(
+        host.metrics()
+            .contains("nimbus_endpoint_paused{endpoint=\"app\"} 0"),
+        "{}",
+        host.metrics()
+    );
+
+    let unknown = host.cli(&["pause", "ap"]);
+    unknown.expect_code(1);
+    assert!(
+        unknown
+            .stderr()
+            .contains("there is no endpoint 'ap' (known: app)"),
+        "{}",
+        unknown.stderr()
+    );
+}

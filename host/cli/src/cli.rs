@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::cli_ops::{
-    ApiArgs, CheckConfigArgs, DlqCommand, EventArgs, EventsArgs, HandoffCommand, PublishArgs,
-    ResubmitArgs, RunArgs, SessionsArgs, SkipArgs,
+    ApiArgs, CheckConfigArgs, DlqCommand, EndpointArgs, EndpointsArgs, EventArgs, EventsArgs,
+    HandoffCommand, PublishArgs, ResubmitArgs, RunArgs, SessionsArgs, SkipArgs,
 };
 
 /// nimbus: event handlers as sandboxed WebAssembly components, with NimBus
@@ -61,6 +61,15 @@ pub(crate) enum Command {
     /// The running host's handlers (versions serving, last swap, load
     /// errors); `handlers check` and `handlers list` inspect files instead.
     Handlers(HandlersArgs),
+    /// The running host's endpoints, and which an operator paused.
+    Endpoints(EndpointsArgs),
+    /// Pause an endpoint: it takes no new sessions and lets go of those in
+    /// hand after the message each is on, so its events wait in its queue
+    /// (e.g. while a system its handlers call is down) instead of failing
+    /// and blocking their sessions. It stays paused across restarts.
+    Pause(EndpointArgs),
+    /// Resume a paused endpoint: its waiting events run, in order.
+    Resume(EndpointArgs),
     /// Run one event through its handler in the sandbox and print the result
     /// as JSON. Exit code 0 when the handler completed or handed off, 3 when
     /// it returned an error (including Trap, Timeout, MemoryLimit, Panic),

@@ -96,6 +96,23 @@ pub(crate) struct EventArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct EndpointsArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EndpointArgs {
+    /// The endpoint (its name, as `nimbus endpoints` lists it).
+    #[arg(value_name = "ENDPOINT", value_parser = an_id)]
+    pub(crate) endpoint: String,
+    /// Print the API's answer as JSON instead of one line.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct ResubmitArgs {
     /// The event id, or the id of a message of one event (e.g. the one
     /// `nimbus publish` printed).

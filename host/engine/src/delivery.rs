@@ -54,6 +54,8 @@ pub struct Endpoint {
     /// Where the endpoint notes the events it is delivering again after a
     /// transient failure (shared by the host's endpoints, read by its API).
     pub retrying: Arc<Retrying>,
+    /// Whether an operator paused it: its processor then takes no session.
+    pub paused: crate::Paused,
 }
 
 impl std::fmt::Debug for Endpoint {

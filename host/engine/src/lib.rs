@@ -17,6 +17,7 @@
 pub mod classifier;
 mod delivery;
 mod handler;
+mod pause;
 mod policies;
 pub mod policy_config;
 mod processor;
@@ -32,6 +33,7 @@ pub use delivery::{
 pub use handler::{
     HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
 };
+pub use pause::{PauseSwitch, Paused, pause_switch};
 pub use policies::{Policies, TransientBackoff};
 pub use processor::{ProcessorSettings, run_endpoint};
 pub use replayer::run_replayer;

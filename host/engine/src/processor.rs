@@ -25,7 +25,7 @@ use nimbus_wire::SessionState;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::delivery::{Delivery, Endpoint};
 
@@ -74,6 +74,15 @@ pub async fn run_endpoint<T: Transport>(
     let waiting = Arc::new(SlotRequests::default());
     let sessions = TaskTracker::new();
     loop {
+        if endpoint.paused.is_paused() {
+            info!(endpoint = %endpoint.name, "endpoint paused: taking no sessions until it is resumed");
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = endpoint.paused.resumed() => {}
+            }
+            info!(endpoint = %endpoint.name, "endpoint resumed");
+            continue;
+        }
         // A free slot, or (every slot held) an accept that looks for a
         // session to take the next slot that is handed over.
         let free = Arc::clone(&slots).try_acquire_owned().ok();
@@ -82,6 +91,7 @@ pub async fn run_endpoint<T: Transport>(
             // filled by a plain accept, with nobody asked to hand over.
             biased;
             () = shutdown.cancelled() => break,
+            () = endpoint.paused.paused() => continue,
             permit = Arc::clone(&slots).acquire_owned(), if free.is_none() => match permit {
                 Ok(_) => continue,
                 Err(_) => break,
@@ -89,6 +99,8 @@ pub async fn run_endpoint<T: Transport>(
             accepted = transport.accept_session(&path, SessionSelector::NextAvailable, settings.accept_timeout) => accepted,
         };
         match accepted {
+            // Paused while the accept was on its way: let the session go.
+            Ok(lock) if endpoint.paused.is_paused() => lock.close().await,
             Ok(lock) => {
                 let Some(permit) = free else {
                     // Every slot is held and a session has a message
@@ -166,6 +178,11 @@ async fn process_session<T: Transport>(
     while !shutdown.is_cancelled() {
         let received = tokio::select! {
             () = shutdown.cancelled() => break,
+            // The message in hand (if any) was settled: let the session go.
+            () = endpoint.paused.paused() => {
+                debug!(endpoint = %endpoint.name, session = %session_id, "endpoint paused; releasing the session");
+                break;
+            }
             received = waiting.next_or_hand_over(&lock, settings.session_idle_timeout) => received,
         };
         match received {

@@ -125,6 +125,7 @@ struct Harness {
     handler: Arc<Scripted>,
     responses: nimbus_broker::BrokerReceiver,
     retrying: Arc<Retrying>,
+    pause: nimbus_engine::PauseSwitch,
     shutdown: CancellationToken,
 }
 
@@ -266,6 +267,7 @@ async fn start_with(
     provision(&broker, max_delivery_count, tuning.lock_duration).await;
     let handler = Arc::new(Scripted::default());
     let retrying = Arc::new(Retrying::default());
+    let (pause, paused) = nimbus_engine::pause_switch(false);
     let endpoint = Arc::new(Endpoint {
         name: E.to_owned(),
         handlers: handler.clone(),
@@ -279,6 +281,7 @@ async fn start_with(
         sdk_version: "test".into(),
         inbox_retention,
         retrying: Arc::clone(&retrying),
+        paused,
     });
     let shutdown = CancellationToken::new();
     tokio::spawn(run_endpoint(
@@ -298,6 +301,7 @@ async fn start_with(
         handler,
         responses,
         retrying,
+        pause,
         shutdown,
     }
 }
@@ -1447,5 +1451,38 @@ async fn follow_ups_the_broker_refuses_fail_the_event_once_instead_of_running_it
         pairs(&[("SkipResponse", "e1"), ("ResolutionResponse", "e2")])
     );
     assert_eq!(h.seen(), ["Z", "A", "B"]);
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_endpoint_lets_go_of_its_sessions_and_runs_nothing_until_resumed() {
+    // Sessions are held as long as they could be, so a pause must let go
+    // of the one in hand rather than wait for it to idle out.
+    let h = start_with(RetryPolicies::default(), 10, None, |t| {
+        t.processor.session_idle_timeout = Duration::from_secs(600);
+        t.processor.session_max_hold = Duration::from_secs(600);
+    })
+    .await;
+    h.publish(event("s1", "e1", "A", "complete")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "e1")]));
+
+    assert!(h.pause.set(true));
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    h.publish(event("s2", "e3", "C", "complete")).await;
+    let ran = h.responses.receive(Duration::from_secs(2)).await.unwrap();
+    assert!(
+        ran.is_none(),
+        "an event ran while paused: {:?}",
+        ran.map(|m| NimbusMessage::from_received(&m).map(|m| m.message_type))
+    );
+    assert_eq!(h.seen(), ["A"], "the handler ran nothing while paused");
+
+    assert!(h.pause.set(false));
+    let mut ran = h.responses(2).await;
+    ran.sort();
+    assert_eq!(
+        ran,
+        pairs(&[("ResolutionResponse", "e2"), ("ResolutionResponse", "e3")])
+    );
     h.shutdown.cancel();
 }

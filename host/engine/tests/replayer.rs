@@ -632,6 +632,7 @@ async fn a_parked_copy_that_cannot_be_decoded_is_dead_lettered_and_no_longer_cou
         sdk_version: "test".into(),
         inbox_retention: None,
         retrying: Arc::default(),
+        paused: nimbus_engine::Paused::default(),
     });
     tokio::spawn(nimbus_engine::run_endpoint(
         h.broker.clone(),

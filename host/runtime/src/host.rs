@@ -21,6 +21,7 @@ use crate::config::{Retention, ValidConfig};
 use crate::data_lock::DataLock;
 use crate::handlers::SandboxHandlers;
 use crate::metrics::Metrics;
+use crate::pauses::Pauses;
 use crate::wiring;
 
 /// The producer topic an external publish goes to when it names none.
@@ -37,6 +38,8 @@ pub struct Host {
     resolver: Arc<SqliteResolverStore>,
     metrics: Arc<Metrics>,
     retrying: Arc<Retrying>,
+    /// The endpoints an operator paused.
+    pauses: Arc<Pauses>,
     /// Handler calls in progress, across every endpoint.
     handler_calls: Arc<AtomicUsize>,
     shutdown: CancellationToken,
@@ -120,6 +123,7 @@ impl Host {
         let watch = registry
             .watch()
             .context("watching the handlers directory")?;
+        let pauses = Arc::new(Pauses::open(&host.data_dir)?);
 
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -130,6 +134,7 @@ impl Host {
             resolver,
             metrics: Arc::new(Metrics::default()),
             retrying: Arc::default(),
+            pauses,
             handler_calls: Arc::default(),
             shutdown,
             tasks,
@@ -150,6 +155,11 @@ impl Host {
             "nimbus host started"
         );
         Ok(host)
+    }
+
+    /// The endpoints an operator paused.
+    pub fn pauses(&self) -> &Arc<Pauses> {
+        &self.pauses
     }
 
     /// The embedded broker.
@@ -271,6 +281,7 @@ struct Supervisor {
     config: ValidConfig,
     policies: Arc<Policies>,
     retrying: Arc<Retrying>,
+    pauses: Arc<Pauses>,
     handler_calls: Arc<AtomicUsize>,
     processor: ProcessorSettings,
     shutdown: CancellationToken,
@@ -286,6 +297,7 @@ impl Supervisor {
             config: host.config.clone(),
             policies: Arc::new(wiring::policies(&host.config)),
             retrying: Arc::clone(&host.retrying),
+            pauses: Arc::clone(&host.pauses),
             handler_calls: Arc::clone(&host.handler_calls),
             processor: wiring::processor_settings(&host.config),
             shutdown: host.shutdown.clone(),
@@ -361,7 +373,14 @@ impl Supervisor {
             Arc::clone(&self.policies),
             format!("nimbus {VERSION}"),
             Arc::clone(&self.retrying),
+            self.pauses.reader(name),
         );
+        if self.pauses.paused_since(name).is_some() {
+            warn!(
+                endpoint = name,
+                "endpoint started paused: its events wait in its queue until `nimbus resume {name}`"
+            );
+        }
         info!(endpoint = name, "endpoint started");
         wiring::spawn_endpoint(
             &self.tasks,

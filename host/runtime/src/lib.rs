@@ -15,6 +15,7 @@ pub mod handlers;
 mod host;
 pub mod metrics;
 pub mod observed_store;
+mod pauses;
 mod wiring;
 
 pub use api::{ApiError, ApiState, router, serve};
@@ -23,3 +24,4 @@ pub use data_lock::{DataLock, DataLockError, Holder};
 pub use handlers::SandboxHandlers;
 pub use host::{DEFAULT_PRODUCER, Host, VERSION};
 pub use metrics::Metrics;
+pub use pauses::{PauseState, Pauses};

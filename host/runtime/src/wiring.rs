@@ -76,6 +76,7 @@ pub(crate) fn endpoint(
     policies: Arc<Policies>,
     sdk_version: String,
     retrying: Arc<Retrying>,
+    paused: nimbus_engine::Paused,
 ) -> Endpoint {
     let engine = &config.config.engine;
     Endpoint {
@@ -87,6 +88,7 @@ pub(crate) fn endpoint(
         sdk_version,
         inbox_retention: engine.inbox.then_some(engine.inbox_retention),
         retrying,
+        paused,
     }
 }
 

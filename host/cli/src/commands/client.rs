@@ -95,6 +95,16 @@ pub(crate) fn run(api: &ApiArgs, command: Command) -> anyhow::Result<ExitCode> {
             )?;
             print_sent(&sent, args.json)?;
         }
+        Command::Endpoints(args) => {
+            let endpoints = client.get("/api/endpoints", &[])?;
+            if args.json {
+                print_json(&endpoints)?;
+            } else {
+                out!("{}", endpoints_table(&endpoints));
+            }
+        }
+        Command::Pause(args) => switch_endpoint(&client, &args.endpoint, "pause", args.json)?,
+        Command::Resume(args) => switch_endpoint(&client, &args.endpoint, "resume", args.json)?,
         Command::Skip(args) => {
             let Some(id) = args.id.as_deref().filter(|_| !args.bulk.all) else {
                 return on_failed(&client, "skip", args.endpoint, args.bulk, args.json);
@@ -410,6 +420,59 @@ fn on_failed_text(operation: &str, answer: &Value) -> (String, Vec<String>) {
     (out, notes)
 }
 
+/// `nimbus pause E` / `nimbus resume E`: one line saying what the
+/// endpoint is now, and whether this changed it.
+fn switch_endpoint(
+    client: &ApiClient,
+    endpoint: &str,
+    action: &str,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let state = client.post(
+        &format!("/api/endpoints/{}/{action}", path_segment(endpoint)),
+        &json!({}),
+    )?;
+    if as_json {
+        return print_json(&state);
+    }
+    let name = text(&state["endpoint"]);
+    let already = if state["changed"] == true {
+        ""
+    } else {
+        " (it already was)"
+    };
+    if state["paused"] == true {
+        outln!(
+            "endpoint {name} is paused since {}{already}: it takes no sessions and its events \
+             wait in its queue until `nimbus resume {name}`",
+            time_ms(&state["paused_since_ms"])
+        );
+    } else {
+        outln!("endpoint {name} is running{already}");
+    }
+    Ok(())
+}
+
+fn endpoints_table(endpoints: &Value) -> String {
+    let rows: Vec<Vec<String>> = endpoints
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let state = if e["paused"] == true {
+                format!("paused since {}", time_ms(&e["paused_since_ms"]))
+            } else {
+                "running".to_owned()
+            };
+            vec![text(&e["endpoint"]), state]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "no endpoints\n".to_owned();
+    }
+    table(&["ENDPOINT", "STATE"], &rows)
+}
+
 /// `POST .../resubmit`, with the edited data as written.
 #[derive(serde::Serialize)]
 struct ResubmitBody<'a> {
@@ -547,6 +610,9 @@ fn events_table(events: &Value) -> String {
             if e["waiting_for_handler"].is_string() {
                 status.push_str(" (waiting: no handler serves; see nimbus event)");
             }
+            if e["endpoint_paused_since_ms"].is_i64() && e["status"] == "Pending" {
+                status.push_str(" (waiting: endpoint paused)");
+            }
             let failing = &e["transient_failure"];
             if let Some(delivery) = failing["delivery"].as_u64() {
                 let _ = write!(
@@ -611,6 +677,14 @@ fn event_text(event: &Value) -> String {
         }
         if let Some(why) = at["waiting_for_handler"].as_str() {
             let _ = writeln!(out, "waiting     {why}");
+        }
+        if !at["endpoint_paused_since_ms"].is_null() {
+            let _ = writeln!(
+                out,
+                "paused      its endpoint is paused since {}: nothing of it runs until `nimbus resume {}`",
+                time_ms(&at["endpoint_paused_since_ms"]),
+                text(&r["endpoint"])
+            );
         }
         let _ = writeln!(out, "type        {}", text(&r["event_type"]));
         let _ = writeln!(out, "session     {}", text(&r["session_id"]));

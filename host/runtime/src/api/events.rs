@@ -50,6 +50,10 @@ pub(crate) struct ListedEvent {
     transient_failure: Option<TransientFailureView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     waiting_for_handler: Option<String>,
+    /// Since when its endpoint is paused (milliseconds since the Unix
+    /// epoch), while it is: nothing of the endpoint runs until resumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    endpoint_paused_since_ms: Option<i64>,
 }
 
 pub(crate) async fn list(
@@ -94,6 +98,7 @@ pub(crate) async fn list(
         .map(|record| ListedEvent {
             transient_failure: TransientFailureView::of(&state.retrying, &record),
             waiting_for_handler: waiting_for_handler(&handlers, &record),
+            endpoint_paused_since_ms: state.pauses.paused_since(&record.endpoint),
             record,
         })
         .collect();
@@ -232,6 +237,9 @@ pub(crate) struct EndpointView {
     /// event waits in the endpoint's queue until one does.
     #[serde(skip_serializing_if = "Option::is_none")]
     waiting_for_handler: Option<String>,
+    /// Since when its endpoint is paused, while it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    endpoint_paused_since_ms: Option<i64>,
 }
 
 /// [`TransientAttempt`] as the API shows it.
@@ -272,6 +280,7 @@ impl EndpointView {
             awaits_retry: None,
             retry_at: None,
             waiting_for_handler: None,
+            endpoint_paused_since_ms: None,
         }
     }
 
@@ -357,6 +366,7 @@ async fn views(state: &ApiState, details: Vec<EventDetail>) -> Result<Vec<Endpoi
         let mut view = EndpointView::of(detail, &state.retrying);
         view.add_block_retry(state).await?;
         view.waiting_for_handler = waiting_for_handler(&handlers, &view.detail.record);
+        view.endpoint_paused_since_ms = state.pauses.paused_since(&view.detail.record.endpoint);
         views.push(view);
     }
     Ok(views)

@@ -1,7 +1,8 @@
 //! `GET /metrics`: the Prometheus text format. Counters and histograms of
 //! what the Resolver recorded (throughput, latency, outcomes), and gauges
 //! read at scrape time: each endpoint's queue depths, blocked sessions and
-//! parked events from the broker, each handler's state from the registry.
+//! parked events from the broker, whether an operator paused it, each
+//! handler's state from the registry.
 
 use axum::extract::State;
 use axum::http::header;
@@ -21,6 +22,7 @@ struct Depths {
     blocked_sessions: u64,
     parked: u64,
     retrying: u64,
+    paused: u64,
 }
 
 /// A gauge of [`Depths`]: its name, help and reading.
@@ -103,9 +105,10 @@ pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoRe
         depths.retrying = retrying
             .get(&endpoint)
             .map_or(0, |&n| u64::try_from(n).unwrap_or(u64::MAX));
+        depths.paused = u64::from(state.pauses.paused_since(&endpoint).is_some());
         endpoints.push((endpoint, depths));
     }
-    let gauges: [Gauge; 5] = [
+    let gauges: [Gauge; 6] = [
         (
             "nimbus_active_messages",
             "Messages waiting or locked in the endpoint's subscription (endpoint=\"Resolver\": the Resolver's backlog).",
@@ -130,6 +133,11 @@ pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoRe
             "nimbus_retrying_events",
             "Events this host is delivering again after a transient failure (none is reported to the Resolver, whose status does not show it).",
             |d| d.retrying,
+        ),
+        (
+            "nimbus_endpoint_paused",
+            "1 while an operator has paused the endpoint (`nimbus pause`): it runs nothing, and its events wait.",
+            |d| d.paused,
         ),
     ];
     for (name, help, value) in gauges {

@@ -18,6 +18,7 @@ mod events;
 mod failed;
 mod handler_status;
 mod metrics;
+mod pause;
 mod publish;
 mod sessions;
 mod state;
@@ -54,6 +55,9 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/failed/resubmit", post(failed::resubmit))
         .route("/api/failed/skip", post(failed::skip))
+        .route("/api/endpoints", get(pause::list))
+        .route("/api/endpoints/{endpoint}/pause", post(pause::pause))
+        .route("/api/endpoints/{endpoint}/resume", post(pause::resume))
         .route("/api/sessions", get(sessions::list))
         .route("/api/dlq", get(dlq::list))
         .route("/api/dlq/replay", post(dlq::replay))

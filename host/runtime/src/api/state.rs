@@ -21,6 +21,8 @@ pub struct ApiState {
     pub(crate) metrics: Arc<crate::Metrics>,
     /// The events this host is delivering again after a transient failure.
     pub(crate) retrying: Arc<nimbus_engine::Retrying>,
+    /// The endpoints an operator paused.
+    pub(crate) pauses: Arc<crate::Pauses>,
     pub(crate) manager: Arc<Manager<Broker>>,
     /// Producer topics named in the configuration (plus the default one);
     /// endpoint topics are producers too, looked up live.
@@ -56,6 +58,7 @@ impl ApiState {
             store: Arc::clone(host.resolver()),
             metrics: Arc::clone(host.metrics()),
             retrying: Arc::clone(host.retrying()),
+            pauses: Arc::clone(host.pauses()),
             manager: Arc::new(Manager::new(Arc::clone(host.broker()), store)),
             producers: Arc::new(producers),
             retention: host.config().config.resolver.retention,

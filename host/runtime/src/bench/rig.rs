@@ -86,6 +86,7 @@ impl Rig {
             Arc::new(wiring::policies(&config)),
             format!("nimbus {} (bench)", crate::VERSION),
             Arc::default(),
+            nimbus_engine::Paused::default(),
         );
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
