@@ -1837,7 +1837,16 @@ fn a_paused_endpoint_runs_nothing_across_a_restart_until_it_is_resumed() {
             .stdout()
             .contains("(it already was)")
     );
-    let waiting = publish(&host, "Echo", "s-p", "{}");
+    let published = publish_run(&host, "Echo", "s-p", "{}");
+    published.expect_code(0);
+    assert!(
+        published
+            .stderr()
+            .contains("note: app is paused: the event waits in its queue until `nimbus resume`"),
+        "{}",
+        published.stderr()
+    );
+    let waiting = published.stdout().trim().to_owned();
     host.wait_status("s-p", &waiting, "Pending");
     let listed = host.cli(&["events", "--session", "s-p"]);
     assert!(

@@ -1091,6 +1091,15 @@ fn publish_note(event_type: &str, answer: &Value) {
     let waiting_at = names("waiting_at");
     let fails_at = names("fails_at");
     let not_loading = names("not_loading");
+    let paused_at = names("paused_at");
+    if !paused_at.is_empty() {
+        errln!(
+            "note: {} {} paused: the event waits in {} queue until `nimbus resume`",
+            paused_at.join(", "),
+            if paused_at.len() == 1 { "is" } else { "are" },
+            if paused_at.len() == 1 { "its" } else { "their" },
+        );
+    }
     // Where other handlers of the endpoint run, the event cannot wait in
     // the queue: it fails and blocks its session until fixed and resubmitted.
     if !fails_at.is_empty() {

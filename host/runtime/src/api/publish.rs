@@ -81,6 +81,9 @@ pub(crate) struct Published {
     /// the event fails there (`HandlerNotLoaded`) and blocks its session,
     /// to be resubmitted once the handler is fixed.
     fails_at: Vec<String>,
+    /// Those of `consumed_by` an operator paused: the event waits in their
+    /// queue until `nimbus resume`.
+    paused_at: Vec<String>,
 }
 
 pub(crate) async fn publish(
@@ -132,8 +135,15 @@ pub(crate) async fn publish(
             .collect(),
         waiting_at: Vec::new(),
         fails_at: Vec::new(),
+        paused_at: Vec::new(),
         topic,
     };
+    published.paused_at = published
+        .consumed_by
+        .iter()
+        .filter(|endpoint| state.pauses.paused_since(endpoint).is_some())
+        .cloned()
+        .collect();
     for endpoint in &published.not_loading {
         // Served there by a handler that loads: nothing waits.
         if published.consumed_by.contains(endpoint) {
