@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use nimbus_resolver::{EventFilter, EventRecord, Status};
 use nimbus_transport::{Admin, AdminError, SubscriptionPath, Transport};
@@ -250,10 +250,9 @@ impl<T: Transport + Admin> Manager<T> {
         records.truncate(EXAMINED_AT_MOST);
         let changed_before = selection
             .not_updated_for
-            .map(|age| millis_since_epoch(SystemTime::now()).saturating_sub(millis(age)));
+            .map(|age| nimbus_wire::unix_millis(SystemTime::now()).saturating_sub(millis(age)));
         records.retain(|r| {
-            r.status == Status::Failed
-                && same(selection.event_type.as_deref(), r.event_type.as_deref())
+            same(selection.event_type.as_deref(), r.event_type.as_deref())
                 && same(selection.error_type.as_deref(), r.error_type.as_deref())
                 && changed_before.is_none_or(|before| r.updated_ms <= before)
         });
@@ -279,8 +278,8 @@ impl<T: Transport + Admin> Manager<T> {
                 // An endpoint removed since: nothing of it waits.
                 Err(AdminError::NotFound { .. }) => continue,
                 Err(source) => {
-                    return Err(ManagerError::ListSessions {
-                        subscription: path.to_string(),
+                    return Err(ManagerError::ReadEndpoint {
+                        endpoint: endpoint.to_owned(),
                         source,
                     });
                 }
@@ -294,8 +293,10 @@ impl<T: Transport + Admin> Manager<T> {
                     continue;
                 };
                 if let (Some(blocker), Some(true)) = (state.blocked_by(), state.awaits_retry()) {
-                    let retry_at_ms = state.retry_at().map(millis_since_epoch);
-                    awaiting.insert((endpoint.to_owned(), blocker.to_owned()), retry_at_ms);
+                    awaiting.insert(
+                        (endpoint.to_owned(), blocker.to_owned()),
+                        state.pending_retry_at_ms,
+                    );
                 }
             }
         }
@@ -310,8 +311,8 @@ impl<T: Transport + Admin> Manager<T> {
             Ok(None) | Err(AdminError::NotFound { .. }) => Err(ManagerError::NoSuchEndpoint {
                 endpoint: endpoint.to_owned(),
             }),
-            Err(source) => Err(ManagerError::ListSessions {
-                subscription: SubscriptionPath::new(endpoint, endpoint).to_string(),
+            Err(source) => Err(ManagerError::ReadEndpoint {
+                endpoint: endpoint.to_owned(),
                 source,
             }),
         }
@@ -326,8 +327,4 @@ fn same(wanted: Option<&str>, value: Option<&str>) -> bool {
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn millis_since_epoch(at: SystemTime) -> i64 {
-    at.duration_since(UNIX_EPOCH).map_or(0, millis)
 }

@@ -688,9 +688,7 @@ impl<T: Transport + Admin> Manager<T> {
         let note = ReplayNote {
             endpoint: replayed.endpoint.clone(),
             event_id,
-            at_ms: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            at_ms: nimbus_wire::unix_millis(SystemTime::now()),
             note: format!(
                 "replayed from the dead-letter queue (message {}, dead-lettered: {})",
                 replayed.message_id.as_deref().unwrap_or("-"),

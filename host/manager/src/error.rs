@@ -242,11 +242,11 @@ pub enum ManagerError {
         /// What is wrong with it.
         reason: String,
     },
-    /// Reading an endpoint's topic or sessions failed.
-    #[error("reading the sessions of {subscription}: {source}")]
-    ListSessions {
-        /// The endpoint's session subscription.
-        subscription: String,
+    /// Reading an endpoint's topic or sessions from the broker failed.
+    #[error("reading endpoint '{endpoint}' (its topic and sessions) from the broker: {source}")]
+    ReadEndpoint {
+        /// The endpoint.
+        endpoint: String,
         /// The transport's answer.
         #[source]
         source: nimbus_transport::AdminError,

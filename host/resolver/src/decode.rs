@@ -4,8 +4,6 @@
 //! consumer settles by what this returns: record, note a heartbeat, complete
 //! without recording, or dead-letter with the named defect.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use nimbus_transport::{PropertyValue, ReceivedMessage};
 use nimbus_wire::{MessageContent, MessageType, NimbusMessage};
 
@@ -40,7 +38,7 @@ pub(crate) struct Unrecordable(pub(crate) String);
 pub(crate) fn decode(received: &mut ReceivedMessage) -> Result<Decoded, Unrecordable> {
     let message = NimbusMessage::take_from_received(received)
         .map_err(|e| Unrecordable(format!("the message cannot be decoded: {e}")))?;
-    let at_ms = millis_since_epoch(received.enqueued_time);
+    let at_ms = nimbus_wire::unix_millis(received.enqueued_time);
     let type_name = message.message_type.as_str();
 
     if message.is_heartbeat() {
@@ -173,15 +171,9 @@ fn saturating_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-fn millis_since_epoch(at: SystemTime) -> i64 {
-    at.duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, UNIX_EPOCH};
 
     use nimbus_transport::{LockToken, Message};
     use nimbus_wire::build::{self, ResponseTimes};

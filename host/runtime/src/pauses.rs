@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use anyhow::Context as _;
 use nimbus_engine::{PauseSwitch, Paused, pause_switch};
@@ -106,7 +106,10 @@ impl Pauses {
         if changed {
             let mut since = inner.since.clone();
             if paused {
-                since.insert(endpoint.to_owned(), now_ms());
+                since.insert(
+                    endpoint.to_owned(),
+                    nimbus_wire::unix_millis(SystemTime::now()),
+                );
             } else {
                 since.remove(endpoint);
             }
@@ -150,12 +153,6 @@ impl Pauses {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -37,4 +37,4 @@ pub use message::{DecodeError, Defect, NimbusMessage};
 pub use message_type::{MessageType, UnknownMessageType};
 pub use names::{addr, prop};
 pub use session_state::{SessionState, SessionStateError, SettledParked};
-pub use timestamp::{format_newtonsoft, format_round_trip, parse_timestamp};
+pub use timestamp::{format_newtonsoft, format_round_trip, parse_timestamp, unix_millis};

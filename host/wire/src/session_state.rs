@@ -198,10 +198,7 @@ impl SessionState {
     pub fn expect_retry(&mut self, retry: Option<(&str, SystemTime)>) {
         self.pending_retry_message_id =
             Some(retry.map(|(id, _)| id).unwrap_or_default().to_owned());
-        self.pending_retry_at_ms = retry.map(|(_, at)| {
-            at.duration_since(UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        });
+        self.pending_retry_at_ms = retry.map(|(_, at)| crate::unix_millis(at));
     }
 
     /// Whether the block waits for a retry: `Some(false)` when its owner's

@@ -45,6 +45,13 @@ pub fn format_newtonsoft(at: SystemTime) -> String {
     format!("{}.{}Z", date_time_prefix(&t), digits.trim_end_matches('0'))
 }
 
+/// Milliseconds since the Unix epoch, as the session state and the
+/// Resolver store keep times: 0 before the epoch, saturating far after it.
+pub fn unix_millis(at: SystemTime) -> i64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Parses an RFC 3339 / ISO-8601 timestamp with an offset (`Z` or `+hh:mm`),
 /// any number of fractional digits.
 pub fn parse_timestamp(text: &str) -> Option<SystemTime> {
