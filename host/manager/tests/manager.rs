@@ -1788,6 +1788,21 @@ async fn a_bulk_operation_stops_at_a_refused_publish_and_names_what_it_did_not_s
         matches!(refused, ManagerError::NoSuchEndpoint { ref endpoint } if endpoint == "billings"),
         "{refused:?}"
     );
+    let refused = h
+        .manager
+        .act_on_failed(
+            BulkAction::Resubmit,
+            &BulkSelection {
+                limit: Some(0),
+                ..BulkSelection::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "invalid selection: the limit must be at least 1"
+    );
     // The endpoint's topic is gone: the first publish is refused, and the
     // rest are not attempted.
     h.broker.delete_topic("billing").await.unwrap();
