@@ -7,7 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use nimbus_runtime::bench::{self, BenchOptions, Durability, HandlerChoice, Mode, OnFailure};
+use nimbus_runtime::bench::{
+    self, BenchOptions, Durability, HandlerChoice, Mode, OnFailure, ResolverStoreChoice,
+};
 
 fn guests_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("NIMBUS_GUESTS_DIR") {
@@ -84,6 +86,30 @@ async fn every_event_completes_through_wasm_and_native_noop() {
             "{printed}"
         );
     }
+}
+
+/// With the store discarded the Resolver still hears, settles and reports
+/// every event, so the run measures the rest of the stack; the report says
+/// loudly that no audit trail was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_the_resolver_store_discarded_still_ends_every_event() {
+    let options = BenchOptions {
+        resolver_store: ResolverStoreChoice::Discard,
+        ..small(HandlerChoice::Noop, vec![Mode::Native])
+    };
+    let report = run(&options).await;
+    let mode = &report.modes[0];
+    for phase in [&mode.closed, &mode.open] {
+        assert_eq!(phase.completed.count, 60);
+        assert_eq!((phase.blocked, phase.parked, phase.lost), (0, 0, 0));
+    }
+    let printed = report.to_string();
+    assert!(
+        printed.contains("Resolver store DISCARDED (no audit trail written)"),
+        "{printed}"
+    );
+    let with_store = run(&small(HandlerChoice::Noop, vec![Mode::Native])).await;
+    assert!(!with_store.to_string().contains("DISCARDED"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use crate::output::{errln, out};
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use nimbus_runtime::bench::{self, BenchOptions, Durability, HandlerChoice, Mode, OnFailure};
+use nimbus_runtime::bench::{
+    self, BenchOptions, Durability, HandlerChoice, Mode, OnFailure, ResolverStoreChoice,
+};
 
 /// Load options, with the defaults of the target (noop handler, 64
 /// sessions, 300-byte payloads, durable).
@@ -58,6 +60,19 @@ pub(crate) struct BenchArgs {
     /// Sessions the endpoint processes at once [default: --sessions].
     #[arg(long)]
     engine_sessions: Option<usize>,
+    /// Where the Resolver's records go: `discard` writes none (the Resolver
+    /// still consumes and settles every message), to compare with a run on
+    /// SQLite for what the audit store costs. Not a host configuration.
+    #[arg(long, value_enum, default_value_t = ResolverStoreArg::Sqlite)]
+    resolver_store: ResolverStoreArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ResolverStoreArg {
+    /// SQLite, as the host runs it.
+    Sqlite,
+    /// Nowhere: no audit trail is written.
+    Discard,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -108,6 +123,10 @@ impl BenchArgs {
             window: self.window,
             rate: self.rate,
             engine_sessions: self.engine_sessions,
+            resolver_store: match self.resolver_store {
+                ResolverStoreArg::Sqlite => ResolverStoreChoice::Sqlite,
+                ResolverStoreArg::Discard => ResolverStoreChoice::Discard,
+            },
         }
     }
 }

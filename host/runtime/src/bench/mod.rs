@@ -19,6 +19,7 @@
 //! per session); latency at half that rate open loop, from when each event
 //! was due, so falling behind shows (docs/decisions/0100).
 
+mod discard;
 mod load;
 mod native;
 mod report;
@@ -77,6 +78,17 @@ impl Mode {
     }
 }
 
+/// Where the Resolver's records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolverStoreChoice {
+    /// SQLite in the data directory, as the host runs it.
+    Sqlite,
+    /// Nowhere: the Resolver consumes and settles every message but writes
+    /// nothing, to price the store beside a run with it (never a host
+    /// configuration).
+    Discard,
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -107,6 +119,8 @@ pub struct BenchOptions {
     pub rate: Option<f64>,
     /// Sessions the endpoint processes at once; `sessions` when `None`.
     pub engine_sessions: Option<usize>,
+    /// Where the Resolver's records go.
+    pub resolver_store: ResolverStoreChoice,
 }
 
 impl Default for BenchOptions {
@@ -125,6 +139,7 @@ impl Default for BenchOptions {
             window: 1,
             rate: None,
             engine_sessions: None,
+            resolver_store: ResolverStoreChoice::Sqlite,
         }
     }
 }
@@ -161,6 +176,13 @@ impl BenchOptions {
             && !(rate.is_finite() && rate > 0.0)
         {
             problems.push(format!("rate: {rate} is not a positive number of events/s"));
+        }
+        if self.resolver_store == ResolverStoreChoice::Discard && self.failure_rate > 0.0 {
+            problems.push(
+                "resolver-store: discard keeps no failed event for the Manager to skip; use a \
+                 failure rate of 0"
+                    .to_owned(),
+            );
         }
         if self.modes.is_empty() {
             problems.push("no run selected (wasm, native or both)".to_owned());
@@ -213,6 +235,7 @@ async fn run_mode(
             event_type: &event_type,
             handlers,
             engine_sessions: options.engine_sessions.unwrap_or(options.sessions),
+            resolver_store: options.resolver_store,
         },
         settled_tx,
     )
@@ -415,6 +438,19 @@ mod tests {
         for name in ["sessions", "failure-rate", "rate"] {
             assert!(err.contains(name), "{name} missing from: {err}");
         }
+        let discard_with_failures = BenchOptions {
+            handler: HandlerChoice::Orders,
+            failure_rate: 0.1,
+            resolver_store: ResolverStoreChoice::Discard,
+            ..BenchOptions::default()
+        };
+        assert!(
+            discard_with_failures
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("resolver-store")
+        );
         let native_component = BenchOptions {
             handler: HandlerChoice::Component("x.wasm".into()),
             ..BenchOptions::default()

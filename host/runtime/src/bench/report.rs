@@ -262,7 +262,7 @@ impl fmt::Display for BenchReport {
         let o = &self.options;
         writeln!(
             f,
-            "nimbus bench: handler {}, {} sessions, {}-byte payloads, durability {}, {} events per phase (warm-up {}), window {}/session, failure rate {}",
+            "nimbus bench: handler {}, {} sessions, {}-byte payloads, durability {}, {} events per phase (warm-up {}), window {}/session, failure rate {}{}",
             match &o.handler {
                 super::HandlerChoice::Noop => "noop".to_owned(),
                 super::HandlerChoice::Orders => "orders".to_owned(),
@@ -278,6 +278,11 @@ impl fmt::Display for BenchReport {
             o.warmup,
             o.window,
             o.failure_rate,
+            match o.resolver_store {
+                super::ResolverStoreChoice::Sqlite => "",
+                super::ResolverStoreChoice::Discard =>
+                    ", Resolver store DISCARDED (no audit trail written)",
+            },
         )?;
         writeln!(f, "machine: {}", self.machine)?;
         writeln!(

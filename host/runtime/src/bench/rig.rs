@@ -19,6 +19,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::ResolverStoreChoice;
+use super::discard::DiscardingStore;
 use super::watch::{HandlerClock, Settled, SettledWatch, Timed};
 use crate::observed_store::ObservedStore;
 use crate::{Config, wiring};
@@ -33,6 +35,7 @@ pub(crate) struct RigSpec<'a> {
     pub(crate) event_type: &'a str,
     pub(crate) handlers: Arc<dyn Handlers>,
     pub(crate) engine_sessions: usize,
+    pub(crate) resolver_store: ResolverStoreChoice,
 }
 
 /// A running stack.
@@ -46,6 +49,25 @@ pub(crate) struct Rig {
     pub(crate) session_release: Duration,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+}
+
+/// Where the Resolver's records go: SQLite in `dir`, as the host keeps
+/// them, or nowhere.
+fn records_store(
+    choice: ResolverStoreChoice,
+    dir: &Path,
+    durability: Durability,
+) -> anyhow::Result<Arc<dyn ResolverStore>> {
+    Ok(match choice {
+        ResolverStoreChoice::Sqlite => Arc::new(
+            SqliteResolverStore::open_with(
+                &dir.join("resolver.db"),
+                wiring::store_durability(durability),
+            )
+            .context("opening the resolver store")?,
+        ),
+        ResolverStoreChoice::Discard => Arc::new(DiscardingStore),
+    })
 }
 
 impl Rig {
@@ -69,15 +91,9 @@ impl Rig {
             .await
             .context("provisioning the bench topology")?;
 
-        let sqlite: Arc<dyn ResolverStore> = Arc::new(
-            SqliteResolverStore::open_with(
-                &spec.dir.join("resolver.db"),
-                wiring::store_durability(spec.durability),
-            )
-            .context("opening the resolver store")?,
-        );
+        let records = records_store(spec.resolver_store, spec.dir, spec.durability)?;
         let store: Arc<dyn ResolverStore> =
-            Arc::new(ObservedStore::new(sqlite, SettledWatch::new(settled)));
+            Arc::new(ObservedStore::new(records, SettledWatch::new(settled)));
         let clock = Arc::new(HandlerClock::default());
         let endpoint = wiring::endpoint(
             &config,
@@ -136,5 +152,32 @@ impl Rig {
         {
             tracing::warn!("the bench stack did not stop within 10s");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use nimbus_resolver::{MessageKind, Observation};
+
+    use super::*;
+
+    #[test]
+    fn a_discarded_store_writes_no_file_and_a_sqlite_one_keeps_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let request = Observation::new("bench", "e-1", MessageKind::EventRequest, 1);
+
+        let discard =
+            records_store(ResolverStoreChoice::Discard, dir.path(), Durability::Os).unwrap();
+        discard.record(&request).unwrap();
+        assert!(!dir.path().join("resolver.db").exists());
+        assert!(discard.event("e-1").unwrap().is_empty());
+
+        let sqlite =
+            records_store(ResolverStoreChoice::Sqlite, dir.path(), Durability::Os).unwrap();
+        sqlite.record(&request).unwrap();
+        assert!(dir.path().join("resolver.db").exists());
+        assert_eq!(sqlite.event("e-1").unwrap().len(), 1);
     }
 }
