@@ -121,6 +121,32 @@ impl Context {
         self.retry_count
     }
 
+    /// How many times the broker has delivered this message, this time
+    /// included: 1 the first time, more after a `transient` error or a lost
+    /// session lock (a host that stopped mid-handler may not have counted
+    /// its delivery). Check here whether an earlier attempt's side effect
+    /// already happened before repeating it. A retry or a resubmission is a
+    /// new message and counts from 1 again: see [`Self::retry_count`] and
+    /// [`Self::message_type`].
+    pub fn delivery_count(&self) -> u32 {
+        self.host.delivery_count()
+    }
+
+    /// The NimBus message type that brought the event: `EventRequest` when
+    /// it was published (or replayed after its session was unblocked),
+    /// `RetryRequest` for an automatic retry, `ResubmissionRequest` when an
+    /// operator resubmitted it (possibly with an edited payload).
+    pub fn message_type(&self) -> String {
+        self.host.message_type()
+    }
+
+    /// The NimBus `From` of the message that brought the event: the endpoint
+    /// that published it for an `EventRequest`, `Retry` for a `RetryRequest`,
+    /// `Manager` for a `ResubmissionRequest`.
+    pub fn sender(&self) -> Option<String> {
+        self.host.sender()
+    }
+
     /// When the broker enqueued the message, in milliseconds since the Unix
     /// epoch (UTC).
     pub fn enqueued_time_ms(&self) -> u64 {

@@ -6,7 +6,7 @@
 //! which calls the WIT imports.
 
 use crate::Level;
-use crate::bindings::nimbus::handler::{config, log, publish, types as wit};
+use crate::bindings::nimbus::handler::{config, delivery, log, publish, types as wit};
 
 /// What the SDK needs from the host. `Sync` because the panic hook, which
 /// must be `'static + Sync`, holds one.
@@ -16,6 +16,9 @@ pub(crate) trait Host: Sync {
     fn publish(&self, follow_up: &wit::FollowUp) -> Result<(), wit::HostError>;
     fn config(&self, key: &str) -> Option<String>;
     fn config_all(&self) -> Vec<(String, String)>;
+    fn delivery_count(&self) -> u32;
+    fn message_type(&self) -> String;
+    fn sender(&self) -> Option<String>;
 }
 
 /// The real host, reached through the component's imports.
@@ -47,5 +50,17 @@ impl Host for ComponentHost {
 
     fn config_all(&self) -> Vec<(String, String)> {
         config::get_all()
+    }
+
+    fn delivery_count(&self) -> u32 {
+        delivery::count()
+    }
+
+    fn message_type(&self) -> String {
+        delivery::message_type()
+    }
+
+    fn sender(&self) -> Option<String> {
+        delivery::from()
     }
 }

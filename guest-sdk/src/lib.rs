@@ -29,7 +29,11 @@
 //! session, correlation, lineage, retry count, enqueued time, user properties)
 //! and the host's services: [`Context::publish`] a [`FollowUp`], log with
 //! [`info!`] and friends (or [`Context::info`]), read configuration with
-//! [`Context::config`]. A panic is reported by the host as `failed` with error
+//! [`Context::config`], and ask how the event came: the broker's
+//! [`Context::delivery_count`] (above 1 after a `transient` error or a lost
+//! lock: check whether the last attempt's side effect happened before
+//! repeating it), the [`Context::message_type`] (`RetryRequest`,
+//! `ResubmissionRequest`) and its [`Context::sender`]. A panic is reported by the host as `failed` with error
 //! type `Panic` and the panic message.
 //!
 //! Handler logic is unit-tested natively with [`testing::TestHost`], which

@@ -44,10 +44,31 @@ use crate::{Context, Error, Event, Handler, Level, Outcome, Property, PropertyVa
 
 /// An event for [`TestHost::handle`], with test defaults for its metadata:
 /// event id `test-event`, message id `test-message`, session `test-session`,
-/// no correlation or lineage, retry count 0, enqueued at 0 ms.
+/// no correlation or lineage, retry count 0, enqueued at 0 ms, first
+/// delivery of an `EventRequest` from no named endpoint.
 #[derive(Debug, Clone)]
 pub struct TestEvent {
     event: wit::Event,
+    delivery: TestDelivery,
+}
+
+/// What [`Context::delivery_count`], [`Context::message_type`] and
+/// [`Context::sender`] answer in a test.
+#[derive(Debug, Clone)]
+struct TestDelivery {
+    count: u32,
+    message_type: String,
+    from: Option<String>,
+}
+
+impl Default for TestDelivery {
+    fn default() -> Self {
+        Self {
+            count: 1,
+            message_type: "EventRequest".to_owned(),
+            from: None,
+        }
+    }
 }
 
 impl TestEvent {
@@ -67,7 +88,30 @@ impl TestEvent {
                 payload: payload.into(),
                 properties: Vec::new(),
             },
+            delivery: TestDelivery::default(),
         }
+    }
+
+    /// Sets the broker's delivery count (1 is the first delivery).
+    #[must_use]
+    pub fn delivery_count(mut self, count: u32) -> Self {
+        self.delivery.count = count;
+        self
+    }
+
+    /// Sets the message type (`EventRequest`, `RetryRequest`,
+    /// `ResubmissionRequest`).
+    #[must_use]
+    pub fn message_type(mut self, message_type: impl Into<String>) -> Self {
+        self.delivery.message_type = message_type.into();
+        self
+    }
+
+    /// Sets the NimBus `From` of the message (`Context::sender`).
+    #[must_use]
+    pub fn sender(mut self, endpoint: impl Into<String>) -> Self {
+        self.delivery.from = Some(endpoint.into());
+        self
     }
 
     /// Sets the event id.
@@ -191,6 +235,7 @@ pub struct TestRun {
 #[derive(Default)]
 struct Recording {
     host: TestHost,
+    delivery: TestDelivery,
     logs: Vec<LogRecord>,
     follow_ups: Vec<Published>,
 }
@@ -272,6 +317,18 @@ impl Host for ThreadRecorder {
             all
         })
     }
+
+    fn delivery_count(&self) -> u32 {
+        with_recording(|r| r.delivery.count)
+    }
+
+    fn message_type(&self) -> String {
+        with_recording(|r| r.delivery.message_type.clone())
+    }
+
+    fn sender(&self) -> Option<String> {
+        with_recording(|r| r.delivery.from.clone())
+    }
 }
 
 impl TestHost {
@@ -307,6 +364,7 @@ impl TestHost {
         RECORDING.with(|cell| {
             *cell.borrow_mut() = Some(Recording {
                 host: self.clone(),
+                delivery: event.delivery.clone(),
                 ..Recording::default()
             });
         });

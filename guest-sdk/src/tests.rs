@@ -55,6 +55,18 @@ impl Host for Recorder {
     fn config_all(&self) -> Vec<(String, String)> {
         self.config.clone()
     }
+
+    fn delivery_count(&self) -> u32 {
+        3
+    }
+
+    fn message_type(&self) -> String {
+        "ResubmissionRequest".to_owned()
+    }
+
+    fn sender(&self) -> Option<String> {
+        Some("shop".to_owned())
+    }
 }
 
 fn host(recorder: Recorder) -> &'static Recorder {
@@ -395,6 +407,10 @@ fn context_exposes_the_event_metadata() {
         Some(&PropertyValue::Str("acme".to_owned()))
     );
     assert_eq!(ctx.property("tenant"), None);
+    // Asked of the host, not carried in the event record.
+    assert_eq!(ctx.delivery_count(), 3);
+    assert_eq!(ctx.message_type(), "ResubmissionRequest");
+    assert_eq!(ctx.sender().as_deref(), Some("shop"));
 }
 
 #[test]
@@ -538,4 +554,47 @@ fn only_the_handler_of_the_arriving_event_type_is_built() {
     assert_eq!(outcome, Ok(wit::Outcome::Completed));
     assert_eq!(ORDERS_BUILT.load(Ordering::Relaxed), 0);
     assert_eq!(PINGS_BUILT.load(Ordering::Relaxed), 1);
+}
+
+/// A handler that gives up on a partner after three deliveries, as the
+/// delivery count lets one.
+struct PatientCaller;
+
+#[derive(Deserialize)]
+struct Call {}
+
+impl Event for Call {
+    const EVENT_TYPE: &'static str = "Call";
+}
+
+impl Handler<Call> for PatientCaller {
+    fn handle(&self, _: Call, ctx: &Context) -> Result<Outcome, Error> {
+        if ctx.delivery_count() < 3 {
+            return Err(Error::transient("PartnerBusy", "try again"));
+        }
+        let from = ctx.sender().unwrap_or_default();
+        Err(Error::failed(
+            "GaveUp",
+            format!("{} from {from} after 3 deliveries", ctx.message_type()),
+        ))
+    }
+}
+
+#[test]
+fn the_test_host_answers_the_delivery_facts_of_its_event() {
+    use crate::testing::{TestEvent, TestHost};
+
+    let first = TestHost::new().handle(&PatientCaller, TestEvent::new("Call", "{}"));
+    assert_eq!(first.result.unwrap_err().kind(), ErrorKind::Transient);
+
+    let third = TestHost::new().handle(
+        &PatientCaller,
+        TestEvent::new("Call", "{}")
+            .delivery_count(3)
+            .message_type("RetryRequest")
+            .sender("shop"),
+    );
+    let error = third.result.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Failed);
+    assert_eq!(error.message(), "RetryRequest from shop after 3 deliveries");
 }

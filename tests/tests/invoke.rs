@@ -181,6 +181,64 @@ fn properties_given_reach_the_handler() {
     );
 }
 
+/// What `echo`'s `EchoDescribed` follow-up says the handler saw.
+fn described(run: &nimbus_blackbox_tests::Run) -> serde_json::Value {
+    let json = run.json();
+    let described = json["follow_ups"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["event_type"] == "EchoDescribed"))
+        .unwrap_or_else(|| panic!("no EchoDescribed follow-up: {json:#}"));
+    serde_json::from_str(described["payload"].as_str().expect("payload")).expect("JSON")
+}
+
+#[test]
+fn a_redelivery_or_a_resubmission_can_be_rehearsed() {
+    let scratch = Scratch::new();
+    scratch.install("ep", "echo", "echo");
+    let script = r#"{"Describe":true,"TransientBeforeDelivery":2}"#;
+
+    let first = invoke(&scratch, &["--event-type", "Echo", "--data", script]);
+    first.expect_code(3);
+    assert_eq!(first.json()["result"]["error_type"], "NotYet");
+
+    let again = invoke(
+        &scratch,
+        &[
+            "--event-type",
+            "Echo",
+            "--data",
+            script,
+            "--delivery-count",
+            "2",
+            "--message-type",
+            "ResubmissionRequest",
+        ],
+    );
+    again.expect_code(0);
+    let seen = described(&again);
+    assert_eq!(seen["DeliveryCount"], 2, "{seen:#}");
+    assert_eq!(seen["MessageType"], "ResubmissionRequest");
+    assert_eq!(seen["From"], "Manager");
+
+    let zero = invoke(
+        &scratch,
+        &[
+            "--event-type",
+            "Echo",
+            "--data",
+            "{}",
+            "--delivery-count",
+            "0",
+        ],
+    );
+    zero.expect_code(2);
+    assert!(
+        zero.stderr().contains("--delivery-count"),
+        "{}",
+        zero.stderr()
+    );
+}
+
 #[test]
 fn a_pending_handoff_prints_reason_job_id_and_expected_by() {
     let scratch = examples();

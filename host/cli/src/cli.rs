@@ -171,6 +171,13 @@ pub(crate) struct InvokeArgs {
     /// Which retry this is (0 = first attempt).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) retry_count: u32,
+    /// The broker's delivery count the handler sees (1 = first delivery),
+    /// to run its redelivery branch (`ctx.delivery_count()`).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) delivery_count: u32,
+    /// The message type the handler sees (`ctx.message_type()`).
+    #[arg(long, value_enum, default_value_t = InvokedMessageType::EventRequest)]
+    pub(crate) message_type: InvokedMessageType,
     /// A user (application) property, as a string, as `nimbus publish`
     /// sets it; repeat for more. The handler reads them
     /// (`ctx.properties()`).
@@ -178,4 +185,31 @@ pub(crate) struct InvokeArgs {
     pub(crate) properties: Vec<(String, String)>,
     #[command(flatten)]
     pub(crate) cache: CacheArgs,
+}
+
+/// The message types that bring an event to a handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "PascalCase")]
+#[allow(
+    clippy::enum_variant_names,
+    reason = "the wire's names, as an operator reads them in `nimbus event`"
+)]
+pub(crate) enum InvokedMessageType {
+    /// A published event (or its replay from a parked copy).
+    EventRequest,
+    /// An automatic retry.
+    RetryRequest,
+    /// An operator's resubmission.
+    ResubmissionRequest,
+}
+
+impl InvokedMessageType {
+    /// The wire name, and the `From` such a message carries.
+    pub(crate) fn wire(self) -> (&'static str, Option<&'static str>) {
+        match self {
+            InvokedMessageType::EventRequest => ("EventRequest", None),
+            InvokedMessageType::RetryRequest => ("RetryRequest", Some("Retry")),
+            InvokedMessageType::ResubmissionRequest => ("ResubmissionRequest", Some("Manager")),
+        }
+    }
 }

@@ -300,6 +300,9 @@ impl<T: Transport> Delivery<'_, T> {
             enqueued_time: received.enqueued_time,
             payload: message.event_json().unwrap_or("null").to_owned(),
             properties: message.properties.clone(),
+            delivery_count: received.delivery_count,
+            message_type: message.message_type.as_str(),
+            from: message.from.clone(),
         };
         let report = self.invoke(event).await?;
         let event_type = message.event_type();

@@ -35,6 +35,12 @@ pub struct HandlerEvent {
     pub payload: String,
     /// The user properties that are not NimBus envelope properties.
     pub properties: Properties,
+    /// The broker's delivery count, this delivery included.
+    pub delivery_count: u32,
+    /// The NimBus message type that brought the event.
+    pub message_type: &'static str,
+    /// The message's `From`: the publishing endpoint, `Retry` or `Manager`.
+    pub from: Option<String>,
 }
 
 /// An error a handler reported (or the sandbox reported for it: `Trap`,

@@ -9,7 +9,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use nimbus_engine::{
     HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
 };
-use nimbus_sandbox::{ErrorKind, Event, Invocation, Outcome, Property, PropertyValue, Registry};
+use nimbus_sandbox::{
+    Delivery, ErrorKind, Event, Invocation, Outcome, Property, PropertyValue, Registry,
+};
 use nimbus_transport::PropertyValue as WireValue;
 use nimbus_wire::build::FollowUp;
 
@@ -181,6 +183,11 @@ fn to_sandbox_event(event: HandlerEvent) -> Event {
                 value: to_sandbox_value(value),
             })
             .collect(),
+        delivery: Delivery {
+            count: event.delivery_count,
+            message_type: event.message_type.to_owned(),
+            from: event.from,
+        },
     }
 }
 

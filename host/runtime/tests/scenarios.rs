@@ -77,6 +77,7 @@ fn shared() -> &'static Shared {
             for (topic, event_type) in [
                 (ECHO, "Trace"),
                 (ECHO, "EchoFollowUp"),
+                (ECHO, "EchoDescribed"),
                 (NOTIFY, "CustomerNotified"),
                 (SWAP, "SwapServed"),
             ] {
@@ -815,6 +816,59 @@ fn tr_a_transient_failure_is_abandoned_and_dead_lettered_at_the_max_delivery_cou
         // The session is not blocked.
         status(host, s, "tr-1-e2", Status::Completed).await;
         wait_traces(s, &["tr-1-e2"]).await;
+    });
+}
+
+/// What `echo` saw of the deliveries of the event `event_id` that completed
+/// (its `EchoDescribed` follow-ups, sent only with a completed outcome).
+async fn described(event_id: &str) -> Vec<Value> {
+    let started = std::time::Instant::now();
+    loop {
+        let seen: Vec<Value> = tapped(ECHO, "EchoDescribed")
+            .await
+            .iter()
+            .map(|m| serde_json::from_str(m.event_json().expect("payload")).expect("JSON"))
+            .filter(|d: &Value| d["EventId"] == event_id)
+            .collect();
+        if !seen.is_empty() {
+            return seen;
+        }
+        assert!(
+            started.elapsed() < support::DEADLINE,
+            "no EchoDescribed for {event_id}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn a_handler_sees_the_delivery_count_message_type_and_sender_of_each_delivery() {
+    on_host(|host| async move {
+        let s = "dc-1";
+        // Transient on deliveries 1 and 2, completed on the 3rd (the max).
+        let patient = json!({"TransientBeforeDelivery": 3, "Describe": true});
+        echo(host, s, "dc-1-e1", patient).await;
+        let done = status(host, s, "dc-1-e1", Status::Completed).await;
+        let seen = described(&done.event_id).await;
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0]["DeliveryCount"], 3, "{seen:?}");
+        assert_eq!(seen[0]["MessageType"], "EventRequest");
+        assert_eq!(seen[0]["From"], nimbus_runtime::DEFAULT_PRODUCER);
+
+        // A resubmission is a new message: counted from 1, sent by the Manager.
+        echo(host, s, "dc-1-e2", fails("EchoError")).await;
+        let failed = status(host, s, "dc-1-e2", Status::Failed).await;
+        let edited = json!({"Describe": true}).to_string();
+        manager(host)
+            .resubmit(&failed.event_id, Some(ECHO), Some(&edited))
+            .await
+            .expect("resubmit");
+        status(host, s, "dc-1-e2", Status::Completed).await;
+        let seen = described(&failed.event_id).await;
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0]["DeliveryCount"], 1);
+        assert_eq!(seen[0]["MessageType"], "ResubmissionRequest");
+        assert_eq!(seen[0]["From"], "Manager");
     });
 }
 

@@ -6,7 +6,7 @@ wasmtime::component::bindgen!({
     world: "handler",
 });
 
-pub(crate) use nimbus::handler::{config, log, publish, types};
+pub(crate) use nimbus::handler::{config, delivery, log, publish, types};
 
 /// The same world with `dispatch` called asynchronously, for
 /// [`crate::HandlerVersion::invoke_async`]. The imported interfaces are the
@@ -21,6 +21,7 @@ pub(crate) mod asynchronous {
             "nimbus:handler/log": crate::bindings::nimbus::handler::log,
             "nimbus:handler/publish": crate::bindings::nimbus::handler::publish,
             "nimbus:handler/config": crate::bindings::nimbus::handler::config,
+            "nimbus:handler/delivery": crate::bindings::nimbus::handler::delivery,
         },
     });
 }

@@ -110,6 +110,35 @@ pub struct Event {
     pub payload: String,
     /// User properties other than the NimBus envelope properties.
     pub properties: Vec<Property>,
+    /// What the WIT `delivery` interface answers.
+    pub delivery: Delivery,
+}
+
+/// How the event was delivered (the WIT `delivery` interface): not part of
+/// the `event` record, which components compiled before it was added
+/// receive unchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Delivery {
+    /// The broker's delivery count, this delivery included (1 the first
+    /// time).
+    pub count: u32,
+    /// The NimBus message type that brought the event (`EventRequest`,
+    /// `RetryRequest`, `ResubmissionRequest`).
+    pub message_type: String,
+    /// The message's `From`: the publishing endpoint, `Retry` or `Manager`.
+    pub from: Option<String>,
+}
+
+impl Default for Delivery {
+    /// A first delivery of a published event.
+    fn default() -> Self {
+        Delivery {
+            count: 1,
+            message_type: "EventRequest".to_owned(),
+            from: None,
+        }
+    }
 }
 
 /// A handed-off event (see the WIT `pending-handoff` record).

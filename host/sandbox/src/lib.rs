@@ -55,8 +55,8 @@ pub use config::{
 };
 pub use error::{Error, LoadError, ManifestError, RegistryError, SandboxError};
 pub use event::{
-    Digest, ErrorDetail, ErrorKind, Event, FollowUp, HandlerError, Invocation, LogLevel, LogRecord,
-    LogSource, Outcome, PendingHandoff, Property, PropertyValue,
+    Delivery, Digest, ErrorDetail, ErrorKind, Event, FollowUp, HandlerError, Invocation, LogLevel,
+    LogRecord, LogSource, Outcome, PendingHandoff, Property, PropertyValue,
 };
 pub use host::publish::{
     MAX_FOLLOW_UP_BYTES_PER_EVENT, MAX_FOLLOW_UP_PAYLOAD_BYTES, MAX_FOLLOW_UPS_PER_EVENT,

@@ -8,7 +8,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::config::Limits;
-use crate::event::{Digest, FollowUp, LogRecord};
+use crate::event::{Delivery, Digest, FollowUp, LogRecord};
 use crate::limiter::HandlerLimiter;
 use crate::stdio::CapturedOutput;
 
@@ -82,6 +82,8 @@ pub(crate) struct InvocationState {
     pub(crate) panic_message: Option<String>,
     pub(crate) outbox: Outbox,
     pub(crate) config: Arc<BTreeMap<String, String>>,
+    /// What the `delivery` interface answers.
+    pub(crate) delivery: Delivery,
 }
 
 impl InvocationState {
@@ -102,6 +104,7 @@ impl InvocationState {
             panic_message: None,
             outbox: Outbox::default(),
             config,
+            delivery: Delivery::default(),
         }
     }
 
@@ -121,6 +124,12 @@ impl InvocationState {
     pub(crate) fn config_view(&mut self) -> ConfigView<'_> {
         ConfigView {
             config: &self.config,
+        }
+    }
+
+    pub(crate) fn delivery_view(&mut self) -> DeliveryView<'_> {
+        DeliveryView {
+            delivery: &self.delivery,
         }
     }
 }
@@ -148,4 +157,9 @@ pub(crate) struct PublishView<'a> {
 /// What the `config` interface may touch.
 pub(crate) struct ConfigView<'a> {
     pub(crate) config: &'a BTreeMap<String, String>,
+}
+
+/// What the `delivery` interface may touch.
+pub(crate) struct DeliveryView<'a> {
+    pub(crate) delivery: &'a Delivery,
 }

@@ -269,7 +269,8 @@ impl HandlerVersion {
     pub fn invoke(&self, event: Event) -> Invocation {
         let started = Instant::now();
         let mut store = self.new_store(self.tags(&event));
-        let event = event_to_wit(event);
+        let (event, delivery) = event_to_wit(event);
+        store.data_mut().delivery = delivery;
         let called = self.pre.instantiate(&mut store).and_then(|handler| {
             handler
                 .nimbus_handler_dispatch()
@@ -296,7 +297,8 @@ impl HandlerVersion {
         let started = Instant::now();
         let deadline = started + self.limits.timeout;
         let mut store = self.new_yielding_store(self.tags(&event), deadline);
-        let event = event_to_wit(event);
+        let (event, delivery) = event_to_wit(event);
+        store.data_mut().delivery = delivery;
         let call = async {
             let handler = self.pre_async.instantiate_async(&mut store).await?;
             handler

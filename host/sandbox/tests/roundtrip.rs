@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use nimbus_sandbox::{
-    ErrorDetail, ErrorKind, Event, HandlerError, HandlerVersion, Invocation, Limits, LogLevel,
-    LogSource, Outcome, PendingHandoff, Property, PropertyValue, Sandbox,
+    Delivery, ErrorDetail, ErrorKind, Event, HandlerError, HandlerVersion, Invocation, Limits,
+    LogLevel, LogSource, Outcome, PendingHandoff, Property, PropertyValue, Sandbox,
 };
 use support::{event, guest, sandbox};
 
@@ -153,6 +153,11 @@ fn every_event_field_reaches_the_handler() {
                 value: PropertyValue::Boolean(true),
             },
         ],
+        delivery: Delivery {
+            count: 4,
+            message_type: "ResubmissionRequest".to_owned(),
+            from: Some("Manager".to_owned()),
+        },
     });
     assert_eq!(invocation.result, Ok(Outcome::Completed));
     let described = invocation
@@ -169,6 +174,7 @@ fn every_event_field_reaches_the_handler() {
         "Properties": {"S": "text", "I": -42, "F": 1.5, "B": true},
         "Config": {"region": "eu", "tier": "gold"},
         "Payload": payload,
+        "DeliveryCount": 4, "MessageType": "ResubmissionRequest", "From": "Manager",
     });
     assert_eq!(seen, expected);
 }
@@ -181,6 +187,10 @@ fn absent_event_ids_reach_the_handler_as_none() {
     assert!(seen["CorrelationId"].is_null());
     assert!(seen["ParentMessageId"].is_null());
     assert!(seen["OriginatingMessageId"].is_null());
+    // An event built without delivery facts is a first delivery of a publish.
+    assert_eq!(seen["DeliveryCount"], 1);
+    assert_eq!(seen["MessageType"], "EventRequest");
+    assert!(seen["From"].is_null());
 }
 
 #[test]

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
-use nimbus_sandbox::{Event, HandlerVersion, Property, PropertyValue, Registry, Snapshot};
+use nimbus_sandbox::{
+    Delivery, Event, HandlerVersion, Property, PropertyValue, Registry, Snapshot,
+};
 
 use crate::cli::InvokeArgs;
 use crate::output;
@@ -165,6 +167,7 @@ fn build_event(args: &InvokeArgs, payload: String) -> Event {
         .event_id
         .clone()
         .unwrap_or_else(|| format!("invoke-{now_ms}-{}", std::process::id()));
+    let (message_type, from) = args.message_type.wire();
     Event {
         message_id: event_id.clone(),
         session_id: args.session.clone().unwrap_or_else(|| event_id.clone()),
@@ -184,5 +187,10 @@ fn build_event(args: &InvokeArgs, payload: String) -> Event {
                 value: PropertyValue::Str(value.clone()),
             })
             .collect(),
+        delivery: Delivery {
+            count: args.delivery_count,
+            message_type: message_type.to_owned(),
+            from: from.map(str::to_owned),
+        },
     }
 }

@@ -20,7 +20,7 @@ wasmtime::component::bindgen!({
     world: "handler",
 });
 
-use nimbus::handler::{config, log, publish, types};
+use nimbus::handler::{config, delivery, log, publish, types};
 
 struct State {
     wasi: WasiCtx,
@@ -51,6 +51,20 @@ impl config::Host for State {
 
     fn get_all(&mut self) -> Vec<(String, String)> {
         Vec::new()
+    }
+}
+
+impl delivery::Host for State {
+    fn count(&mut self) -> u32 {
+        1
+    }
+
+    fn message_type(&mut self) -> String {
+        "EventRequest".to_owned()
+    }
+
+    fn from(&mut self) -> Option<String> {
+        None
     }
 }
 

@@ -2,7 +2,8 @@
 
 use crate::bindings::types as wit;
 use crate::event::{
-    ErrorDetail, ErrorKind, Event, HandlerError, Outcome, PendingHandoff, Property, PropertyValue,
+    Delivery, ErrorDetail, ErrorKind, Event, HandlerError, Outcome, PendingHandoff, Property,
+    PropertyValue,
 };
 use crate::host::log::truncate;
 
@@ -16,8 +17,10 @@ pub(crate) const MAX_ERROR_MESSAGE_BYTES: usize = 16 << 10;
 /// The most of a handoff's external job id.
 pub(crate) const MAX_JOB_ID_BYTES: usize = 1 << 10;
 
-pub(crate) fn event_to_wit(event: Event) -> wit::Event {
-    wit::Event {
+/// The WIT `event` record, and the delivery facts the `delivery` interface
+/// answers with.
+pub(crate) fn event_to_wit(event: Event) -> (wit::Event, Delivery) {
+    let record = wit::Event {
         event_id: event.event_id,
         event_type: event.event_type,
         message_id: event.message_id,
@@ -29,7 +32,8 @@ pub(crate) fn event_to_wit(event: Event) -> wit::Event {
         enqueued_time: event.enqueued_time_ms,
         payload: event.payload,
         properties: event.properties.into_iter().map(property_to_wit).collect(),
-    }
+    };
+    (record, event.delivery)
 }
 
 fn property_to_wit(property: Property) -> wit::Property {

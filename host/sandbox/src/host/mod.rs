@@ -5,10 +5,11 @@
 use wasmtime::component::{HasData, Linker};
 
 use crate::bindings;
-use crate::state::{ConfigView, InvocationState, LogView, PublishView};
+use crate::state::{ConfigView, DeliveryView, InvocationState, LogView, PublishView};
 
 pub(crate) mod config;
 pub(crate) mod convert;
+pub(crate) mod delivery;
 pub(crate) mod log;
 pub(crate) mod publish;
 
@@ -25,6 +26,11 @@ impl HasData for PublishData {
 struct ConfigData;
 impl HasData for ConfigData {
     type Data<'a> = ConfigView<'a>;
+}
+
+struct DeliveryData;
+impl HasData for DeliveryData {
+    type Data<'a> = DeliveryView<'a>;
 }
 
 struct TypesData;
@@ -59,6 +65,10 @@ fn add_nimbus_imports(linker: &mut Linker<InvocationState>) -> wasmtime::Result<
     bindings::config::add_to_linker::<InvocationState, ConfigData>(
         linker,
         InvocationState::config_view,
+    )?;
+    bindings::delivery::add_to_linker::<InvocationState, DeliveryData>(
+        linker,
+        InvocationState::delivery_view,
     )?;
     Ok(())
 }

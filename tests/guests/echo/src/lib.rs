@@ -23,8 +23,12 @@
 //!    `EventType`, `MessageId`, `SessionId`, `CorrelationId`,
 //!    `ParentMessageId`, `OriginatingMessageId`, `RetryCount`,
 //!    `EnqueuedTimeMs`, `Properties` (name → JSON value), `Config` (all
-//!    keys), `Payload` (the raw text);
-//! 7. returns `Outcome`: `"Completed"` (the default), `"PendingHandoff"`
+//!    keys), `Payload` (the raw text), and the delivery facts
+//!    `DeliveryCount`, `MessageType`, `From`;
+//! 7. with `"TransientBeforeDelivery":n`, returns `transient`/`NotYet`
+//!    while the broker's delivery count is below n (a partner that answers
+//!    on the n-th try);
+//! 8. returns `Outcome`: `"Completed"` (the default), `"PendingHandoff"`
 //!    (with `Reason`, `JobId`, `ExpectedWithinMs`), or `"Failed"`,
 //!    `"Transient"`, `"Permanent"` (with `ErrorType`, `Message`,
 //!    `RetryAfterMs`; the defaults are `EchoError` and `echo was asked to fail`).
@@ -65,6 +69,8 @@ pub struct Echo {
     /// Publish an `EchoDescribed` follow-up with the event's metadata.
     #[serde(default)]
     pub describe: bool,
+    /// Return `transient`/`NotYet` while the delivery count is below this.
+    pub transient_before_delivery: Option<u32>,
     /// The outcome to return.
     #[serde(default)]
     pub outcome: EchoOutcome,
@@ -197,6 +203,9 @@ struct EchoDescribed<'a> {
     properties: BTreeMap<&'a str, Value>,
     config: BTreeMap<String, String>,
     payload: &'a str,
+    delivery_count: u32,
+    message_type: String,
+    from: Option<String>,
 }
 
 fn json_property(value: &PropertyValue) -> Value {
@@ -282,6 +291,15 @@ impl Handler<Echo> for EchoHandler {
                 &describe(ctx),
             ))?;
         }
+        if let Some(wanted) = echo.transient_before_delivery {
+            let count = ctx.delivery_count();
+            if count < wanted {
+                return Err(Error::transient(
+                    "NotYet",
+                    format!("delivery {count}: answers from delivery {wanted} on"),
+                ));
+            }
+        }
         outcome(echo)
     }
 }
@@ -338,6 +356,9 @@ fn describe(ctx: &Context) -> EchoDescribed<'_> {
             .collect(),
         config: ctx.config_all().into_iter().collect(),
         payload: ctx.payload(),
+        delivery_count: ctx.delivery_count(),
+        message_type: ctx.message_type(),
+        from: ctx.sender(),
     }
 }
 
