@@ -82,8 +82,9 @@ pub(crate) struct InvocationState {
     pub(crate) panic_message: Option<String>,
     pub(crate) outbox: Outbox,
     pub(crate) config: Arc<BTreeMap<String, String>>,
-    /// What the `delivery` interface answers.
-    pub(crate) delivery: Delivery,
+    /// What the `delivery` interface answers; `None` while the host asks
+    /// for `subscriptions`, when there is no event.
+    pub(crate) delivery: Option<Delivery>,
 }
 
 impl InvocationState {
@@ -104,7 +105,7 @@ impl InvocationState {
             panic_message: None,
             outbox: Outbox::default(),
             config,
-            delivery: Delivery::default(),
+            delivery: None,
         }
     }
 
@@ -129,7 +130,7 @@ impl InvocationState {
 
     pub(crate) fn delivery_view(&mut self) -> DeliveryView<'_> {
         DeliveryView {
-            delivery: &self.delivery,
+            delivery: self.delivery.as_ref(),
         }
     }
 }
@@ -161,5 +162,5 @@ pub(crate) struct ConfigView<'a> {
 
 /// What the `delivery` interface may touch.
 pub(crate) struct DeliveryView<'a> {
-    pub(crate) delivery: &'a Delivery,
+    pub(crate) delivery: Option<&'a Delivery>,
 }

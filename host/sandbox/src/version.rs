@@ -270,7 +270,7 @@ impl HandlerVersion {
         let started = Instant::now();
         let mut store = self.new_store(self.tags(&event));
         let (event, delivery) = event_to_wit(event);
-        store.data_mut().delivery = delivery;
+        store.data_mut().delivery = Some(delivery);
         let called = self.pre.instantiate(&mut store).and_then(|handler| {
             handler
                 .nimbus_handler_dispatch()
@@ -298,7 +298,7 @@ impl HandlerVersion {
         let deadline = started + self.limits.timeout;
         let mut store = self.new_yielding_store(self.tags(&event), deadline);
         let (event, delivery) = event_to_wit(event);
-        store.data_mut().delivery = delivery;
+        store.data_mut().delivery = Some(delivery);
         let call = async {
             let handler = self.pre_async.instantiate_async(&mut store).await?;
             handler

@@ -1,19 +1,24 @@
 //! `nimbus:handler/delivery`: what the host knows of the delivery being
-//! handled, read-only.
+//! handled, read-only. Asked outside an event (from `subscriptions`), it
+//! answers as for a first delivery of a published event.
 
 use crate::bindings::delivery::Host;
+use crate::event::Delivery;
 use crate::state::DeliveryView;
 
 impl Host for DeliveryView<'_> {
     fn count(&mut self) -> u32 {
-        self.delivery.count
+        self.delivery.map_or(1, |d| d.count)
     }
 
     fn message_type(&mut self) -> String {
-        self.delivery.message_type.clone()
+        self.delivery.map_or_else(
+            || Delivery::default().message_type,
+            |d| d.message_type.clone(),
+        )
     }
 
     fn from(&mut self) -> Option<String> {
-        self.delivery.from.clone()
+        self.delivery.and_then(|d| d.from.clone())
     }
 }
