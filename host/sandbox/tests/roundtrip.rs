@@ -381,3 +381,46 @@ fn the_probe_sees_no_file_no_variable_and_no_socket() {
     assert!(seen["path"].is_null(), "{seen}");
     assert_eq!(seen["env_count"], 0, "{seen}");
 }
+
+/// A component built against the contract as first released (no `delivery`
+/// interface; `tests/guests/legacy-abi` binds a frozen copy of the WIT) loads
+/// and runs on this host: an interface added to the package must not strand
+/// the components already deployed (decision 0128).
+#[test]
+fn a_component_built_before_the_delivery_interface_still_runs() {
+    let sandbox = sandbox();
+    let legacy = load(&sandbox, "legacy_abi", &[]);
+    assert!(
+        !legacy.imports().iter().any(|i| i.contains("delivery")),
+        "the legacy component must not import `delivery`: {:?}",
+        legacy.imports()
+    );
+    assert!(
+        legacy
+            .imports()
+            .iter()
+            .any(|i| i == "nimbus:handler/log@0.1.0"),
+        "{:?}",
+        legacy.imports()
+    );
+    let invocation = legacy.invoke(Event {
+        event_id: "evt-legacy".to_owned(),
+        ..event("Legacy", "{}")
+    });
+    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.logs.len(), 1, "{:?}", invocation.logs);
+    assert_eq!(
+        invocation.logs[0].message,
+        "legacy component handled evt-legacy"
+    );
+    // The current SDK's components do import it.
+    let current = load(&sandbox, "noop", &[]);
+    assert!(
+        current
+            .imports()
+            .iter()
+            .any(|i| i == "nimbus:handler/delivery@0.1.0"),
+        "{:?}",
+        current.imports()
+    );
+}
