@@ -389,7 +389,7 @@ fn the_probe_sees_no_file_no_variable_and_no_socket() {
 #[test]
 fn a_component_built_before_the_delivery_interface_still_runs() {
     let sandbox = sandbox();
-    let legacy = load(&sandbox, "legacy_abi", &[]);
+    let legacy = load(&sandbox, "legacy-abi", &[]);
     assert!(
         !legacy.imports().iter().any(|i| i.contains("delivery")),
         "the legacy component must not import `delivery`: {:?}",
