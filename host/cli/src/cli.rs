@@ -206,10 +206,14 @@ pub(crate) enum InvokedMessageType {
 impl InvokedMessageType {
     /// The wire name, and the `From` such a message carries.
     pub(crate) fn wire(self) -> (&'static str, Option<&'static str>) {
-        match self {
-            InvokedMessageType::EventRequest => ("EventRequest", None),
-            InvokedMessageType::RetryRequest => ("RetryRequest", Some("Retry")),
-            InvokedMessageType::ResubmissionRequest => ("ResubmissionRequest", Some("Manager")),
-        }
+        use nimbus_wire::{MessageType, addr};
+        let (message_type, from) = match self {
+            InvokedMessageType::EventRequest => (MessageType::EventRequest, None),
+            InvokedMessageType::RetryRequest => (MessageType::RetryRequest, Some(addr::RETRY)),
+            InvokedMessageType::ResubmissionRequest => {
+                (MessageType::ResubmissionRequest, Some(addr::MANAGER))
+            }
+        };
+        (message_type.as_str(), from)
     }
 }

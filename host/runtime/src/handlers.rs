@@ -185,7 +185,7 @@ fn to_sandbox_event(event: HandlerEvent) -> Event {
             .collect(),
         delivery: Delivery {
             count: event.delivery_count,
-            message_type: event.message_type.to_owned(),
+            message_type: event.message_type.into(),
             from: event.from,
         },
     }

@@ -2,6 +2,7 @@
 //! out: the engine and the CLI work with these, never with the generated
 //! bindings. Conversions to and from the bindings live in `host/convert.rs`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -124,8 +125,10 @@ pub struct Delivery {
     /// time).
     pub count: u32,
     /// The NimBus message type that brought the event (`EventRequest`,
-    /// `RetryRequest`, `ResubmissionRequest`).
-    pub message_type: String,
+    /// `RetryRequest`, `ResubmissionRequest`): borrowed from the wire's
+    /// names on the engine's path, so no event pays for a copy the handler
+    /// may never ask for.
+    pub message_type: Cow<'static, str>,
     /// The message's `From`: the publishing endpoint, `Retry` or `Manager`.
     pub from: Option<String>,
 }
@@ -135,7 +138,7 @@ impl Default for Delivery {
     fn default() -> Self {
         Delivery {
             count: 1,
-            message_type: "EventRequest".to_owned(),
+            message_type: Cow::Borrowed("EventRequest"),
             from: None,
         }
     }

@@ -155,7 +155,7 @@ fn every_event_field_reaches_the_handler() {
         ],
         delivery: Delivery {
             count: 4,
-            message_type: "ResubmissionRequest".to_owned(),
+            message_type: "ResubmissionRequest".into(),
             from: Some("Manager".to_owned()),
         },
     });

@@ -189,7 +189,7 @@ fn build_event(args: &InvokeArgs, payload: String) -> Event {
             .collect(),
         delivery: Delivery {
             count: args.delivery_count,
-            message_type: message_type.to_owned(),
+            message_type: message_type.into(),
             from: from.map(str::to_owned),
         },
     }

@@ -12,10 +12,12 @@ impl Host for DeliveryView<'_> {
     }
 
     fn message_type(&mut self) -> String {
-        self.delivery.map_or_else(
-            || Delivery::default().message_type,
-            |d| d.message_type.clone(),
-        )
+        self.delivery
+            .map_or_else(
+                || Delivery::default().message_type,
+                |d| d.message_type.clone(),
+            )
+            .into_owned()
     }
 
     fn from(&mut self) -> Option<String> {
