@@ -10,6 +10,7 @@ mod api_client;
 mod cli;
 mod cli_ops;
 mod commands;
+mod escape;
 mod output;
 
 use std::process::ExitCode;

@@ -40,15 +40,34 @@ macro_rules! errln {
 
 pub(crate) use {errln, out, outln};
 
+/// What a command writes, with control characters written out: much of it
+/// (session ids, event types, error texts, handler logs) comes from whoever
+/// published or whatever a handler returned (see [`crate::escape`]).
+fn terminal_text(args: std::fmt::Arguments<'_>) -> String {
+    let text = args
+        .as_str()
+        .map_or_else(|| args.to_string(), str::to_owned);
+    match crate::escape::for_terminal(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    }
+}
+
 pub(crate) fn write_stderr(args: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
-    let _ = std::io::stderr().lock().write_fmt(args);
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(terminal_text(args).as_bytes());
 }
 
 pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
     use std::io::Write as _;
+    let text = terminal_text(args);
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+    if let Err(e) = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
@@ -58,7 +77,8 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
 }
 
 pub(crate) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
-    outln!("{}", serde_json::to_string_pretty(value)?);
+    let json = serde_json::to_string_pretty(value)?;
+    outln!("{}", crate::escape::for_json(&json));
     Ok(())
 }
 

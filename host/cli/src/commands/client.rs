@@ -560,8 +560,18 @@ fn short_version(value: &Value) -> String {
 
 /// Rows under a header, columns padded to their widest cell.
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    // A cell holds what a publisher or handler chose; it must stay one line
+    // of its column, whatever it holds.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|cell| crate::escape::for_cell(cell).into_owned())
+                .collect()
+        })
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
@@ -580,7 +590,7 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     };
     line(header.to_vec());
-    for row in rows {
+    for row in &rows {
         line(row.iter().map(String::as_str).collect());
     }
     out
