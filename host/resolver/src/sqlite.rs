@@ -199,6 +199,43 @@ pub enum StoreDurability {
     ProcessCrash,
 }
 
+/// How many problems the integrity check reports at most: the first few
+/// say what happened; a wrecked file would list thousands.
+const INTEGRITY_PROBLEMS_SHOWN: u32 = 5;
+
+/// Refuses a damaged file before anything reads or writes it. `quick_check`
+/// reads every page once (not the cross-check of every index against its
+/// table that `integrity_check` adds), so a start pays one read of the file.
+fn check_integrity(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let damaged = |problems: String| StoreError::Damaged {
+        path: path.to_owned(),
+        problems,
+    };
+    let checked = conn
+        .prepare(&format!("PRAGMA quick_check({INTEGRITY_PROBLEMS_SHOWN})"))
+        .and_then(|mut check| {
+            check
+                .query_map([], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()
+        });
+    match checked {
+        Ok(problems) if problems.len() == 1 && problems[0] == "ok" => Ok(()),
+        Ok(problems) => Err(damaged(problems.join("; "))),
+        Err(rusqlite::Error::SqliteFailure(failure, message))
+            if matches!(
+                failure.code,
+                rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+            ) =>
+        {
+            Err(damaged(message.unwrap_or_else(|| failure.to_string())))
+        }
+        Err(source) => Err(StoreError::Database {
+            context: "checking the database's integrity",
+            source,
+        }),
+    }
+}
+
 impl SqliteResolverStore {
     /// Opens (creating if needed) the store at `path`, surviving a killed
     /// process ([`StoreDurability::ProcessCrash`]).
@@ -209,6 +246,7 @@ impl SqliteResolverStore {
     /// Opens (creating if needed) the store at `path` with `durability`.
     pub fn open_with(path: &Path, durability: StoreDurability) -> Result<Self, StoreError> {
         let conn = Connection::open(path).map_err(db("opening the database"))?;
+        check_integrity(&conn, path)?;
         let mut store = Self::init(conn, durability)?;
         store
             .lock()

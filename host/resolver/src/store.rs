@@ -187,6 +187,21 @@ pub enum StoreError {
         #[source]
         source: serde_json::Error,
     },
+    /// The database file fails SQLite's integrity check: pages were
+    /// overwritten or lost (a disk fault, a copy taken mid-write). Opened
+    /// anyway it would answer some reads and fail others.
+    #[error(
+        "resolver store {path} is damaged ({problems}): restore it from a backup, or move it \
+         aside to start with an empty store (its events' status and history are lost; the \
+         broker's messages are not)",
+        path = path.display()
+    )]
+    Damaged {
+        /// The database file.
+        path: std::path::PathBuf,
+        /// What the check found, first problems first.
+        problems: String,
+    },
     /// A store call panicked (its transaction rolled back).
     #[error("resolver store: a store call panicked: {0}")]
     Panicked(String),
