@@ -38,6 +38,7 @@ mod rules;
 mod state;
 mod store;
 mod timers;
+mod verify;
 mod wait;
 
 pub use api::{Broker, CommitHold};
@@ -47,4 +48,5 @@ pub use broker::{
 };
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use handles::{BrokerReceiver, BrokerSession};
-pub use store::OpenError;
+pub use store::{FileReport, Finding, OpenError};
+pub use verify::{LiveSummary, Verification, verify};

@@ -33,6 +33,10 @@ pub(crate) const HEADER_LEN: u64 = 24;
 /// Header flag: the file's commits were acknowledged without a sync each
 /// (`Durability::Os`), so after a power cut a gap may precede later data.
 const FLAG_UNSYNCED: u32 = 1;
+/// Header flag: history came before this file: segment `number - 1`, or a
+/// snapshot that folds it. A build that predates the flag ignores it (and
+/// writes 0), so the format version stays 1 (decision 0130).
+const FLAG_CONTINUES: u32 = 2;
 const FRAME_HEADER_LEN: usize = 8;
 /// A frame longer than this is damage, not data: no commit comes near it.
 const MAX_FRAME: u32 = 1 << 30;
@@ -135,24 +139,37 @@ pub(crate) struct Header {
     /// The data length of the segment before this one when this one was
     /// started (0: none, or not known): a shorter predecessor lost its end.
     pub(crate) prev_data_len: u64,
+    /// The log held history when this file began, ending at its number
+    /// minus one (a segment, or a snapshot folding it): a log that holds
+    /// neither lost it (decision 0130). Always false in files of builds
+    /// before the flag.
+    pub(crate) continues: bool,
 }
 
-/// Creates a new file with `header` written; `sync_now` syncs it.
+/// Creates a new file with `header` written; `sync_now` syncs it. A file
+/// whose header could not be written (a full disk) is removed again, so a
+/// retry can create it.
 pub(crate) fn create(path: &Path, header: Header, sync_now: bool) -> io::Result<File> {
     let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
-    let flags = if header.unsynced_commits {
-        FLAG_UNSYNCED
-    } else {
-        0
-    };
+    let mut flags = 0;
+    if header.unsynced_commits {
+        flags |= FLAG_UNSYNCED;
+    }
+    if header.continues {
+        flags |= FLAG_CONTINUES;
+    }
     let mut bytes = Vec::with_capacity(HEADER_LEN as usize);
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     bytes.extend_from_slice(&flags.to_le_bytes());
     bytes.extend_from_slice(&header.prev_data_len.to_le_bytes());
-    file.write_all(&bytes)?;
-    if sync_now {
-        file.sync_all()?;
+    let written = file
+        .write_all(&bytes)
+        .and_then(|()| if sync_now { file.sync_all() } else { Ok(()) });
+    if let Err(error) = written {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(error);
     }
     Ok(file)
 }
@@ -232,6 +249,7 @@ fn parse_header(bytes: &[u8; HEADER_LEN as usize]) -> Result<Header, ReadError> 
     Ok(Header {
         unsynced_commits: word(12) & FLAG_UNSYNCED != 0,
         prev_data_len: u64::from_le_bytes(prev),
+        continues: word(12) & FLAG_CONTINUES != 0,
     })
 }
 
@@ -300,6 +318,43 @@ pub(crate) fn read(
         }
         offset += FRAME_HEADER_LEN as u64 + u64::from(len);
     }
+}
+
+/// The offset of the first whole frame (a plausible length, its checksum
+/// right) that starts after byte `after` of `path`, if any. A damaged frame
+/// with one after it is not a commit a crash cut short: commits were
+/// written after it (decision 0130). Reads the rest of the file at once:
+/// this runs only when a file is damaged.
+pub(crate) fn next_whole_frame(path: &Path, after: u64) -> io::Result<Option<u64>> {
+    let mut file = File::open(path)?;
+    let start = after.saturating_add(1);
+    if start >= file.metadata()?.len() {
+        return Ok(None);
+    }
+    std::io::Seek::seek(&mut file, io::SeekFrom::Start(start))?;
+    let mut rest = Vec::new();
+    file.read_to_end(&mut rest)?;
+    Ok(find_whole_frame(&rest).map(|at| start + at as u64))
+}
+
+/// Where in `bytes` the first whole frame starts.
+fn find_whole_frame(bytes: &[u8]) -> Option<usize> {
+    let word =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    (0..bytes.len().saturating_sub(FRAME_HEADER_LEN - 1)).find(|&at| {
+        let len = word(at);
+        if len == 0 || len >= MAX_FRAME {
+            return false;
+        }
+        let start = at + FRAME_HEADER_LEN;
+        let Some(end) = start
+            .checked_add(len as usize)
+            .filter(|&e| e <= bytes.len())
+        else {
+            return false;
+        };
+        crc32fast::hash(&bytes[start..end]) == word(at + 4)
+    })
 }
 
 fn only_zeros_left(reader: &mut impl Read) -> io::Result<bool> {
@@ -436,6 +491,7 @@ mod tests {
         let header = Header {
             unsynced_commits: true,
             prev_data_len: 77,
+            continues: true,
         };
         std::fs::remove_file(&path).unwrap();
         drop(create(&path, header, false).unwrap());
