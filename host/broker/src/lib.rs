@@ -33,6 +33,8 @@ mod handles;
 mod legacy;
 mod live;
 mod log;
+#[cfg(test)]
+mod log_fuzz;
 mod op_serde;
 mod rules;
 mod state;
