@@ -37,4 +37,7 @@ pub use message::{DecodeError, Defect, NimbusMessage};
 pub use message_type::{MessageType, UnknownMessageType};
 pub use names::{addr, prop};
 pub use session_state::{SessionState, SessionStateError, SettledParked};
-pub use timestamp::{format_newtonsoft, format_round_trip, parse_timestamp, unix_millis};
+pub use timestamp::{
+    MAX_TIMESTAMP_TEXT, MIN_TIMESTAMP_TEXT, clamp_timestamp, format_newtonsoft, format_round_trip,
+    max_timestamp, parse_timestamp, saturating_add, unix_millis,
+};

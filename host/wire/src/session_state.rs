@@ -213,7 +213,11 @@ impl SessionState {
     /// When the retry the block waits for is due, when the state says.
     pub fn retry_at(&self) -> Option<SystemTime> {
         let ms = u64::try_from(self.pending_retry_at_ms?).ok()?;
-        Some(UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        // The blob is read from the broker: any value is possible.
+        Some(crate::saturating_add(
+            UNIX_EPOCH,
+            std::time::Duration::from_millis(ms),
+        ))
     }
 
     /// Whether a RetryRequest with `message_id` is not the one the block
@@ -316,6 +320,23 @@ mod tests {
             r#"{"DeferredSequenceNumbers":[],"BlockedByEventId":"e1","DeferredCount":0,"NextDeferralSequence":0}"#
         );
         assert_eq!(SessionState::from_bytes(&bytes), Ok(state));
+    }
+
+    /// Issue 28: a stored far-future retry time made every listing of its
+    /// session panic, across restarts.
+    #[test]
+    fn a_stored_far_future_retry_time_reads_as_the_last_writable_tick() {
+        let mut state = SessionState::default();
+        state.block("e1");
+        let far = UNIX_EPOCH + std::time::Duration::from_secs(1 << 50);
+        state.expect_retry(Some(("r1", far)));
+        let state = SessionState::from_bytes(&state.to_bytes()).expect("reads back");
+        let at = state.retry_at().expect("a retry time");
+        assert_eq!(crate::format_round_trip(at), crate::MAX_TIMESTAMP_TEXT);
+        let stored = br#"{"BlockedByEventId":"e1","PendingRetryMessageId":"r1","PendingRetryAt":9223372036854775807}"#;
+        let state = SessionState::from_bytes(stored).expect("reads");
+        let at = state.retry_at().expect("a retry time");
+        assert_eq!(crate::format_round_trip(at), crate::MAX_TIMESTAMP_TEXT);
     }
 
     #[test]
