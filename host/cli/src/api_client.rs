@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
+use nimbus_runtime::api::ApiToken;
 use serde_json::Value;
 
 use crate::cli_ops::ApiArgs;
@@ -37,22 +38,37 @@ pub(crate) struct Listing {
 pub(crate) struct ApiClient {
     base: String,
     agent: ureq::Agent,
+    /// `Authorization: Bearer ...`, when a token is known.
+    authorization: Option<String>,
 }
 
 impl ApiClient {
     /// The client for `--api` / `NIMBUS_API`, else `./nimbus.toml`'s
-    /// `[api] listen`, else the default address.
+    /// `[api] listen`, else the default address. It sends the token of
+    /// `NIMBUS_API_TOKEN`, else, when the address is `./nimbus.toml`'s,
+    /// that file's `[api] token`: a token from the file never goes to an
+    /// address given elsewhere.
     pub(crate) fn new(args: &ApiArgs) -> anyhow::Result<ApiClient> {
-        let base = match &args.api {
-            Some(url) => api_base(url)?,
-            None => from_local_config()?.unwrap_or_else(|| DEFAULT_API.to_owned()),
+        let (base, file_token) = match &args.api {
+            Some(url) => (api_base(url)?, None),
+            None => match from_local_config()? {
+                Some((base, token)) => (base, token),
+                None => (DEFAULT_API.to_owned(), None),
+            },
         };
+        let token = ApiToken::from_env()
+            .map_err(|why| anyhow!("{why}"))?
+            .or(file_token);
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(REQUEST_TIMEOUT))
             .build()
             .into();
-        Ok(ApiClient { base, agent })
+        Ok(ApiClient {
+            base,
+            agent,
+            authorization: token.map(|t| format!("Bearer {}", t.expose())),
+        })
     }
 
     /// `GET path?query`.
@@ -65,6 +81,9 @@ impl ApiClient {
     pub(crate) fn listing(&self, path: &str, query: &Query<'_>) -> anyhow::Result<Listing> {
         let url = format!("{}{path}", self.base);
         let mut request = self.agent.get(&url);
+        if let Some(authorization) = &self.authorization {
+            request = request.header("authorization", authorization);
+        }
         for (key, value) in query {
             if let Some(value) = value {
                 request = request.query(*key, value);
@@ -96,11 +115,14 @@ impl ApiClient {
                 limit / (1024 * 1024)
             );
         }
-        let response = self
+        let mut request = self
             .agent
             .post(&url)
-            .header("content-type", "application/json")
-            .send(body);
+            .header("content-type", "application/json");
+        if let Some(authorization) = &self.authorization {
+            request = request.header("authorization", authorization);
+        }
+        let response = request.send(body);
         self.finish(&url, response)
     }
 
@@ -163,8 +185,9 @@ fn excerpt(body: &str) -> String {
     }
 }
 
-/// `[api] listen` of `./nimbus.toml`, if there is one.
-fn from_local_config() -> anyhow::Result<Option<String>> {
+/// `[api] listen` of `./nimbus.toml`, if there is one, and its
+/// `[api] token`.
+fn from_local_config() -> anyhow::Result<Option<(String, Option<ApiToken>)>> {
     let path = Path::new("nimbus.toml");
     if !path.is_file() {
         return Ok(None);
@@ -172,7 +195,8 @@ fn from_local_config() -> anyhow::Result<Option<String>> {
     let config = nimbus_runtime::Config::load(path)
         .map_err(|e| anyhow!("{e}"))
         .context("reading ./nimbus.toml to find the API (or pass --api)")?;
-    Ok(Some(format!("http://{}", config.config.api.listen)))
+    let api = config.config.api;
+    Ok(Some((format!("http://{}", api.listen), api.token)))
 }
 
 /// The API's base URL from `--api`: an `http://` URL, or a bare

@@ -93,20 +93,58 @@ impl Default for HostConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiConfig {
-    /// Where the HTTP API listens. Loopback by default: the API has no
-    /// authentication yet.
+    /// Where the HTTP API listens. Loopback by default; beyond loopback a
+    /// `token` is required.
     #[serde(default = "default_listen", deserialize_with = "socket_address")]
     pub listen: SocketAddr,
+    /// Host names (`name` or `name:port`) the API answers to besides the
+    /// loopback names and the listen address: the name a proxy or a
+    /// container's published port is reached by. Any other `Host` is
+    /// refused (DNS rebinding).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// The bearer token every request but `/health` must carry;
+    /// `NIMBUS_API_TOKEN` wins over it (see [`ValidConfig::with_environment`]).
+    #[serde(default)]
+    pub token: Option<crate::api::ApiToken>,
+    /// The longest one request may take, reading its body included.
+    #[serde(
+        default = "default_request_timeout",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub request_timeout: Duration,
+    /// A connection that sends no complete request head for this long (new,
+    /// or idle between requests) is closed.
+    #[serde(
+        default = "default_idle_timeout",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub idle_timeout: Duration,
 }
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7300))
 }
 
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// The longest `api.request_timeout` and `api.idle_timeout`.
+const MAX_API_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
 impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             listen: default_listen(),
+            allowed_hosts: Vec::new(),
+            token: None,
+            request_timeout: default_request_timeout(),
+            idle_timeout: default_idle_timeout(),
         }
     }
 }
@@ -460,6 +498,41 @@ pub struct ValidConfig {
     pub broker_max_request_bytes: usize,
 }
 
+impl ValidConfig {
+    /// Applies what the environment adds to the file: `NIMBUS_API_TOKEN`
+    /// replaces `[api] token`. Then refuses an API listening beyond
+    /// loopback without a token: anyone who reaches it could publish,
+    /// resubmit, skip and replay. `nimbus run` and `nimbus check` call
+    /// this; [`Config::parse`] does not, so it reads the file alone.
+    ///
+    /// # Errors
+    ///
+    /// When `NIMBUS_API_TOKEN` is set but not a valid token, or the API
+    /// would listen beyond loopback with no token; `path` names the
+    /// configuration in the error.
+    pub fn with_environment(mut self, path: &Path) -> Result<ValidConfig, ConfigError> {
+        let invalid = |problem: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            problems: vec![problem],
+        };
+        if let Some(token) = crate::api::ApiToken::from_env().map_err(invalid)? {
+            self.config.api.token = Some(token);
+        }
+        let listen = self.config.api.listen;
+        if !listen.ip().is_loopback() && self.config.api.token.is_none() {
+            return Err(invalid(format!(
+                "api.token: the API listens on {listen}, beyond loopback, and has no token: \
+                 anyone who reaches it could publish, resubmit, skip and replay events. Set \
+                 [api] token (or {}) to a secret of at least {} characters, or listen on \
+                 127.0.0.1",
+                crate::api::API_TOKEN_ENV,
+                crate::api::MIN_TOKEN_LEN
+            )));
+        }
+        Ok(self)
+    }
+}
+
 impl Config {
     /// Reads and validates `path`.
     pub fn load(path: &Path) -> Result<ValidConfig, ConfigError> {
@@ -562,6 +635,29 @@ impl Config {
                 "resolver.retention: must be at least 1s (or \"forever\" to keep every event)"
                     .to_owned(),
             );
+        }
+        for (key, timeout) in [
+            ("api.request_timeout", self.api.request_timeout),
+            ("api.idle_timeout", self.api.idle_timeout),
+        ] {
+            if timeout.is_zero() {
+                problems.push(format!("{key}: must be longer than 0"));
+            } else if timeout > MAX_API_TIMEOUT {
+                problems.push(format!(
+                    "{key}: {} is over the maximum of 1h",
+                    humantime::format_duration(timeout)
+                ));
+            }
+        }
+        if let Some(token) = &self.api.token
+            && let Err(why) = crate::api::ApiToken::new(token.expose())
+        {
+            problems.push(format!("api.token: {why}"));
+        }
+        for (i, host) in self.api.allowed_hosts.iter().enumerate() {
+            if let Err(why) = crate::api::AllowedHost::parse(host) {
+                problems.push(format!("api.allowed_hosts[{i}]: {why}"));
+            }
         }
         if self.broker.max_delivery_count == 0 {
             problems.push("broker.max_delivery_count: must be at least 1".to_owned());
@@ -916,6 +1012,63 @@ mod tests {
         );
         let valid = parse("[api]\nlisten = \"127.0.0.1:8080\"\n").unwrap();
         assert_eq!(valid.config.api.listen.port(), 8080);
+    }
+
+    #[test]
+    fn bad_api_guard_values_are_named_by_key_without_the_secret() {
+        for (text, says) in [
+            (
+                "[api]\ntoken = \"hunter2\"\n",
+                "api.token: must be at least 16 characters",
+            ),
+            (
+                "[api]\ntoken = \"a token with spaces\"\n",
+                "api.token: character 2 is not visible ASCII",
+            ),
+            (
+                "[api]\nallowed_hosts = [\"http://nimbus.example\"]\n",
+                "api.allowed_hosts[0]: 'http://nimbus.example' is not a host name",
+            ),
+            (
+                "[api]\nrequest_timeout = \"0s\"\n",
+                "api.request_timeout: must be longer than 0",
+            ),
+            (
+                "[api]\nidle_timeout = \"2h\"\n",
+                "api.idle_timeout: 2h is over the maximum of 1h",
+            ),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(says), "{text}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+        let valid = parse(
+            "[api]\ntoken = \"0123456789abcdef\"\nallowed_hosts = [\"nimbus.internal:7300\"]\n",
+        )
+        .unwrap();
+        assert!(valid.config.api.token.is_some());
+        assert!(!format!("{valid:?}").contains("0123456789abcdef"));
+    }
+
+    #[test]
+    fn an_api_beyond_loopback_without_a_token_is_refused_naming_the_key() {
+        // Only meaningful without a token in this process's environment.
+        if std::env::var_os(crate::api::API_TOKEN_ENV).is_some() {
+            return;
+        }
+        let path = Path::new("/etc/nimbus.toml");
+        let wide = parse("[api]\nlisten = \"0.0.0.0:7300\"\n").unwrap();
+        let err = wide.with_environment(path).unwrap_err().to_string();
+        assert!(
+            err.contains("api.token: the API listens on 0.0.0.0:7300, beyond loopback"),
+            "{err}"
+        );
+        assert!(err.contains("[api] token (or NIMBUS_API_TOKEN)"), "{err}");
+        let guarded =
+            parse("[api]\nlisten = \"0.0.0.0:7300\"\ntoken = \"0123456789abcdef\"\n").unwrap();
+        assert!(guarded.with_environment(path).is_ok());
+        let local = parse("").unwrap();
+        assert!(local.with_environment(path).is_ok());
     }
 
     #[test]

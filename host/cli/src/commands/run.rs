@@ -26,11 +26,15 @@ fn load(path: Option<&Path>) -> anyhow::Result<(ValidConfig, String)> {
     };
     match file {
         Some(file) => {
-            let config = Config::load(&file).map_err(|e| anyhow!("{e}"))?;
+            let config = Config::load(&file)
+                .and_then(|config| config.with_environment(&file))
+                .map_err(|e| anyhow!("{e}"))?;
             Ok((config, file.display().to_string()))
         }
         None => {
-            let config = Config::defaults(&cwd).map_err(|e| anyhow!("{e}"))?;
+            let config = Config::defaults(&cwd)
+                .and_then(|config| config.with_environment(Path::new("(defaults)")))
+                .map_err(|e| anyhow!("{e}"))?;
             Ok((
                 config,
                 format!(
@@ -67,6 +71,7 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     let data_dir = config.config.host.data_dir.clone();
     let handlers_dir = config.config.host.handlers_dir.clone();
     let grace = config.config.engine.shutdown_grace;
+    let idle_timeout = config.config.api.idle_timeout;
     // Listening from the start: a supervisor that stops the host while it
     // starts, or just after its banner, would otherwise meet the default
     // action and kill it without the drain. A signal that comes while it
@@ -83,22 +88,19 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         .local_addr()
         .context("reading the API's bound address")?;
     data_lock.record_api(address);
-    if !address.ip().is_loopback() {
-        // Allowed (a container publishes its port this way), but anyone who
-        // reaches it may resubmit, skip and replay.
-        tracing::warn!(
-            %address,
-            "the API listens beyond loopback and has no authentication: anyone who can reach \
-             it can resubmit, skip and replay events ([api] listen)"
-        );
-    }
+    // Beyond loopback, `load` made sure there is a token.
     let host = Host::start_locked(config, data_lock).await?;
 
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
-    let router = nimbus_runtime::router(ApiState::new(&host));
-    let mut api = tokio::spawn(nimbus_runtime::serve(listener, router, async move {
-        let _ = api_stopped.await;
-    }));
+    let router = nimbus_runtime::router(ApiState::new(&host).listening_on(address));
+    let mut api = tokio::spawn(nimbus_runtime::serve(
+        listener,
+        router,
+        idle_timeout,
+        async move {
+            let _ = api_stopped.await;
+        },
+    ));
 
     // For whoever started the host: a stdout nobody reads (closed, or a
     // pipe to a process that exited) must not stop the host, as a panicking

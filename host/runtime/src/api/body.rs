@@ -65,3 +65,17 @@ pub(crate) fn optional_id(field: &str, value: Option<String>) -> Result<Option<S
         other => Ok(other),
     }
 }
+
+/// A listing's `limit`: `default` when not given, else between 1 and
+/// [`crate::api::MAX_LIMIT`], refused naming `limit` outside that.
+pub(crate) fn limit(given: Option<usize>, default: usize) -> Result<usize, ApiError> {
+    match given {
+        None => Ok(default.min(crate::api::MAX_LIMIT)),
+        Some(0) => Err(ApiError::bad_request("limit: must be at least 1")),
+        Some(n) if n > crate::api::MAX_LIMIT => Err(ApiError::bad_request(format!(
+            "limit: {n} is over the maximum of {} (narrow the listing with its filters instead)",
+            crate::api::MAX_LIMIT
+        ))),
+        Some(n) => Ok(n),
+    }
+}

@@ -25,9 +25,7 @@ pub(crate) async fn list(
     State(state): State<ApiState>,
     ApiQuery(query): ApiQuery<DlqQuery>,
 ) -> Result<(HeaderMap, Json<Vec<DeadLetter>>), ApiError> {
-    if query.limit == Some(0) {
-        return Err(ApiError::bad_request("limit: must be at least 1"));
-    }
+    let limit = crate::api::body::limit(query.limit, nimbus_manager::DEFAULT_DEAD_LETTER_LIMIT)?;
     let only = given(query.endpoint);
     let filtered = only.is_some();
     let endpoints = match only {
@@ -43,9 +41,6 @@ pub(crate) async fn list(
     };
     // The limit caps each endpoint's listing, not the whole: one busy
     // endpoint must not hide every endpoint after it in the listing.
-    let limit = query
-        .limit
-        .unwrap_or(nimbus_manager::DEFAULT_DEAD_LETTER_LIMIT);
     let mut listed = Vec::new();
     let mut truncated = Vec::new();
     for endpoint in endpoints {

@@ -25,6 +25,10 @@ pub enum ApiError {
     /// The host failed; the cause is logged, not returned.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The host could not answer in time (503); the message says why and
+    /// is both returned and logged.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl ApiError {
@@ -50,6 +54,11 @@ impl ApiError {
             status: StatusCode::CONFLICT,
             message: message.into(),
         }
+    }
+
+    /// 503 Service Unavailable naming why (logged and returned).
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::Unavailable(message.into())
     }
 
     /// An internal failure with its cause (logged, never returned).
@@ -106,6 +115,15 @@ impl IntoResponse for ApiError {
                 )
                     .into_response();
                 response.extensions_mut().insert(InternalCause(cause));
+                response
+            }
+            ApiError::Unavailable(message) => {
+                let mut response = (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(serde_json::json!({ "error": message })),
+                )
+                    .into_response();
+                response.extensions_mut().insert(InternalCause(message));
                 response
             }
         }

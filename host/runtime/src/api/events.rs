@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use nimbus_engine::Retrying;
 use nimbus_sandbox::Snapshot;
 
-use crate::api::body::{ApiQuery, given, json};
+use crate::api::body::{self, ApiQuery, given, json};
 use crate::api::{ApiError, ApiState};
 use crate::config::Retention;
 
@@ -68,11 +68,8 @@ pub(crate) async fn list(
             (Some(status), sub_status)
         }
     };
-    if query.limit == Some(0) {
-        return Err(ApiError::bad_request("limit: must be at least 1"));
-    }
+    let limit = body::limit(query.limit, DEFAULT_LIMIT)?;
     let endpoint = given(query.endpoint);
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
     let filter = EventFilter {
         endpoint: endpoint.clone(),
         status,

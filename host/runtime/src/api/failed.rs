@@ -76,7 +76,10 @@ async fn act(
         error_type: given(request.error_type),
         not_updated_for,
         include_awaiting_retry: request.include_awaiting_retry,
-        limit: request.limit,
+        limit: Some(crate::api::body::limit(
+            request.limit,
+            nimbus_manager::DEFAULT_BULK_LIMIT,
+        )?),
         dry_run: request.dry_run,
     };
     let outcome = state.manager.act_on_failed(action, &selection).await?;

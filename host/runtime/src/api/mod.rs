@@ -9,6 +9,13 @@
 //! split in two (decision 0080): bad input is a 4xx whose `{"error": ...}`
 //! names the problem and is not logged as an error; an internal failure is
 //! a generic 5xx, logged with its cause by the middleware and never shown.
+//!
+//! Before any route, the guard ([`guard`]) refuses what a web page or a
+//! stranger could send: a `Host` or `Origin` that is not this API's, a
+//! body that is not `application/json`, a missing token when one is set
+//! (decision 0131). Every request is bounded in time ([`timeout`]), every
+//! connection in idle time ([`serve`]), every listing in length
+//! ([`MAX_LIMIT`]).
 
 mod body;
 mod dlq;
@@ -16,12 +23,16 @@ mod endpoints;
 mod error;
 mod events;
 mod failed;
+mod guard;
 mod handler_status;
 mod metrics;
 mod pause;
 mod publish;
+mod server;
 mod sessions;
 mod state;
+mod timeout;
+mod token;
 
 #[cfg(test)]
 mod tests;
@@ -30,14 +41,25 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub use error::ApiError;
+pub use guard::AllowedHost;
+pub use server::serve;
 pub use state::ApiState;
+pub use token::{API_TOKEN_ENV, ApiToken, MIN_TOKEN_LEN};
 
 /// The largest request body the API takes: a published event's data, an
 /// edited payload or handoff details, with the JSON around them.
 pub const MAX_REQUEST_BODY: usize = 2 * 1024 * 1024;
 
-/// The API's routes over `state`.
+/// The largest `limit` a listing takes (`/api/events`, `/api/dlq`,
+/// `/api/failed/*`), which is also their default: a larger one is refused
+/// naming `limit`, so a few parallel listings cannot take the host's
+/// memory.
+pub const MAX_LIMIT: usize = 1000;
+
+/// The API's routes over `state`, behind its guard and request timeout.
 pub fn router(state: ApiState) -> Router {
+    let guard = std::sync::Arc::clone(&state.guard);
+    let request_timeout = state.request_timeout;
     Router::new()
         .route("/health", get(health))
         .route("/api/publish", post(publish::publish))
@@ -66,6 +88,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics::metrics))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            request_timeout,
+            timeout::limit,
+        ))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::check))
         .layer(axum::middleware::from_fn(error::log_internal_errors))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REQUEST_BODY))
         .with_state(state)
@@ -73,20 +100,4 @@ pub fn router(state: ApiState) -> Router {
 
 async fn health() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({ "status": "ok", "version": crate::VERSION }))
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves, then stops
-/// taking connections and lets requests in flight finish.
-///
-/// # Errors
-///
-/// When accepting connections fails for good.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
 }

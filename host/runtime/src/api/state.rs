@@ -1,14 +1,17 @@
 //! What the routes share: handles on the running host's parts.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use nimbus_broker::Broker;
 use nimbus_manager::Manager;
 use nimbus_resolver::{ResolverStore, SqliteResolverStore};
 use nimbus_sandbox::Registry;
 
-use crate::config::Retention;
+use crate::api::guard::Guard;
+use crate::config::{ApiConfig, Retention};
 use crate::host::{DEFAULT_PRODUCER, Host};
 
 /// The state every route handler gets; cheap to clone.
@@ -29,6 +32,12 @@ pub struct ApiState {
     pub(crate) producers: Arc<BTreeSet<String>>,
     /// `[resolver] retention`: an unknown event id may be one pruned.
     pub(crate) retention: Retention,
+    /// Who may call: `Host`, `Origin`, token.
+    pub(crate) guard: Arc<Guard>,
+    /// `[api] request_timeout`.
+    pub(crate) request_timeout: Duration,
+    /// `[api]` as configured, to rebuild the guard for the bound address.
+    api: ApiConfig,
 }
 
 impl std::fmt::Debug for ApiState {
@@ -43,6 +52,7 @@ impl ApiState {
     /// The API over a running host.
     pub fn new(host: &Host) -> ApiState {
         let store: Arc<dyn ResolverStore> = host.resolver().clone();
+        let api = host.config().config.api.clone();
         let mut producers: BTreeSet<String> = host
             .config()
             .config
@@ -62,7 +72,27 @@ impl ApiState {
             manager: Arc::new(Manager::new(Arc::clone(host.broker()), store)),
             producers: Arc::new(producers),
             retention: host.config().config.resolver.retention,
+            guard: Arc::new(Guard::new(
+                api.listen,
+                &api.allowed_hosts,
+                api.token.clone(),
+            )),
+            request_timeout: api.request_timeout,
+            api,
         }
+    }
+
+    /// The same API served on `address`, the listener's bound address: with
+    /// `[api] listen` on port 0 the port clients name in `Host` is only
+    /// known once bound.
+    #[must_use]
+    pub fn listening_on(mut self, address: SocketAddr) -> ApiState {
+        self.guard = Arc::new(Guard::new(
+            address,
+            &self.api.allowed_hosts,
+            self.api.token.clone(),
+        ));
+        self
     }
 
     /// Runs a blocking Resolver-store read off the async workers.

@@ -16,6 +16,9 @@ use crate::{ApiState, Config, Host, router};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
+/// The `Host` a client of the default `[api] listen` sends.
+const HOST: &str = "127.0.0.1:7300";
+
 fn guest(name: &str) -> PathBuf {
     let dirs = [
         std::env::var_os("NIMBUS_GUESTS_DIR").map(PathBuf::from),
@@ -94,9 +97,16 @@ impl Api {
         let request = Request::builder()
             .method(method)
             .uri(uri)
+            .header("host", HOST)
             .header("content-type", "application/json")
             .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
             .unwrap();
+        self.send(request).await
+    }
+
+    /// `request` as built; the answer, whose body must be JSON.
+    async fn send(&self, request: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Value) {
+        let uri = request.uri().clone();
         let response = self.0.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let headers = response.headers().clone();
@@ -994,7 +1004,10 @@ async fn metrics_count_outcomes_and_show_blocked_sessions_and_handlers() {
     // The store commits a status a moment before the wrapper counts it.
     let started = Instant::now();
     let text = loop {
-        let request = Request::get("/metrics").body(Body::empty()).unwrap();
+        let request = Request::get("/metrics")
+            .header("host", HOST)
+            .body(Body::empty())
+            .unwrap();
         let response = api.0.clone().oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(
@@ -1196,7 +1209,10 @@ async fn a_publish_no_forwarder_could_forward_is_listed_under_its_producer() {
     assert_eq!(listed[0]["message_id"], message_id.as_str());
     assert_eq!(listed[0]["reason"], "ForwardToTargetNotFound");
     // The dead-letter gauge counts it under the producer, for an alert.
-    let request = Request::get("/metrics").body(Body::empty()).unwrap();
+    let request = Request::get("/metrics")
+        .header("host", HOST)
+        .body(Body::empty())
+        .unwrap();
     let response = api.0.clone().oneshot(request).await.unwrap();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
@@ -1222,4 +1238,440 @@ async fn a_publish_no_forwarder_could_forward_is_listed_under_its_producer() {
         "{refused}"
     );
     host.shutdown().await;
+}
+
+/// A request to `uri` with exactly `headers` and `body`.
+fn raw(method: Method, uri: &str, headers: &[(&str, &str)], body: &str) -> Request<Body> {
+    let mut request = Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = if body.is_empty() {
+        Body::empty()
+    } else {
+        Body::from(body.to_owned())
+    };
+    request.body(body).unwrap()
+}
+
+fn error_of(value: &Value) -> &str {
+    value["error"].as_str().unwrap_or_default()
+}
+
+/// The events recorded at `billing` in `session` (their count).
+async fn events_in(api: &Api, session: &str) -> usize {
+    // The Resolver records a publish a moment after the broker took it:
+    // one that went out is seen by a later accepted publish's wait.
+    let (listed, _) = api
+        .listing(&format!("/api/events?endpoint=billing&session={session}"))
+        .await;
+    listed.as_array().unwrap().len()
+}
+
+/// What a web page can send (a `text/plain` POST needs no CORS preflight,
+/// and a re-pointed name reaches loopback) is refused before any route runs,
+/// naming the header; nothing is published or paused by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_a_web_page_could_send_are_refused_naming_the_header() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start_with(
+        root.path(),
+        &[("billing", "orders")],
+        "[api]\nallowed_hosts = [\"nimbus.internal\"]\n",
+    )
+    .await;
+    let api = Api(router(ApiState::new(&host)));
+    let publish =
+        json!({"event_type": "OrderPlaced", "session_id": "s-web", "data": order("web", false)})
+            .to_string();
+
+    type Case<'a> = (&'a [(&'a str, &'a str)], StatusCode, &'a str);
+    let cases: [Case<'_>; 7] = [
+        // A page elsewhere posting as a form would, to a rebound name.
+        (
+            &[
+                ("host", HOST),
+                ("origin", "http://evil.example"),
+                ("content-type", "text/plain"),
+            ],
+            StatusCode::FORBIDDEN,
+            "Origin header 'http://evil.example' is not this API's",
+        ),
+        (
+            &[
+                ("host", HOST),
+                ("origin", "null"),
+                ("content-type", "application/json"),
+            ],
+            StatusCode::FORBIDDEN,
+            "Origin header 'null'",
+        ),
+        (
+            &[
+                ("host", "evil.example"),
+                ("content-type", "application/json"),
+            ],
+            StatusCode::MISDIRECTED_REQUEST,
+            "Host header 'evil.example' does not name this API",
+        ),
+        (
+            &[
+                ("host", "localhost:7301"),
+                ("content-type", "application/json"),
+            ],
+            StatusCode::MISDIRECTED_REQUEST,
+            "Host header 'localhost:7301'",
+        ),
+        (
+            &[("content-type", "application/json")],
+            StatusCode::MISDIRECTED_REQUEST,
+            "no Host header",
+        ),
+        (
+            &[("host", HOST), ("content-type", "text/plain")],
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type 'text/plain'; this API takes JSON only",
+        ),
+        (
+            &[("host", HOST)],
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "no Content-Type header",
+        ),
+    ];
+    for (headers, status, says) in cases {
+        let (got, _, value) = api
+            .send(raw(Method::POST, "/api/publish", headers, &publish))
+            .await;
+        assert_eq!(got, status, "{headers:?}: {value}");
+        assert!(error_of(&value).contains(says), "{headers:?}: {value}");
+    }
+    let (status, _, value) = api
+        .send(raw(
+            Method::POST,
+            "/api/endpoints/billing/pause",
+            &[("host", HOST), ("origin", "http://evil.example")],
+            "",
+        ))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{value}");
+
+    // What the CLI and a same-origin page send is taken: the JSON type with
+    // its parameters, the API's own origin, an allowed host on any port.
+    for headers in [
+        &[
+            ("host", HOST),
+            ("content-type", "application/json; charset=utf-8"),
+        ][..],
+        &[
+            ("host", "localhost:7300"),
+            ("origin", "http://localhost:7300"),
+            ("content-type", "Application/JSON"),
+        ],
+        &[
+            ("host", "Nimbus.Internal:8443"),
+            ("origin", "https://nimbus.internal"),
+            ("content-type", "application/json"),
+        ],
+    ] {
+        let (status, _, value) = api
+            .send(raw(Method::POST, "/api/publish", headers, &publish))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{headers:?}: {value}");
+    }
+    // A liveness probe names the host by its pod address.
+    let (status, _, value) = api
+        .send(raw(
+            Method::GET,
+            "/health",
+            &[("host", "10.1.2.3:7300")],
+            "",
+        ))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+
+    // Three accepted, none of the refused (sent before them in the same
+    // session, they would be recorded first); and billing is not paused.
+    let started = Instant::now();
+    while events_in(&api, "s-web").await < 3 {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the accepted publishes were never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(events_in(&api, "s-web").await, 3);
+    let endpoints = api.ok(Method::GET, "/api/endpoints", None).await;
+    assert_eq!(endpoints[0]["endpoint"], "billing", "{endpoints}");
+    assert_eq!(endpoints[0]["paused"], false, "{endpoints}");
+    host.shutdown().await;
+}
+
+/// With `[api] token`, every request but `GET /health` needs it as a
+/// bearer token; a missing or wrong one is a 401 that says what to send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_token_is_required_everywhere_but_health() {
+    let root = tempfile::tempdir().unwrap();
+    let token = "t0ken-of-sixteen-plus";
+    let host = start_with(
+        root.path(),
+        &[("billing", "orders")],
+        &format!("[api]\ntoken = \"{token}\"\nrequest_timeout = \"1s\"\n"),
+    )
+    .await;
+    let api = Api(router(ApiState::new(&host)));
+    let bearer = format!("Bearer {token}");
+    for (authorization, says) in [
+        (None, "needs an Authorization: Bearer <token> header"),
+        (Some("Bearer wrong-token-of-length"), "is not this API's"),
+        (Some(&*format!("Basic {token}")), "needs an Authorization"),
+        (Some(&*format!("Bearer {token}x")), "is not this API's"),
+    ] {
+        for uri in ["/api/events", "/metrics", "/api/no-such-route"] {
+            let mut headers = vec![("host", HOST)];
+            headers.extend(authorization.map(|a| ("authorization", a)));
+            let response = api
+                .0
+                .clone()
+                .oneshot(raw(Method::GET, uri, &headers, ""))
+                .await
+                .unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::UNAUTHORIZED,
+                "{uri} {authorization:?}"
+            );
+            assert_eq!(response.headers()["www-authenticate"], "Bearer");
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let value: Value = serde_json::from_slice(&bytes).unwrap();
+            assert!(error_of(&value).contains(says), "{uri}: {value}");
+            assert!(error_of(&value).contains("NIMBUS_API_TOKEN"), "{value}");
+            assert!(!error_of(&value).contains(token), "{value}");
+        }
+    }
+    for authorization in [bearer.as_str(), &format!("bearer  {token} ")] {
+        let (status, _, value) = api
+            .send(raw(
+                Method::GET,
+                "/api/events",
+                &[("host", HOST), ("authorization", authorization)],
+                "",
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{value}");
+    }
+    let (status, _, value) = api
+        .send(raw(Method::GET, "/health", &[("host", HOST)], ""))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+
+    // A body that never ends holds no request beyond request_timeout.
+    let (_writer, reader) = tokio::io::duplex(64);
+    let endless = Body::from_stream(tokio_util::io::ReaderStream::new(reader));
+    let request = Request::post("/api/publish")
+        .header("host", HOST)
+        .header("authorization", &bearer)
+        .header("content-type", "application/json")
+        .body(endless)
+        .unwrap();
+    let (status, _, value) = tokio::time::timeout(DEADLINE, api.send(request))
+        .await
+        .expect("the request timeout never answered");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{value}");
+    assert!(
+        error_of(&value).contains("longer than 1s ([api] request_timeout)"),
+        "{value}"
+    );
+    host.shutdown().await;
+}
+
+/// A listing's `limit` is at most `MAX_LIMIT` (its default): one over is a
+/// 400 naming `limit`, not a listing of everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_over_the_maximum_is_refused_naming_it() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start_with(root.path(), &[("billing", "orders")], "").await;
+    let api = Api(router(ApiState::new(&host)));
+    let over = crate::api::MAX_LIMIT + 1;
+    for (method, uri, body) in [
+        (Method::GET, format!("/api/events?limit={over}"), None),
+        (Method::GET, format!("/api/dlq?limit={over}"), None),
+        (
+            Method::POST,
+            "/api/failed/skip".to_owned(),
+            Some(json!({"limit": over, "dry_run": true}).to_string()),
+        ),
+    ] {
+        let (status, value) = api.call(method, &uri, body.as_deref()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {value}");
+        assert_eq!(
+            error_of(&value),
+            format!(
+                "limit: {over} is over the maximum of 1000 (narrow the listing with its filters \
+                 instead)"
+            ),
+            "{uri}"
+        );
+    }
+    for uri in ["/api/events?limit=1000", "/api/dlq?limit=1000"] {
+        api.listing(uri).await;
+    }
+    host.shutdown().await;
+}
+
+/// Arbitrary methods, paths, queries, headers and bodies through the whole
+/// router on a real host: nothing panics and nothing malformed is a 5xx.
+/// Bounded (a few hundred cases), so it runs in CI in seconds.
+#[test]
+fn malformed_requests_never_panic_or_answer_a_5xx() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let host = runtime.block_on(start_with(root.path(), &[("billing", "orders")], ""));
+    let api = router(ApiState::new(&host));
+
+    let segment = "[A-Za-z0-9%._~!$&'()*+,;=:@-]{0,24}";
+    let path = prop_oneof![
+        Just("/api/publish".to_owned()),
+        Just("/api/events".to_owned()),
+        Just("/api/dlq".to_owned()),
+        Just("/api/sessions".to_owned()),
+        Just("/api/endpoints".to_owned()),
+        Just("/api/failed/skip".to_owned()),
+        Just("/api/dlq/replay".to_owned()),
+        Just("/api/dlq/remove".to_owned()),
+        Just("/health".to_owned()),
+        Just("/metrics".to_owned()),
+        segment.prop_map(|s| format!("/api/events/{s}")),
+        segment.prop_map(|s| format!("/api/events/{s}/skip")),
+        segment.prop_map(|s| format!("/api/events/{s}/resubmit")),
+        segment.prop_map(|s| format!("/api/events/{s}/handoff/fail")),
+        segment.prop_map(|s| format!("/api/endpoints/{s}/resume")),
+        (segment, segment).prop_map(|(a, b)| format!("/{a}/{b}")),
+    ];
+    let query = prop_oneof![
+        Just(String::new()),
+        "[A-Za-z0-9%=&_.+-]{0,40}".prop_map(|q| format!("?{q}")),
+        (
+            prop_oneof![
+                Just("limit"),
+                Just("status"),
+                Just("endpoint"),
+                Just("session")
+            ],
+            "[A-Za-z0-9%_.+-]{0,30}"
+        )
+            .prop_map(|(k, v)| format!("?{k}={v}")),
+    ];
+    let method = prop_oneof![
+        Just(Method::GET),
+        Just(Method::POST),
+        Just(Method::PUT),
+        Just(Method::DELETE),
+        Just(Method::HEAD),
+        Just(Method::OPTIONS),
+        Just(Method::from_bytes(b"BREW").unwrap()),
+    ];
+    let content_type = prop_oneof![
+        Just(Some("application/json".to_owned())),
+        Just(Some("application/json; charset=utf-8".to_owned())),
+        Just(None),
+        "[ -~]{0,30}".prop_map(Some),
+    ];
+    let host_header = prop_oneof![
+        4 => Just(Some(HOST.to_owned())),
+        1 => Just(None),
+        1 => "[ -~]{0,30}".prop_map(Some),
+    ];
+    let origin = prop_oneof![
+        3 => Just(None),
+        1 => Just(Some("http://127.0.0.1:7300".to_owned())),
+        1 => "[ -~]{0,30}".prop_map(Some),
+    ];
+    let json_value = prop_oneof![
+        Just("null".to_owned()),
+        any::<i64>().prop_map(|n| n.to_string()),
+        any::<f64>().prop_map(|n| n.to_string()),
+        "[ -~]{0,20}".prop_map(|s| Value::String(s).to_string()),
+        Just("[1,{\"a\":[]}]".to_owned()),
+        Just("{\"OrderId\":\"x\"}".to_owned()),
+    ];
+    let field = prop_oneof![
+        proptest::sample::select(vec![
+            "event_type",
+            "data",
+            "session_id",
+            "message_id",
+            "properties",
+            "limit",
+            "endpoint",
+            "error_text",
+            "not_updated_for",
+            "dry_run",
+        ])
+        .prop_map(str::to_owned),
+        "[a-z_]{1,12}",
+    ];
+    let body = prop_oneof![
+        Just(String::new()),
+        proptest::collection::vec(any::<u8>(), 0..64)
+            .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+        proptest::collection::vec((field, json_value), 0..5).prop_map(|fields| {
+            let inner: Vec<String> = fields
+                .into_iter()
+                .map(|(k, v)| format!("{}:{v}", Value::String(k)))
+                .collect();
+            format!("{{{}}}", inner.join(","))
+        }),
+    ];
+    let request = (method, path, query, content_type, host_header, origin, body);
+
+    let mut runner = TestRunner::new(RunnerConfig {
+        cases: 300,
+        failure_persistence: None,
+        ..RunnerConfig::default()
+    });
+    let outcome = runner.run(
+        &request,
+        |(method, path, query, content_type, host_header, origin, body)| {
+            let uri = format!("{path}{query}");
+            let mut builder = Request::builder().method(method.clone()).uri(&uri);
+            for (name, value) in [
+                ("content-type", &content_type),
+                ("host", &host_header),
+                ("origin", &origin),
+            ] {
+                if let Some(value) = value {
+                    builder = builder.header(name, value);
+                }
+            }
+            // What the http crate will not build, no client can send.
+            let Ok(request) = builder.body(Body::from(body.clone())) else {
+                return Ok(());
+            };
+            let response = runtime.block_on(api.clone().oneshot(request)).unwrap();
+            if response.status().is_server_error() {
+                let bytes = runtime
+                    .block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+                    .unwrap_or_default();
+                return Err(TestCaseError::fail(format!(
+                    "{method} {uri} (content-type {content_type:?}, host {host_header:?}, origin \
+                     {origin:?}, body {body:?}) answered a 5xx: {}",
+                    String::from_utf8_lossy(&bytes)
+                )));
+            }
+            Ok(())
+        },
+    );
+    runtime.block_on(host.shutdown());
+    if let Err(failure) = outcome {
+        panic!("{failure}");
+    }
 }
