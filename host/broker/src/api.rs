@@ -592,6 +592,22 @@ impl Broker {
         self.commit(vec![StoreOp::SequenceHighWater(0)]).await
     }
 
+    /// Why the broker cannot take changes now, if it cannot: its log
+    /// cannot be written (a full disk, an I/O error), which it retries by
+    /// itself and recovers from once writes work again, or a failure for
+    /// good that needs a restart. For a host's health check (decision 0130).
+    pub fn write_failure(&self) -> Option<String> {
+        self.inner.store.failure().map(|e| e.to_string())
+    }
+
+    /// While `failing`, every write of the broker's log fails as on a full
+    /// disk (half a frame written, then `StorageFull`). For tests of how
+    /// the broker and its host behave and recover.
+    #[doc(hidden)]
+    pub fn inject_write_failures(&self, failing: bool) {
+        self.inner.store.inject_write_failures(failing);
+    }
+
     /// Keeps the log's writer from committing until the returned hold is
     /// released: operations stay waiting for their acknowledgement, and the
     /// messages they queue are not handed out. For tests of what a consumer

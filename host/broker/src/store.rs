@@ -12,7 +12,7 @@
 //! `docs/broker.md` and decision 0115.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -188,11 +188,19 @@ pub(crate) struct EntryRow {
     pub(crate) message: Vec<u8>,
 }
 
-/// Why the store failed: the broker is then poisoned until reopened.
+/// Why the store cannot commit.
 #[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum StoreError {
+    /// For good: the broker is poisoned until reopened.
     #[error("storage failed: {0}; reopen the broker")]
     Failed(String),
+    /// The log cannot be written now (a full disk, an I/O error): the
+    /// writer retries the commit it holds, and changes are refused until
+    /// it succeeds (decision 0130).
+    #[error(
+        "the broker cannot write its log ({0}); changes are refused until it can, and it retries by itself"
+    )]
+    Unwritable(String),
 }
 
 impl From<StoreError> for TransientError {
@@ -371,7 +379,11 @@ impl OnCommit {
 /// The handle to the writer thread.
 pub(crate) struct Store {
     tx: Mutex<Option<mpsc::Sender<Request>>>,
-    failure: Arc<Mutex<Option<String>>>,
+    failure: Arc<Mutex<Option<StoreError>>>,
+    /// Set at shutdown: a writer retrying a commit gives up.
+    stopping: Arc<AtomicBool>,
+    /// Makes writes fail, for tests of a full disk.
+    faults: Arc<AtomicBool>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Folds sealed segments into snapshots off the writer's path.
     compactor: Mutex<Option<Compactor>>,
@@ -443,6 +455,19 @@ struct ActiveSegment {
     sync: bool,
     /// The frame being built, kept to reuse its allocation.
     frame: Vec<u8>,
+    /// The segment this one replaced, until the compactor is told.
+    sealed: Option<u64>,
+    /// While set, writes fail as on a full disk (tests).
+    faults: Arc<AtomicBool>,
+}
+
+/// Why a commit was not appended.
+#[derive(Debug)]
+enum AppendError {
+    /// The batch cannot be encoded as a frame: retrying cannot help.
+    Encode(std::io::Error),
+    /// Creating, writing or syncing the file failed: it may work later.
+    Io(std::io::Error),
 }
 
 impl ActiveSegment {
@@ -455,15 +480,23 @@ impl ActiveSegment {
         continues: bool,
         limit: u64,
         sync: bool,
+        faults: Arc<AtomicBool>,
     ) -> std::io::Result<Self> {
         let header = log::Header {
             unsynced_commits: !sync,
             prev_data_len,
             continues,
         };
-        let file = log::create(&log::segment_path(dir, number), header, sync)?;
-        if sync {
-            log::sync_dir(dir)?;
+        let path = log::segment_path(dir, number);
+        if faults.load(Ordering::Acquire) {
+            return Err(injected_fault());
+        }
+        let file = log::create(&path, header, sync)?;
+        if sync && let Err(error) = log::sync_dir(dir) {
+            // Gone again, so a retry can create it.
+            drop(file);
+            let _ = std::fs::remove_file(&path);
+            return Err(error);
         }
         Ok(ActiveSegment {
             dir: dir.to_owned(),
@@ -474,13 +507,14 @@ impl ActiveSegment {
             limit,
             sync,
             frame: Vec::new(),
+            sealed: None,
+            faults,
         })
     }
 
-    /// Appends the batch as one frame; returns the number of the segment it
-    /// sealed to make room, if it did.
-    fn append(&mut self, batch: &[Request]) -> std::io::Result<Option<u64>> {
-        let mut sealed = None;
+    /// Appends the batch as one frame. A segment sealed to make room is
+    /// left in [`ActiveSegment::sealed`].
+    fn append(&mut self, batch: &[Request]) -> Result<(), AppendError> {
         if self.len >= self.limit {
             let next = ActiveSegment::create(
                 &self.dir,
@@ -489,9 +523,11 @@ impl ActiveSegment {
                 true,
                 self.limit,
                 self.sync,
-            )?;
+                Arc::clone(&self.faults),
+            )
+            .map_err(AppendError::Io)?;
             let old = std::mem::replace(self, next);
-            sealed = Some(old.number);
+            self.sealed = old.sealed.max(Some(old.number));
         }
         // One high-water mark per frame, the batch's largest.
         let high_water = batch
@@ -509,20 +545,48 @@ impl ActiveSegment {
             .filter(|op| !matches!(op, StoreOp::SequenceHighWater(_)))
             .chain(high_water.as_ref());
         let mut frame = std::mem::take(&mut self.frame);
-        let written = log::encode_frame(ops, &mut frame).and_then(|()| {
-            self.allocate_for(frame.len() as u64);
-            self.file.write_all(&frame)?;
-            if self.sync {
-                self.file.sync_data()?;
-            }
-            Ok(())
-        });
+        let written = log::encode_frame(ops, &mut frame)
+            .map_err(AppendError::Encode)
+            .and_then(|()| self.write(&frame).map_err(AppendError::Io));
         if written.is_ok() {
             self.len += frame.len() as u64;
         }
         self.frame = frame;
-        written.map(|()| sealed)
+        written
     }
+
+    fn write(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        if self.faults.load(Ordering::Acquire) {
+            // Half a frame reaches the file, as when the disk fills up in
+            // the middle of a write.
+            self.file.write_all(&frame[..frame.len() / 2])?;
+            return Err(injected_fault());
+        }
+        self.allocate_for(frame.len() as u64);
+        self.file.write_all(frame)?;
+        if self.sync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Puts the file back to where its data ends, after a failed append:
+    /// the write may have left part of a frame, and a failed sync may have
+    /// dropped the written pages, so the frame is written whole again.
+    fn resync(&mut self) -> std::io::Result<()> {
+        self.file.set_len(self.len)?;
+        self.file.seek(SeekFrom::Start(self.len))?;
+        self.allocated = self.len;
+        Ok(())
+    }
+}
+
+/// The error a write fails with while faults are injected.
+fn injected_fault() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::StorageFull,
+        "No space left on device (injected)",
+    )
 }
 
 impl ActiveSegment {
@@ -609,6 +673,7 @@ impl Store {
         let next = last.or(listing.snapshot).unwrap_or(0) + 1;
         let prev_data_len = kept.last().map_or(0, |&(_, len)| len);
         let continues = last.is_some() || listing.snapshot.is_some();
+        let faults = Arc::new(AtomicBool::new(false));
         let active = ActiveSegment::create(
             &log_dir,
             next,
@@ -616,6 +681,7 @@ impl Store {
             continues,
             segment_bytes.max(1),
             sync,
+            Arc::clone(&faults),
         )
         .map_err(log_error(&log::segment_path(&log_dir, next)))?;
         let compactor = Compactor::start(log_dir.clone()).map_err(OpenError::Thread)?;
@@ -628,14 +694,23 @@ impl Store {
         let thread_failure = Arc::clone(&failure);
         let hold = Arc::new(CommitGate::default());
         let thread_hold = Arc::clone(&hold);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let writer = Writer {
+            failure: thread_failure,
+            hold: thread_hold,
+            compactor: compactor_handle,
+            stopping: Arc::clone(&stopping),
+        };
         let thread = std::thread::Builder::new()
             .name("nimbus-broker-writer".to_owned())
-            .spawn(move || writer_loop(active, rx, thread_failure, thread_hold, compactor_handle))
+            .spawn(move || writer_loop(active, rx, &writer))
             .map_err(OpenError::Thread)?;
         Ok((
             Store {
                 tx: Mutex::new(Some(tx)),
                 failure,
+                stopping,
+                faults,
                 thread: Mutex::new(Some(thread)),
                 compactor: Mutex::new(Some(compactor)),
                 hold,
@@ -649,7 +724,8 @@ impl Store {
         &self.hold
     }
 
-    /// The failure that poisoned the store, if any.
+    /// Why the store cannot commit now, if it cannot: poisoned for good,
+    /// or retrying a write that failed.
     pub(crate) fn failure(&self) -> Option<StoreError> {
         // Checked on every operation: a plain lock of an uncontended mutex
         // that is almost always `None`.
@@ -657,7 +733,11 @@ impl Store {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-            .map(StoreError::Failed)
+    }
+
+    /// While `failing`, every write of the log fails as on a full disk.
+    pub(crate) fn inject_write_failures(&self, failing: bool) {
+        self.faults.store(failing, Ordering::Release);
     }
 
     /// Queues `ops` for the next commit. Call while holding the locks under
@@ -701,8 +781,10 @@ impl Store {
         }
     }
 
-    /// Stops the writer after it committed everything queued.
+    /// Stops the writer after it committed everything queued (or gave up
+    /// retrying a commit that cannot be written).
     pub(crate) fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
         self.tx
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -1097,13 +1179,91 @@ fn import_legacy(database: &Path, log_dir: &Path) -> Result<(), OpenError> {
     Ok(())
 }
 
-fn writer_loop(
-    mut segment: ActiveSegment,
-    rx: mpsc::Receiver<Request>,
-    failure: Arc<Mutex<Option<String>>>,
+/// What the writer thread shares with the store.
+struct Writer {
+    failure: Arc<Mutex<Option<StoreError>>>,
     hold: Arc<CommitGate>,
     compactor: crate::compact::Handle,
-) {
+    stopping: Arc<AtomicBool>,
+}
+
+/// The first pause before retrying a write that failed; it doubles up to
+/// [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(20);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+impl Writer {
+    fn set_failure(&self, error: Option<StoreError>) {
+        *self.failure.lock().unwrap_or_else(PoisonError::into_inner) = error;
+    }
+
+    /// Appends `batch`; when the file cannot be written, marks the store
+    /// unwritable (changes are refused, the host's health says why) and
+    /// retries with a growing pause until it can, or until shutdown
+    /// (decision 0130). The batch's ops are in memory already, so they
+    /// must reach the log before anything after them: the commit is held,
+    /// not dropped.
+    fn append(&self, segment: &mut ActiveSegment, batch: &[Request]) -> Result<(), StoreError> {
+        let mut error = match segment.append(batch) {
+            Ok(()) => return Ok(()),
+            Err(AppendError::Encode(e)) => return Err(self.poison(&e)),
+            Err(AppendError::Io(e)) => e,
+        };
+        let mut pause = RETRY_FIRST;
+        let mut attempts = 1u32;
+        tracing::error!(%error, "cannot write the broker log; refusing changes and retrying");
+        loop {
+            self.set_failure(Some(StoreError::Unwritable(error.to_string())));
+            if !self.pause(pause) {
+                return Err(self.poison(&format!(
+                    "shut down while the log could not be written ({error})"
+                )));
+            }
+            pause = (pause * 2).min(RETRY_MAX);
+            attempts += 1;
+            let retried = segment
+                .resync()
+                .map_err(AppendError::Io)
+                .and_then(|()| segment.append(batch));
+            match retried {
+                Ok(()) => {
+                    self.set_failure(None);
+                    tracing::warn!(attempts, "the broker log is writable again");
+                    return Ok(());
+                }
+                Err(AppendError::Encode(e)) => return Err(self.poison(&e)),
+                Err(AppendError::Io(e)) => {
+                    tracing::debug!(error = %e, attempts, "the broker log is still not writable");
+                    error = e;
+                }
+            }
+        }
+    }
+
+    /// Sleeps `pause`; false when shutdown began meanwhile.
+    fn pause(&self, pause: Duration) -> bool {
+        const STEP: Duration = Duration::from_millis(10);
+        let until = std::time::Instant::now() + pause;
+        while !self.stopping.load(Ordering::Acquire) {
+            let now = std::time::Instant::now();
+            if now >= until {
+                return true;
+            }
+            std::thread::sleep(STEP.min(until - now));
+        }
+        false
+    }
+
+    fn poison(&self, cause: &dyn std::fmt::Display) -> StoreError {
+        let message = format!("writing the broker log failed: {cause}");
+        tracing::error!(error = %message, "the broker is poisoned");
+        let error = StoreError::Failed(message);
+        self.set_failure(Some(error.clone()));
+        error
+    }
+}
+
+fn writer_loop(mut segment: ActiveSegment, rx: mpsc::Receiver<Request>, writer: &Writer) {
     let mut batch: Vec<Request> = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut bytes = first.bytes;
@@ -1115,7 +1275,7 @@ fn writer_loop(
         // more requests (decision 0102). An idle machine has nothing to run,
         // so the yield returns at once and adds no latency.
         std::thread::yield_now();
-        hold.wait_open();
+        writer.hold.wait_open();
         while batch.len() < MAX_REQUESTS_PER_COMMIT && bytes < COMMIT_BYTES {
             match rx.try_recv() {
                 Ok(next) => {
@@ -1125,27 +1285,18 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
-        let poisoned = failure
+        let poisoned = writer
+            .failure
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let result = match poisoned {
-            Some(message) => Err(StoreError::Failed(message)),
-            None => match segment.append(&batch) {
-                Ok(sealed) => {
-                    if let Some(sealed) = sealed {
-                        compactor.sealed(sealed);
-                    }
-                    Ok(())
-                }
-                Err(e) => {
-                    let message = format!("writing the broker log failed: {e}");
-                    tracing::error!(error = %message, "the broker is poisoned");
-                    *failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(message.clone());
-                    Err(StoreError::Failed(message))
-                }
-            },
+            Some(error) => Err(error),
+            None => writer.append(&mut segment, &batch),
         };
+        if let Some(sealed) = segment.sealed.take() {
+            writer.compactor.sealed(sealed);
+        }
         for request in batch.drain(..) {
             // A failed commit leaves its messages undeliverable: memory is
             // ahead of the log, and the broker is poisoned until reopened.

@@ -273,67 +273,8 @@ async fn a_message_that_expires_while_locked_is_dead_lettered_once_released() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_commit_is_a_transient_error_and_poisons_the_broker_until_reopened() {
-    let dir = tempfile::tempdir().expect("dir");
-    let clock = ManualClock::at_fixed_start();
-    // Every commit starts a new segment.
-    let broker = Broker::open(
-        BrokerOptions::new(dir.path())
-            .clock(Arc::new(clock.clone()))
-            .log_segment_bytes(1),
-    )
-    .await
-    .expect("open");
-    let path = with_sub(&broker, SubscriptionSettings::default()).await;
-    broker
-        .publish("t", vec![Message::new(b"kept".to_vec())])
-        .await
-        .expect("publish");
-
-    // The next segment cannot be created: a directory holds its name.
-    let next_segment = {
-        let last = log_files(dir.path())
-            .into_iter()
-            .rev()
-            .find(|p| p.extension().is_some_and(|e| e == "log"))
-            .expect("a segment");
-        let number: u64 = last
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .and_then(|s| s.parse().ok())
-            .expect("numbered");
-        dir.path()
-            .join("broker-log")
-            .join(format!("{:020}.log", number + 1))
-    };
-    std::fs::create_dir(&next_segment).expect("in the way");
-    let error = broker
-        .publish("t", vec![Message::new(b"refused".to_vec())])
-        .await
-        .expect_err("the commit cannot happen");
-    assert_eq!(error.kind(), ErrorKind::Transient);
-    assert!(error.to_string().contains("storage failed"), "{error}");
-    let again = broker
-        .publish("t", vec![Message::new(b"after".to_vec())])
-        .await
-        .expect_err("poisoned");
-    assert!(again.to_string().contains("reopen"), "{again}");
-    drop(broker);
-    std::fs::remove_dir(&next_segment).expect("out of the way");
-
-    let broker = open(dir.path(), &clock, Durability::Fsync).await;
-    let r = broker
-        .receiver(&path, SubQueue::Main)
-        .await
-        .expect("receiver");
-    let mut bodies = Vec::new();
-    while let Some(m) = r.receive(ABSENT).await.expect("receive") {
-        bodies.push(m.message.body.clone());
-        r.complete(m).await.expect("complete");
-    }
-    assert_eq!(bodies, vec![b"kept".to_vec()], "only what was acknowledged");
-}
+// A commit that cannot be written is held and retried, not a poison:
+// tests/write_failures.rs (decision 0130).
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_log_is_compacted_while_the_broker_runs_and_keeps_exactly_what_is_live() {
