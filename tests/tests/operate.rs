@@ -842,32 +842,6 @@ fn a_deleted_handler_leaves_its_blocked_sessions_and_dead_letters_listed() {
     );
 }
 
-/// An API listening beyond loopback is allowed (a container publishes its
-/// port so) but has no authentication: the host says so when it starts. A
-/// loopback API says nothing of it.
-#[test]
-fn an_api_beyond_loopback_is_warned_at_start() {
-    let warned = |host: &RunningHost| {
-        host.stderr()
-            .lines()
-            .any(|line| line.contains("WARN") && line.contains("the API listens beyond loopback"))
-    };
-    let scratch = Scratch::new();
-    let host = RunningHost::start_with_config(
-        &scratch,
-        &nimbus_blackbox_tests::running::config_text("")
-            .replace("listen = \"127.0.0.1:0\"", "listen = \"0.0.0.0:0\""),
-    );
-    host.eventually("the warning", || warned(&host).then_some(()));
-    drop(host);
-
-    let quiet = Scratch::new();
-    let host = RunningHost::start(&quiet, "");
-    // Answering the API means the start-up (and any warning) is behind it.
-    host.cli(&["handlers"]).expect_code(0);
-    assert!(!warned(&host), "{}", host.stderr());
-}
-
 /// A follow-up nothing consumes reaches no event history: the host's log
 /// (info, `-v`) is where its author sees that it went out.
 #[test]
