@@ -97,7 +97,7 @@ fn a_text_plain_post_from_a_foreign_origin_is_refused_and_publishes_nothing() {
     let host = RunningHost::start(&scratch, "");
     let own = host.api.trim_start_matches("http://").to_owned();
     let body = json!({"event_type": "OrderPlaced", "session_id": "s-web",
-                      "data": serde_json::from_str::<Value>(&order("web", false)).unwrap()})
+                      "data": serde_json::from_str::<Value>(&order("web", false)).expect("an order is JSON")})
     .to_string();
 
     let (status, refused) = request(
