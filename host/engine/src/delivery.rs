@@ -129,9 +129,108 @@ pub(crate) struct Delivery<'a, T: Transport> {
     /// The host's shutdown: it cuts a transient backoff short (the message
     /// is abandoned at once), since no handler is running to let finish.
     pub(crate) shutdown: &'a CancellationToken,
+    /// After the engine panicked on this delivery: the report its second
+    /// pass settles with, instead of running the handler again.
+    forced: Option<HandlerReport>,
+    /// Whether the broker took this delivery's settlement.
+    committed: bool,
 }
 
-impl<T: Transport> Delivery<'_, T> {
+impl<'a, T: Transport> Delivery<'a, T> {
+    /// A delivery on `lock`, whose session state is `state`.
+    pub(crate) fn new(
+        endpoint: &'a Endpoint,
+        transport: &'a T,
+        lock: &'a T::Session,
+        state: &'a mut SessionState,
+        shutdown: &'a CancellationToken,
+    ) -> Self {
+        Delivery {
+            endpoint,
+            transport,
+            lock,
+            state,
+            shutdown,
+            forced: None,
+            committed: false,
+        }
+    }
+
+    /// Handles `received` and settles it, as [`Self::run`] does, and makes
+    /// a panic in the engine's own code on the way (a bug, but one a
+    /// guest's value might reach) settle like any failure: the event fails
+    /// with the error type `Panic` and the failure policy applies (retry,
+    /// block, dead-letter). Left to unwind, the panic ended the session's
+    /// task with the message unsettled, and the broker redelivered it to
+    /// panic again, thousands of times a second (issue 28).
+    ///
+    /// A panic after the settlement committed changes nothing: the event
+    /// is settled. If the second pass, which runs no handler, panics too,
+    /// the message is dead-lettered with the reason `Panic`.
+    pub(crate) async fn run_guarded(
+        &mut self,
+        received: ReceivedMessage,
+    ) -> Result<(), DeliveryError> {
+        // Kept for a second pass: the first consumes the message.
+        let copy = received.clone();
+        let first = match AssertUnwindSafe(self.run(received)).catch_unwind().await {
+            Ok(settled) => return settled,
+            Err(panic) => panic_text(&*panic),
+        };
+        let session = self.lock.session_id().to_owned();
+        let message_id = copy.message.message_id.clone().unwrap_or_default();
+        if self.committed {
+            error!(endpoint = %self.endpoint.name, %session, %message_id, panic = %first, "the host panicked after settling a message; its settlement stands (a nimbus bug: please report it)");
+            return Ok(());
+        }
+        error!(endpoint = %self.endpoint.name, %session, %message_id, panic = %first, "the host panicked handling a message: it is settled as a failure of type Panic, without running the handler again (a nimbus bug: please report it)");
+        self.forced = Some(engine_panicked(&first));
+        let last_resort = copy.clone();
+        let second = match AssertUnwindSafe(self.run(copy)).catch_unwind().await {
+            Ok(settled) => return settled,
+            Err(_) if self.committed => return Ok(()),
+            Err(panic) => panic_text(&*panic),
+        };
+        error!(endpoint = %self.endpoint.name, %session, %message_id, panic = %second, "the host panicked again settling the message as failed: dead-lettering it");
+        self.dead_letter_panicked(last_resort, &first).await
+    }
+
+    /// The last resort after two panics: dead-letter the message with the
+    /// reason `Panic`, telling the Resolver when building that notice does
+    /// not panic too.
+    async fn dead_letter_panicked(
+        &mut self,
+        received: ReceivedMessage,
+        panic: &str,
+    ) -> Result<(), DeliveryError> {
+        let timing = Timing {
+            enqueued: received.enqueued_time,
+            started: SystemTime::now(),
+        };
+        let description =
+            format!("{HANDLER_PANIC}: the host panicked handling this message, twice: {panic}");
+        let readable = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut copy = received.clone();
+            match NimbusMessage::take_from_received(&mut copy) {
+                Ok(message) => message,
+                Err(error) => *error.partial,
+            }
+        }))
+        .unwrap_or_default();
+        let rejected =
+            AssertUnwindSafe(self.reject(received.clone(), &readable, &description, timing))
+                .catch_unwind()
+                .await;
+        match rejected {
+            Ok(settled) => settled,
+            Err(_) if self.committed => Ok(()),
+            Err(_) => {
+                let settlement = Settlement::dead_letter(received, HANDLER_PANIC, description);
+                self.commit(settlement, None).await
+            }
+        }
+    }
+
     /// Handles `received` and settles it.
     pub(crate) async fn run(&mut self, mut received: ReceivedMessage) -> Result<(), DeliveryError> {
         let timing = Timing {
@@ -432,6 +531,9 @@ impl<T: Transport> Delivery<'_, T> {
     /// sees it, where leaving the message to the broker would redeliver it
     /// without counting, forever.
     async fn invoke(&self, event: HandlerEvent) -> Result<Option<HandlerReport>, DeliveryError> {
+        if let Some(report) = &self.forced {
+            return Ok(Some(report.clone()));
+        }
         let handlers = &self.endpoint.handlers;
         let name = &self.endpoint.name;
         let call =
@@ -510,7 +612,7 @@ impl<T: Transport> Delivery<'_, T> {
                         error_type: error_type.to_owned(),
                         error: error.to_owned(),
                         failed_at,
-                        next_delivery_after: failed_at + backoff,
+                        next_delivery_after: crate::horizon::after(failed_at, backoff),
                     },
                 );
                 // Abandoned before the wait, still holding the session, so
@@ -552,7 +654,8 @@ impl<T: Transport> Delivery<'_, T> {
             settlement = settlement.record_inbox(
                 self.endpoint.name.clone(),
                 key.to_hex(),
-                SystemTime::now() + retention,
+                // Configured: no overflow, at most the last writable time.
+                nimbus_wire::saturating_add(SystemTime::now(), retention),
             );
         }
         let mut retry = None;
@@ -574,8 +677,8 @@ impl<T: Transport> Delivery<'_, T> {
                 .policies
                 .retry_delay(settled.message.event_type(), failure, attempt, hint)
                 .map(|delay| {
-                    let mut retry =
-                        build::retry_request(settled.message, SystemTime::now() + delay);
+                    let at = crate::horizon::after(SystemTime::now(), delay);
+                    let mut retry = build::retry_request(settled.message, at);
                     // Known before it is sent: the state names the one retry
                     // the block waits for.
                     retry.message_id = Some(build::new_message_id());
@@ -712,7 +815,9 @@ impl<T: Transport> Delivery<'_, T> {
                     }) => Handoff {
                         reason: reason.clone(),
                         external_job_id: external_job_id.clone(),
-                        expected_by: expected_by.map(|d| SystemTime::now() + d),
+                        // The guest's duration: any u64 of milliseconds.
+                        expected_by: expected_by
+                            .map(|d| crate::horizon::after(SystemTime::now(), d)),
                     },
                     _ => Handoff::default(),
                 };
@@ -872,7 +977,7 @@ impl<T: Transport> Delivery<'_, T> {
     /// Holds the session for `duration`, renewing its lock; until shutdown
     /// begins, if sooner.
     async fn hold(&self, duration: Duration) -> Result<(), DeliveryError> {
-        let until = tokio::time::Instant::now() + duration;
+        let until = tokio::time::Instant::now() + crate::horizon::capped(duration);
         loop {
             let now = tokio::time::Instant::now();
             if now >= until || self.shutdown.is_cancelled() {
@@ -898,6 +1003,7 @@ impl<T: Transport> Delivery<'_, T> {
             .settle(settlement)
             .await
             .map_err(|source| DeliveryError::Settle { source })?;
+        self.committed = true;
         if let Some(next) = next {
             *self.state = next;
         }
@@ -1057,14 +1163,37 @@ fn follow_ups_refused(report: HandlerReport, refusal: &str) -> HandlerReport {
     }
 }
 
-/// The report of a handler that panicked: `failed`, with the panic's
-/// message. No version ran to the end, so none is named.
-fn panicked(panic: &(dyn Any + Send)) -> HandlerReport {
-    let message = panic
+/// A panic's message.
+fn panic_text(panic: &(dyn Any + Send)) -> String {
+    panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned());
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// The report a delivery is settled with after the engine itself
+/// panicked on it: `failed`, of type `Panic`, naming the host. No version
+/// is named: which one ran, if any, is lost with the panic.
+fn engine_panicked(panic: &str) -> HandlerReport {
+    HandlerReport {
+        result: HandlerResult::Failed(HandlerFailure {
+            error_type: HANDLER_PANIC.to_owned(),
+            message: format!(
+                "the host panicked handling the event (a nimbus bug; the handler is not run \
+                 again for this delivery): {panic}"
+            ),
+            retry_after: None,
+        }),
+        follow_ups: Vec::new(),
+        version: String::new(),
+    }
+}
+
+/// The report of a handler that panicked: `failed`, with the panic's
+/// message. No version ran to the end, so none is named.
+fn panicked(panic: &(dyn Any + Send)) -> HandlerReport {
+    let message = panic_text(panic);
     warn!(%message, "the handler panicked");
     HandlerReport {
         result: HandlerResult::Failed(HandlerFailure {

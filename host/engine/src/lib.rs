@@ -17,6 +17,7 @@
 pub mod classifier;
 mod delivery;
 mod handler;
+mod horizon;
 mod pause;
 mod policies;
 pub mod policy_config;
@@ -33,6 +34,7 @@ pub use delivery::{
 pub use handler::{
     HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
 };
+pub use horizon::MAX_DELAY;
 pub use pause::{PauseSwitch, Paused, pause_switch};
 pub use policies::{Policies, TransientBackoff};
 pub use processor::{ProcessorSettings, run_endpoint};

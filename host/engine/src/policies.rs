@@ -32,11 +32,11 @@ impl Default for TransientBackoff {
 
 impl TransientBackoff {
     /// The backoff before abandoning delivery number `delivery_count` (1 for
-    /// the first delivery).
+    /// the first delivery), never over [`crate::MAX_DELAY`].
     pub fn delay(&self, delivery_count: u32, hint: Option<Duration>) -> Duration {
         let doublings = delivery_count.saturating_sub(1).min(31);
         let backoff = self.base.saturating_mul(1 << doublings).min(self.max);
-        hint.map_or(backoff, |hint| backoff.max(hint)).min(self.max)
+        crate::horizon::capped(hint.map_or(backoff, |hint| backoff.max(hint)).min(self.max))
     }
 }
 
@@ -81,8 +81,9 @@ impl Policies {
 
     /// The delay before the next automatic retry of a failure at attempt
     /// `retry_count` (the inbound `RetryCount`), honouring the handler's
-    /// retry-after `hint`; `None` when no policy matches or its budget is
-    /// spent.
+    /// retry-after `hint`, never over [`crate::MAX_DELAY`] (an exponential
+    /// policy without `max_delay`, or a handler's hint, can ask for more);
+    /// `None` when no policy matches or its budget is spent.
     pub fn retry_delay(
         &self,
         event_type: Option<&str>,
@@ -97,7 +98,10 @@ impl Policies {
             .random
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        matched.policy.next_retry(retry_count, hint, &mut *random)
+        matched
+            .policy
+            .next_retry(retry_count, hint, &mut *random)
+            .map(crate::horizon::capped)
     }
 }
 
@@ -122,5 +126,32 @@ mod tests {
             backoff.delay(1, Some(Duration::from_secs(9))),
             Duration::from_secs(1)
         );
+    }
+
+    /// Issue 28: a handler's huge retry-after was scheduled as given, and
+    /// the time it made panicked the engine and the API.
+    #[test]
+    fn a_huge_retry_after_hint_is_capped_at_the_max_delay() {
+        let retry = RetryPolicies {
+            rules: Vec::new(),
+            event_types: Vec::new(),
+            default: Some(crate::RetryPolicy {
+                max_retries: 3,
+                ..crate::RetryPolicy::default()
+            }),
+        };
+        let policies = Policies::new(retry, Classifier::default(), TransientBackoff::default());
+        let failure = Failure::new("EchoError", "asked to fail");
+        let huge = Some(Duration::from_millis(u64::MAX));
+        assert_eq!(
+            policies.retry_delay(Some("Echo"), &failure, 0, huge),
+            Some(crate::MAX_DELAY)
+        );
+        let unbounded = TransientBackoff {
+            base: Duration::from_secs(1),
+            max: Duration::MAX,
+        };
+        assert_eq!(unbounded.delay(1, huge), crate::MAX_DELAY);
+        assert_eq!(unbounded.delay(200, None), crate::MAX_DELAY);
     }
 }

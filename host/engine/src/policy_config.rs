@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::MAX_DELAY;
 use crate::classifier::{Classifier, ClassifierRule, Disposition, ErrorTypePattern};
 use crate::retry::{
     Backoff, DEFAULT_BOUNDED_JITTER_FACTOR, ErrorMatch, ErrorRule, Jitter, RetryPolicies,
@@ -239,6 +240,17 @@ fn key(name: &str) -> String {
     }
 }
 
+/// A long delay as days where whole (humantime counts a year as 365.25
+/// days, so `"365d"` would read back as "11months 30days 3h 50m 24s").
+fn in_days(delay: Duration) -> String {
+    const DAY: u64 = 24 * 60 * 60;
+    if delay.subsec_nanos() == 0 && delay.as_secs().is_multiple_of(DAY) {
+        format!("{}days", delay.as_secs() / DAY)
+    } else {
+        humantime::format_duration(delay).to_string()
+    }
+}
+
 impl PolicyConfig {
     fn validate(&self, path: &str, problems: &mut Problems) -> RetryPolicy {
         if !(self.jitter_factor.is_finite() && self.jitter_factor >= 0.0) {
@@ -246,6 +258,26 @@ impl PolicyConfig {
                 format!("{path}.jitter_factor"),
                 "must be a finite number ≥ 0",
             );
+        }
+        // A retry further out than the engine schedules would run at
+        // another time than configured: refused, not clamped (issue 28).
+        for (key, delay) in [
+            ("base_delay", Some(self.base_delay)),
+            ("max_delay", self.max_delay),
+        ] {
+            if let Some(delay) = delay
+                && delay > MAX_DELAY
+            {
+                problems.add(
+                    format!("{path}.{key}"),
+                    format!(
+                        "{} is over the maximum of {} (the longest delay nimbus schedules a \
+                         retry for)",
+                        in_days(delay),
+                        in_days(MAX_DELAY)
+                    ),
+                );
+            }
         }
         // The cap applies after the backoff: below the first delay it makes
         // every retry wait the cap, which is never what was meant.

@@ -187,14 +187,8 @@ async fn process_session<T: Transport>(
         };
         match received {
             Ok(Some(message)) => {
-                let mut delivery = Delivery {
-                    endpoint,
-                    transport,
-                    lock: &lock,
-                    state: &mut state,
-                    shutdown,
-                };
-                if let Err(e) = delivery.run(message).await {
+                let mut delivery = Delivery::new(endpoint, transport, &lock, &mut state, shutdown);
+                if let Err(e) = delivery.run_guarded(message).await {
                     if e.lost_session() {
                         warn!(endpoint = %endpoint.name, session = %session_id, error = %e, "session lock lost; the broker will redeliver");
                     } else {

@@ -81,6 +81,16 @@ impl Scripted {
             "permanent" => HandlerResult::Permanent(failure("Validation")),
             "fail-then-permanent" if count == 1 => HandlerResult::Failed(failure("Scripted")),
             "fail-then-permanent" => HandlerResult::Permanent(failure("Validation")),
+            // Issue 28: durations a hostile guest may return.
+            "fail-retry-after-forever" => HandlerResult::Failed(HandlerFailure {
+                retry_after: Some(Duration::from_millis(u64::MAX)),
+                ..failure("Scripted")
+            }),
+            "handoff-forever" => HandlerResult::PendingHandoff {
+                reason: "external job".into(),
+                external_job_id: Some("job-1".into()),
+                expected_by: Some(Duration::from_millis(u64::MAX)),
+            },
             "handoff" => HandlerResult::PendingHandoff {
                 reason: "external job".into(),
                 external_job_id: Some("job-1".into()),
@@ -234,6 +244,9 @@ struct Tuning {
     /// The broker's limit on one request's messages; its default when
     /// `None`.
     max_request_bytes: Option<usize>,
+    /// Sessions whose next settlements panic, with how many do: the engine
+    /// then runs on [`Panicky`], as on a host bug in the settle path.
+    settle_panics: Option<Arc<Mutex<HashMap<String, u32>>>>,
 }
 
 async fn start_with(
@@ -256,6 +269,7 @@ async fn start_with(
             max: Duration::from_millis(20),
         },
         max_request_bytes: None,
+        settle_panics: None,
     };
     tune(&mut tuning);
     let dir = tempfile::tempdir().unwrap();
@@ -284,12 +298,23 @@ async fn start_with(
         paused,
     });
     let shutdown = CancellationToken::new();
-    tokio::spawn(run_endpoint(
-        broker.clone(),
-        endpoint,
-        tuning.processor,
-        shutdown.clone(),
-    ));
+    match tuning.settle_panics {
+        Some(panics) => tokio::spawn(run_endpoint(
+            Arc::new(Panicky {
+                broker: broker.clone(),
+                panics,
+            }),
+            endpoint,
+            tuning.processor,
+            shutdown.clone(),
+        )),
+        None => tokio::spawn(run_endpoint(
+            broker.clone(),
+            endpoint,
+            tuning.processor,
+            shutdown.clone(),
+        )),
+    };
     tokio::spawn(run_replayer(broker.clone(), E.to_owned(), shutdown.clone()));
     let responses = broker
         .receiver(&SubscriptionPath::new(E, "responses"), SubQueue::Main)
@@ -1484,5 +1509,230 @@ async fn a_paused_endpoint_lets_go_of_its_sessions_and_runs_nothing_until_resume
         ran,
         pairs(&[("ResolutionResponse", "e2"), ("ResolutionResponse", "e3")])
     );
+    h.shutdown.cancel();
+}
+
+/// The embedded broker, except that a session's settlement panics (before
+/// reaching the broker) while its count of panics lasts.
+struct Panicky {
+    broker: Arc<Broker>,
+    panics: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+#[derive(Debug)]
+struct PanickySession {
+    inner: <Broker as Transport>::Session,
+    panics: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl Transport for Panicky {
+    type Session = PanickySession;
+    type Receiver = <Broker as Transport>::Receiver;
+
+    async fn publish(
+        &self,
+        topic: &str,
+        messages: Vec<Message>,
+    ) -> Result<Vec<i64>, nimbus_transport::PublishError> {
+        self.broker.publish(topic, messages).await
+    }
+
+    async fn cancel_scheduled(
+        &self,
+        topic: &str,
+        sequence_number: i64,
+    ) -> Result<(), nimbus_transport::CancelError> {
+        self.broker.cancel_scheduled(topic, sequence_number).await
+    }
+
+    async fn accept_session(
+        &self,
+        path: &SubscriptionPath,
+        selector: nimbus_transport::SessionSelector,
+        timeout: Duration,
+    ) -> Result<PanickySession, nimbus_transport::AcceptSessionError> {
+        Ok(PanickySession {
+            inner: self.broker.accept_session(path, selector, timeout).await?,
+            panics: Arc::clone(&self.panics),
+        })
+    }
+
+    async fn receiver(
+        &self,
+        path: &SubscriptionPath,
+        queue: SubQueue,
+    ) -> Result<Self::Receiver, nimbus_transport::OpenReceiverError> {
+        self.broker.receiver(path, queue).await
+    }
+
+    async fn inbox_contains(
+        &self,
+        scope: &str,
+        key: &str,
+    ) -> Result<bool, nimbus_transport::TransientError> {
+        self.broker.inbox_contains(scope, key).await
+    }
+}
+
+impl nimbus_transport::SessionLock for PanickySession {
+    fn session_id(&self) -> &str {
+        self.inner.session_id()
+    }
+
+    fn locked_until(&self) -> std::time::SystemTime {
+        self.inner.locked_until()
+    }
+
+    async fn receive(
+        &self,
+        max_wait: Duration,
+    ) -> Result<Option<nimbus_transport::ReceivedMessage>, nimbus_transport::ReceiveError> {
+        self.inner.receive(max_wait).await
+    }
+
+    async fn get_state(&self) -> Result<Option<Vec<u8>>, nimbus_transport::SessionStateError> {
+        self.inner.get_state().await
+    }
+
+    async fn set_state(
+        &self,
+        state: Option<Vec<u8>>,
+    ) -> Result<(), nimbus_transport::SessionStateError> {
+        self.inner.set_state(state).await
+    }
+
+    async fn renew(&self) -> Result<std::time::SystemTime, nimbus_transport::RenewError> {
+        self.inner.renew().await
+    }
+
+    async fn settle(
+        &self,
+        settlement: nimbus_transport::Settlement,
+    ) -> Result<nimbus_transport::SettleReceipt, nimbus_transport::SettleError> {
+        let panic_now = {
+            let mut panics = self.panics.lock().unwrap();
+            match panics.get_mut(self.inner.session_id()) {
+                Some(left) if *left > 0 => {
+                    *left -= 1;
+                    true
+                }
+                _ => false,
+            }
+        };
+        assert!(!panic_now, "scripted panic while settling");
+        self.inner.settle(settlement).await
+    }
+
+    async fn close(self) {
+        self.inner.close().await;
+    }
+}
+
+fn panicking_settles(session: &str, times: u32) -> impl FnOnce(&mut Tuning) {
+    let panics = HashMap::from([(session.to_owned(), times)]);
+    move |tuning| tuning.settle_panics = Some(Arc::new(Mutex::new(panics)))
+}
+
+/// Issue 28: a panic in the host's own code on the event path ended the
+/// session's task with the message unsettled, and the broker handed it
+/// back without counting a delivery, to panic again, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_panic_while_settling_fails_the_event_as_panic_instead_of_redelivering_it() {
+    let h = start_with(
+        RetryPolicies::default(),
+        10,
+        None,
+        panicking_settles("s1", 1),
+    )
+    .await;
+    h.publish(event("s1", "e1", "A", "complete")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    let (kind, event_id, message) = h.response().await;
+    let error_type = message
+        .content
+        .and_then(|c| c.error_content)
+        .and_then(|e| e.error_type);
+    assert_eq!(
+        (kind.as_str(), event_id.as_str(), error_type.as_deref()),
+        ("ErrorResponse", "e1", Some("Panic"))
+    );
+    assert_eq!(h.responses(1).await, pairs(&[("DeferralResponse", "e2")]));
+    assert_eq!(h.session_state("s1").await.blocked_by(), Some("e1"));
+    assert_eq!(h.seen(), ["A"], "the handler ran once: no redelivery");
+    h.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_host_panics_on_twice_is_dead_lettered_with_the_reason_panic() {
+    let h = start_with(
+        RetryPolicies::default(),
+        10,
+        None,
+        panicking_settles("s1", 2),
+    )
+    .await;
+    h.publish(event("s1", "e1", "A", "complete")).await;
+    let (reason, message_id) = h.next_dead_letter().await;
+    assert_eq!(message_id.as_deref(), Some("msg-e1"));
+    assert!(
+        reason.as_deref().unwrap_or("").starts_with("Panic: "),
+        "{reason:?}"
+    );
+    // The Resolver is told: an ErrorResponse carrying the reason.
+    let (kind, event_id, notice) = h.response().await;
+    assert_eq!((kind.as_str(), event_id.as_str()), ("ErrorResponse", "e1"));
+    assert_eq!(notice.dead_letter_reason, reason);
+    assert_eq!(h.seen(), ["A"], "the handler ran once");
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "e2")]));
+    h.shutdown.cancel();
+}
+
+/// Issue 28: `now + d` with a handler's `u64::MAX` ms overflowed the
+/// timestamp formatter; the event was redelivered to panic again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_expected_within_forever_is_expected_by_the_max_delay() {
+    let h = start(RetryPolicies::default(), 10).await;
+    let before = std::time::SystemTime::now();
+    h.publish(event("s1", "e1", "A", "handoff-forever")).await;
+    let (kind, _, response) = h.response().await;
+    let after = std::time::SystemTime::now();
+    assert_eq!(kind, "PendingHandoffResponse");
+    let expected_by = response.expected_by.expect("an ExpectedBy");
+    // Written with 100 ns ticks, so up to one tick earlier than computed.
+    assert!(
+        expected_by + Duration::from_micros(1) >= before + nimbus_engine::MAX_DELAY
+            && expected_by <= after + nimbus_engine::MAX_DELAY,
+        "{}",
+        nimbus_wire::format_round_trip(expected_by)
+    );
+    assert_eq!(h.session_state("s1").await.blocked_by(), Some("e1"));
+    assert_eq!(h.seen(), ["A"]);
+    h.shutdown.cancel();
+}
+
+/// Issue 28: a retry scheduled by a handler's `u64::MAX` ms retry-after
+/// panicked the engine and, from its session state, the operator API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_forever_schedules_the_retry_at_the_max_delay() {
+    let h = start(every_failure_retried(3, Duration::from_secs(1)), 10).await;
+    let before = std::time::SystemTime::now();
+    h.publish(event("s1", "e1", "A", "fail-retry-after-forever"))
+        .await;
+    assert_eq!(h.responses(1).await, pairs(&[("ErrorResponse", "e1")]));
+    let after = std::time::SystemTime::now();
+    let state = h.session_state("s1").await;
+    assert_eq!(state.blocked_by(), Some("e1"));
+    let retry_at = state.retry_at().expect("a retry is scheduled");
+    // Kept in whole milliseconds.
+    assert!(
+        retry_at + Duration::from_millis(1) >= before + nimbus_engine::MAX_DELAY
+            && retry_at <= after + nimbus_engine::MAX_DELAY,
+        "{}",
+        nimbus_wire::format_round_trip(retry_at)
+    );
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    assert_eq!(h.responses(1).await, pairs(&[("DeferralResponse", "e2")]));
+    assert_eq!(h.seen(), ["A"]);
     h.shutdown.cancel();
 }

@@ -304,3 +304,35 @@ fn a_cap_below_the_first_delay_is_refused_naming_both() {
         "{errors}"
     );
 }
+
+/// Issue 28: `base_delay = "3000000d"` passed `nimbus check`, and the
+/// retry it scheduled panicked the engine and the operator API.
+#[test]
+fn a_delay_over_the_maximum_is_refused_naming_its_key() {
+    let errors = errors(
+        r#"
+        [retry.default]
+        max_retries = 3
+        base_delay = "3000000d"
+
+        [retry.event_types.OrderPlaced]
+        max_retries = 1
+        base_delay = "1m"
+        max_delay = "366days"
+
+        [[retry.rules]]
+        error_type = "Partner*"
+        policy = { max_retries = 1, base_delay = "365days" }
+        "#,
+    );
+    assert_eq!(errors.len(), 2, "{errors:#?}");
+    assert!(
+        errors[0]
+            .starts_with("retry.default.base_delay: 3000000days is over the maximum of 365days"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[1].starts_with("retry.event_types.OrderPlaced.max_delay: 366days is over"),
+        "{errors:#?}"
+    );
+}
