@@ -70,6 +70,14 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         .collect()
 }
 
+/// The names of the log's files, for polling while the broker runs.
+fn file_names(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(log_dir(dir))
+        .expect("log dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect()
+}
+
 /// The newest segment holding data, and where its data ends, as the
 /// offline check reads it.
 fn last_segment_with_data(dir: &Path) -> (PathBuf, u64) {
@@ -130,11 +138,12 @@ async fn a_damaged_frame_under_acknowledged_commits_is_refused_by_file_and_offse
         panic!("{message}");
     };
     assert_eq!(path, segment.display().to_string());
+    // Group commit under concurrent publishers makes frames of any size:
+    // the damage lies inside the frame named, and a whole frame follows it.
     assert!(
-        offset <= middle as u64 && middle as u64 - offset < 1024,
+        offset <= middle as u64 && (middle as u64) < next && next < data_len,
         "{message}"
     );
-    assert!(next > offset && next < data_len, "{message}");
     assert!(
         message.contains(&path) && message.contains(&format!("byte {offset}")),
         "{message}"
@@ -200,11 +209,14 @@ async fn a_deleted_snapshot_is_refused_by_name() {
     let broker = Broker::open(options(dir.path())).await.expect("open");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let snapshot = loop {
-        let snapshot = files(dir.path())
-            .into_keys()
-            .find(|p| p.extension().is_some_and(|e| e == "snapshot"));
-        let segments = files(dir.path())
-            .into_keys()
+        // Names only: compaction may remove a file between listing and reading.
+        let names = file_names(dir.path());
+        let snapshot = names
+            .iter()
+            .find(|p| p.extension().is_some_and(|e| e == "snapshot"))
+            .cloned();
+        let segments = names
+            .iter()
             .filter(|p| p.extension().is_some_and(|e| e == "log"))
             .count();
         if let Some(snapshot) = snapshot
