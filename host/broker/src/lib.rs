@@ -52,3 +52,6 @@ pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use handles::{BrokerReceiver, BrokerSession};
 pub use store::{FileReport, Finding, OpenError};
 pub use verify::{LiveSummary, Verification, verify};
+
+/// The log's directory inside a broker's data directory.
+pub const LOG_DIR: &str = log::DIR_NAME;

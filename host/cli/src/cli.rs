@@ -80,6 +80,10 @@ pub(crate) enum Command {
     /// loop then open loop at half the throughput; `--native` adds the same
     /// load through a native handler for the sandbox's cost as a ratio.
     Bench(crate::commands::bench::BenchArgs),
+    /// The embedded broker's files, offline: `broker verify` checks the log
+    /// of a data directory no host is running on.
+    #[command(subcommand)]
+    Broker(crate::commands::broker::BrokerCommand),
 }
 
 #[derive(Debug, Args)]

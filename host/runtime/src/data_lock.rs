@@ -109,6 +109,49 @@ impl DataLock {
         }
     }
 
+    /// Takes the lock of `dir` for an offline reader (`nimbus broker
+    /// verify`), so no host starts on the files while they are read. A
+    /// directory without a lock file (no host ever ran there) is `None`:
+    /// nothing is created. The reader writes its pid and start time, so a
+    /// host refused meanwhile names the process to wait for.
+    ///
+    /// # Errors
+    ///
+    /// [`DataLockError::InUse`] while a host runs on `dir`;
+    /// [`DataLockError::Io`] when the lock file cannot be opened or locked.
+    pub fn take_to_read(dir: &Path) -> Result<Option<DataLock>, DataLockError> {
+        let path = dir.join(LOCK_FILE);
+        let io_error = |error| DataLockError::Io {
+            dir: dir.to_owned(),
+            path: path.clone(),
+            error,
+        };
+        let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(io_error(error)),
+        };
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(DataLockError::InUse {
+                    dir: dir.to_owned(),
+                    holder: Holder::read(&mut file),
+                });
+            }
+            Err(TryLockError::Error(error)) => return Err(io_error(error)),
+        }
+        let me = Holder {
+            pid: Some(std::process::id()),
+            started: Some(SystemTime::now()),
+            api: None,
+        };
+        if let Err(error) = me.write(&mut file) {
+            warn!(path = %path.display(), %error, "writing this reader's details into the lock file failed");
+        }
+        Ok(Some(DataLock { file, path, me }))
+    }
+
     /// Takes the lock on `dir` (which must exist) for a host whose API
     /// listens on `api`, or says who holds it. Never waits.
     pub(crate) fn acquire(dir: &Path, api: SocketAddr) -> Result<DataLock, DataLockError> {
@@ -284,6 +327,45 @@ mod tests {
             ),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_reader_is_refused_while_a_host_holds_the_directory_and_keeps_a_host_out() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        assert!(
+            DataLock::take_to_read(dir.path())
+                .expect("no lock file")
+                .is_none(),
+            "a directory no host ran in"
+        );
+        assert!(
+            !dir.path().join(LOCK_FILE).exists(),
+            "the reader creates nothing"
+        );
+
+        let host = DataLock::take(dir.path(), api()).expect("host");
+        let refused = DataLock::take_to_read(dir.path()).expect_err("a host holds it");
+        assert!(matches!(refused, DataLockError::InUse { .. }), "{refused}");
+        assert!(
+            refused
+                .to_string()
+                .contains(&std::process::id().to_string()),
+            "{refused}"
+        );
+        drop(host);
+
+        let reader = DataLock::take_to_read(dir.path())
+            .expect("free")
+            .expect("a lock file");
+        let host = DataLock::acquire(dir.path(), api()).expect_err("a reader holds it");
+        assert!(matches!(host, DataLockError::InUse { .. }), "{host}");
+        assert!(
+            host.to_string()
+                .contains(&format!("pid {}", std::process::id())),
+            "names the reader: {host}"
+        );
+        drop(reader);
+        DataLock::acquire(dir.path(), api()).expect("free again");
     }
 
     #[test]

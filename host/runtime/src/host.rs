@@ -30,6 +30,9 @@ pub const DEFAULT_PRODUCER: &str = "publisher";
 /// The version the host reports (heartbeats, `nimbus --version`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The embedded broker's directory inside `[host] data_dir`.
+pub const BROKER_DIR: &str = "broker";
+
 /// A running host.
 pub struct Host {
     config: ValidConfig,
@@ -75,7 +78,7 @@ impl Host {
         // a host has run on must find its handlers directory: a mistyped
         // path would start with no handlers, unregister every endpoint the
         // real one served, and publishes would reach nothing.
-        let broker_dir = host.data_dir.join("broker");
+        let broker_dir = host.data_dir.join(BROKER_DIR);
         anyhow::ensure!(
             host.handlers_dir.is_dir() || !broker_dir.exists(),
             "[host] handlers_dir: {} does not exist, but a host has run on the data directory \

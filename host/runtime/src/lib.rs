@@ -22,6 +22,6 @@ pub use api::{ApiError, ApiState, router, serve};
 pub use config::{Config, ConfigError, ValidConfig};
 pub use data_lock::{DataLock, DataLockError, Holder};
 pub use handlers::SandboxHandlers;
-pub use host::{DEFAULT_PRODUCER, Host, VERSION};
+pub use host::{BROKER_DIR, DEFAULT_PRODUCER, Host, VERSION};
 pub use metrics::Metrics;
 pub use pauses::{PauseState, Pauses};

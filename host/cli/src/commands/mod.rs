@@ -9,6 +9,7 @@ use nimbus_sandbox::{Limits, Sandbox, SandboxConfig};
 use crate::cli::{CacheArgs, Cli, Command, HandlersCommand};
 
 pub(crate) mod bench;
+pub(crate) mod broker;
 mod client;
 mod handlers;
 mod invoke;
@@ -35,6 +36,7 @@ pub(crate) fn run(cli: Cli, api_typed: bool) -> anyhow::Result<ExitCode> {
         },
         Command::Invoke(args) => invoke::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Broker(command) => broker::run(&command),
         command => client::run(&api, command),
     }
 }
@@ -51,6 +53,7 @@ fn local_command(command: &Command) -> Option<&'static str> {
         },
         Command::Invoke(_) => Some("invoke"),
         Command::Bench(_) => Some("bench"),
+        Command::Broker(_) => Some("broker verify"),
         _ => None,
     }
 }

@@ -18,7 +18,7 @@ const DEFAULT_CONFIG: &str = "nimbus.toml";
 
 /// Loads `path`, or `./nimbus.toml` when present, else the defaults rooted
 /// at the current directory. The error names the file and the key.
-fn load(path: Option<&Path>) -> anyhow::Result<(ValidConfig, String)> {
+pub(super) fn load(path: Option<&Path>) -> anyhow::Result<(ValidConfig, String)> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let file: Option<PathBuf> = match path {
         Some(path) => Some(cwd.join(path)),
