@@ -130,6 +130,14 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The cause a 5xx carries for the log, if any.
+pub(crate) fn internal_cause(response: &Response) -> Option<&str> {
+    response
+        .extensions()
+        .get::<InternalCause>()
+        .map(|cause| cause.0.as_str())
+}
+
 /// Logs every 5xx with the request and its cause; 4xx are the caller's
 /// business and logged at debug only.
 pub(crate) async fn log_internal_errors(request: Request, next: Next) -> Response {

@@ -25,6 +25,7 @@ mod events;
 mod failed;
 mod guard;
 mod handler_status;
+mod health;
 mod metrics;
 mod pause;
 mod publish;
@@ -60,8 +61,9 @@ pub const MAX_LIMIT: usize = 1000;
 pub fn router(state: ApiState) -> Router {
     let guard = std::sync::Arc::clone(&state.guard);
     let request_timeout = state.request_timeout;
+    let broker = std::sync::Arc::clone(&state.broker);
     Router::new()
-        .route("/health", get(health))
+        .route("/health", get(health::health))
         .route("/api/publish", post(publish::publish))
         .route("/api/events", get(events::list))
         .route("/api/events/{event_id}", get(events::detail))
@@ -92,12 +94,12 @@ pub fn router(state: ApiState) -> Router {
             request_timeout,
             timeout::limit,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            broker,
+            health::unavailable_while_unwritable,
+        ))
         .layer(axum::middleware::from_fn_with_state(guard, guard::check))
         .layer(axum::middleware::from_fn(error::log_internal_errors))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REQUEST_BODY))
         .with_state(state)
-}
-
-async fn health() -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({ "status": "ok", "version": crate::VERSION }))
 }

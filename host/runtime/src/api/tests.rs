@@ -1675,3 +1675,92 @@ fn malformed_requests_never_panic_or_answer_a_5xx() {
         panic!("{failure}");
     }
 }
+
+/// While the broker cannot write its log (a full disk), `/health` answers
+/// 503 naming why and a publish is refused with 503 saying the same,
+/// instead of `ok` and an opaque 500; once writes work again both recover
+/// without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_changes_say_503_while_the_broker_cannot_write_and_recover() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+    let first = api
+        .publish("OrderPlaced", "disk-1", order("o-1", false))
+        .await;
+    api.wait_status("billing", "disk-1", &first, "Completed")
+        .await;
+
+    host.broker().inject_write_failures(true);
+    // The broker finds out at its next write; a publish makes one.
+    let held = tokio::spawn({
+        let api = Api(router(ApiState::new(&host)));
+        async move {
+            api.post(
+                "/api/publish",
+                &json!({"event_type": "OrderPlaced", "session_id": "disk-2",
+                        "data": order("o-2", false)}),
+            )
+            .await
+        }
+    });
+    let started = Instant::now();
+    let health = loop {
+        let (status, health) = api.call(Method::GET, "/health", None).await;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            break health;
+        }
+        assert_eq!(status, StatusCode::OK, "{health}");
+        assert!(started.elapsed() < DEADLINE, "never unhealthy");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(health["status"], "unhealthy", "{health}");
+    let reason = health["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("cannot write its log") && reason.contains("No space left on device"),
+        "{health}"
+    );
+
+    let (status, refused) = api
+        .post(
+            "/api/publish",
+            &json!({"event_type": "OrderPlaced", "session_id": "disk-3",
+                    "data": order("o-3", false)}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device"),
+        "{refused}"
+    );
+
+    host.broker().inject_write_failures(false);
+    let started = Instant::now();
+    loop {
+        let (status, health) = api.call(Method::GET, "/health", None).await;
+        if status == StatusCode::OK {
+            assert_eq!(health["status"], "ok");
+            break;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "never healthy again: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The publish held while the disk was full is written, not lost.
+    let (status, held) = held.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{held}");
+    let held_id = held["message_id"].as_str().unwrap().to_owned();
+    api.wait_status("billing", "disk-2", &held_id, "Completed")
+        .await;
+    let after = api
+        .publish("OrderPlaced", "disk-4", order("o-4", false))
+        .await;
+    api.wait_status("billing", "disk-4", &after, "Completed")
+        .await;
+    host.shutdown().await;
+}
