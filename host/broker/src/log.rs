@@ -80,6 +80,13 @@ pub(crate) struct Listing {
 }
 
 /// Lists the directory (which must exist).
+/// Whether `path` is a temporary file of the log (a snapshot being written).
+pub(crate) fn is_temporary(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|name| name.ends_with(&format!(".{TEMP_EXT}")))
+}
+
 pub(crate) fn list(dir: &Path) -> io::Result<Listing> {
     let mut snapshots = Vec::new();
     let mut segments = Vec::new();
@@ -89,7 +96,7 @@ pub(crate) fn list(dir: &Path) -> io::Result<Listing> {
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
-        if name.ends_with(&format!(".{TEMP_EXT}")) {
+        if is_temporary(&path) {
             stale.push(path);
             continue;
         }

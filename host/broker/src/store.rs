@@ -633,9 +633,14 @@ impl Store {
         let log_dir = dir.join(log::DIR_NAME);
         std::fs::create_dir_all(&log_dir).map_err(log_error(&log_dir))?;
         let mut listing = log::list(&log_dir).map_err(log_error(&log_dir))?;
-        // Leftovers first: an import interrupted by a crash left its
+        // Temporary files first: an import interrupted by a crash left its
         // temporary snapshot, which the next import must not trip over.
-        for stale in &listing.stale {
+        // Files folded into the newest snapshot go only once it has been
+        // read whole: they are what could rebuild a damaged one.
+        let (temporary, folded): (Vec<PathBuf>, Vec<PathBuf>) = std::mem::take(&mut listing.stale)
+            .into_iter()
+            .partition(|path| log::is_temporary(path));
+        for stale in &temporary {
             std::fs::remove_file(stale).map_err(log_error(stale))?;
         }
         let legacy_path = dir.join(legacy::FILE_NAME);
@@ -654,6 +659,9 @@ impl Store {
             path: log_dir.display().to_string(),
             reason,
         })?;
+        for stale in folded.iter().chain(&listing.stale) {
+            std::fs::remove_file(stale).map_err(log_error(stale))?;
+        }
         // Whatever was read is on disk before anything new is acknowledged,
         // so a later commit at `fsync` never sits on top of a segment a
         // power cut can still shorten.
@@ -670,7 +678,11 @@ impl Store {
         // Numbered right after what was kept, so the chain has no hole a
         // later open would take for a lost segment (decision 0130): the
         // files above it, if any, were removed while reading.
-        let next = last.or(listing.snapshot).unwrap_or(0) + 1;
+        let newest = last.or(listing.snapshot).unwrap_or(0);
+        let next = newest.checked_add(1).ok_or_else(|| OpenError::Corrupt {
+            path: log_dir.display().to_string(),
+            reason: format!("a file of the log is numbered {newest}, the last number there is"),
+        })?;
         let prev_data_len = kept.last().map_or(0, |&(_, len)| len);
         let continues = last.is_some() || listing.snapshot.is_some();
         let faults = Arc::new(AtomicBool::new(false));
@@ -962,6 +974,33 @@ fn read_segments(
     for (i, &number) in numbers.iter().enumerate() {
         let path = log::segment_path(log_dir, number);
         let Some(header) = log::read_header(&path).map_err(read_error(&path))? else {
+            let later = &numbers[i..];
+            if later.len() > 1 {
+                // A crash leaves a header-less segment only at the end: one
+                // with segments after it lost its header afterwards. At `os`
+                // a power cut can do that, and what follows is dropped as
+                // after any gap; otherwise it is damage.
+                let reason = format!(
+                    "segment {number} has no header, but segments follow it: damage, not a \
+                     segment a crash cut short"
+                );
+                let Some(&(prev, _, prev_unsynced)) = kept.last() else {
+                    return Err(OpenError::Corrupt {
+                        path: path.display().to_string(),
+                        reason,
+                    });
+                };
+                drop_after_gap(
+                    log_dir,
+                    &log::segment_path(log_dir, prev),
+                    prev_unsynced,
+                    later,
+                    reason,
+                    repair,
+                    reports,
+                )?;
+                break;
+            }
             if repair == Repair::Apply {
                 tracing::warn!(segment = %path.display(), "removing a segment created just before a crash; it holds no commit");
                 std::fs::remove_file(&path).map_err(log_error(&path))?;
@@ -1019,15 +1058,19 @@ fn read_segments(
                     });
                 }
                 let later = &numbers[i + 1..];
+                // A damaged segment under later synced ones is refused just
+                // below, by name: no finding of what open would repair.
                 let finding = if later.is_empty() {
-                    Finding::TornTail { valid_len }
+                    Some(Finding::TornTail { valid_len })
+                } else if header.unsynced_commits {
+                    Some(Finding::GapAtOs { valid_len })
                 } else {
-                    Finding::GapAtOs { valid_len }
+                    None
                 };
-                reports.push(FileReport {
+                reports.extend(finding.map(|finding| FileReport {
                     path: path.clone(),
                     finding,
-                });
+                }));
                 let reason = format!("segment damaged at byte {valid_len}, with segments after it");
                 drop_after_gap(
                     log_dir,
@@ -1090,7 +1133,7 @@ fn check_predecessor(
             file_name(log::snapshot_path(log_dir, expected)),
             file_name(log::segment_path(log_dir, expected)),
         ),
-        Some(end) if end + 1 == expected => {
+        Some(end) if end.checked_add(1) == Some(expected) => {
             format!(
                 "the segment {}",
                 file_name(log::segment_path(log_dir, expected))
@@ -1098,7 +1141,7 @@ fn check_predecessor(
         }
         Some(end) => format!(
             "the segments {} to {}",
-            file_name(log::segment_path(log_dir, end + 1)),
+            file_name(log::segment_path(log_dir, end.saturating_add(1))),
             file_name(log::segment_path(log_dir, expected)),
         ),
     };
@@ -1655,6 +1698,47 @@ mod tests {
             Some(true)
         );
         assert_eq!(ids(dir.path()), vec![1]);
+    }
+
+    #[test]
+    fn a_segment_that_lost_its_header_under_later_segments_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join(log::DIR_NAME);
+        let continues = log::Header {
+            continues: true,
+            ..header(false, 0)
+        };
+        segment(&log_dir, 1, header(false, 0), &[1]);
+        let second = segment(&log_dir, 2, continues, &[2]);
+        segment(&log_dir, 3, continues, &[3]);
+        let mut bytes = std::fs::read(&second).unwrap();
+        bytes[..log::HEADER_LEN as usize].fill(0);
+        std::fs::write(&second, &bytes).unwrap();
+        let Err(error) = Store::open(dir.path(), Durability::Fsync, DEFAULT_SEGMENT_BYTES) else {
+            panic!("a header lost under synced commits must not open");
+        };
+        assert!(matches!(error, OpenError::Corrupt { .. }), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("has no header, but segments follow it"),
+            "{error}"
+        );
+        assert_eq!(std::fs::read(&second).unwrap(), bytes, "kept as it was");
+    }
+
+    #[test]
+    fn at_os_a_segment_that_lost_its_header_ends_the_log_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join(log::DIR_NAME);
+        let continues = log::Header {
+            continues: true,
+            ..header(true, 0)
+        };
+        segment(&log_dir, 1, header(true, 0), &[1]);
+        std::fs::write(log::segment_path(&log_dir, 2), [0u8; 64]).unwrap();
+        segment(&log_dir, 3, continues, &[3]);
+        assert_eq!(ids(dir.path()), vec![1], "the prefix before the gap");
     }
 
     #[test]

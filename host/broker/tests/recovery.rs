@@ -251,3 +251,46 @@ async fn a_deleted_snapshot_is_refused_by_name() {
         "no new snapshot hides the loss"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_snapshot_is_refused_and_the_files_it_folded_are_kept() {
+    let dir = tempfile::tempdir().expect("dir");
+    publish_acknowledged(dir.path(), 50).await;
+    let broker = Broker::open(options(dir.path())).await.expect("open");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let snapshot = loop {
+        if let Some(snapshot) = file_names(dir.path())
+            .into_iter()
+            .find(|p| p.extension().is_some_and(|e| e == "snapshot"))
+        {
+            break snapshot;
+        }
+        assert!(std::time::Instant::now() < deadline, "no compaction");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    drop(broker);
+    // An older snapshot, as a crash between writing a snapshot and removing
+    // what it folded leaves one: what could rebuild a damaged newer one.
+    let older = log_dir(dir.path()).join(format!("{:020}.snapshot", 0));
+    std::fs::copy(&snapshot, &older).expect("an older snapshot");
+    let mut bytes = std::fs::read(&snapshot).expect("read");
+    let middle = bytes.len() / 2;
+    for byte in &mut bytes[middle..middle + 4] {
+        *byte ^= 0xa5;
+    }
+    std::fs::write(&snapshot, &bytes).expect("damage");
+    let before = files(dir.path());
+
+    let Err(error) = Broker::open(options(dir.path())).await else {
+        panic!("a damaged snapshot must not open");
+    };
+    assert!(
+        error.to_string().contains(&snapshot.display().to_string()),
+        "{error}"
+    );
+    assert_eq!(
+        files(dir.path()),
+        before,
+        "nothing removed, older files kept"
+    );
+}
