@@ -6,8 +6,9 @@
 //! Turned into times with a plain `+` they overflowed and panicked the host
 //! (issue 28). So each is capped at [`MAX_DELAY`] before it becomes a time,
 //! and the time is built saturating ([`after`]). The configuration refuses a
-//! delay over the cap (`nimbus check`), so only a guest's value is ever
-//! clamped in flight.
+//! retry delay over the cap (`nimbus check`); a guest's value, and the
+//! engine's own spans the configuration leaves uncapped (the transient
+//! backoff), are clamped in flight.
 
 use std::time::{Duration, SystemTime};
 

@@ -14,9 +14,12 @@
 //!    else 415. A page can POST `text/plain` without asking the server
 //!    first (no CORS preflight); it cannot so send `application/json`.
 //!
-//! `GET /health` passes 1 and 3 (a liveness probe reaches the host by its
-//! pod address and holds no secret; it learns only "ok" and the version),
-//! not 2 and 4.
+//! `GET /health` skips 1 and 3 (a liveness probe reaches the host by its
+//! pod address and holds no secret; it learns only the host's health and
+//! version) but not 2 and 4.
+//!
+//! A request without `Host` is checked by its URI's authority (an
+//! absolute-form request line, or HTTP/2); with neither it is refused.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -72,13 +75,15 @@ fn authority(text: &str) -> Option<AllowedHost> {
     if parsed.as_str().contains('@') || parsed.host().is_empty() {
         return None;
     }
-    // `host:` (a colon without a port) parses; it names no port.
-    if text.ends_with(':') {
-        return None;
-    }
+    // What follows the host is nothing or `:port`, and the port a number
+    // below 65536: `host:` and `host:abc` parse, and would admit any port.
+    let port = match parsed.as_str().get(parsed.host().len()..)? {
+        "" => None,
+        rest => Some(rest.strip_prefix(':')?.parse::<u16>().ok()?),
+    };
     Some(AllowedHost {
         name: parsed.host().to_ascii_lowercase(),
-        port: parsed.port_u16(),
+        port,
     })
 }
 
@@ -346,6 +351,8 @@ mod tests {
             "",
             "user@host",
             "host:",
+            "host:99999",
+            "host:abc",
         ] {
             let why = AllowedHost::parse(bad).unwrap_err();
             assert!(why.contains("host name"), "{bad}: {why}");

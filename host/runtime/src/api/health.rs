@@ -1,7 +1,8 @@
 //! `GET /health`, and what every route answers while the broker cannot
 //! write its log (a full disk, an I/O error): 503 naming why, instead of
-//! `ok` and opaque 500s (decision 0130). The broker retries by itself and
-//! takes changes again once writes work; nothing here restarts anything.
+//! `ok` and opaque 500s (decision 0134). A full disk clears by itself once
+//! writes work; a failure for good says to restart. Nothing here restarts
+//! anything.
 
 use std::sync::Arc;
 
@@ -18,6 +19,8 @@ use crate::api::{ApiError, ApiState};
 
 /// `{"status": "ok"}`, or 503 `{"status": "unhealthy", "reason": ...}`
 /// while the broker cannot write, so a load balancer or supervisor sees it.
+/// The reason is the broker's: whether it goes on by itself once writes
+/// work (a full disk) or needs the host restarted (a failure for good).
 pub(crate) async fn health(State(state): State<ApiState>) -> Response {
     match state.broker.write_failure() {
         None => {
@@ -28,7 +31,7 @@ pub(crate) async fn health(State(state): State<ApiState>) -> Response {
             Json(serde_json::json!({
                 "status": "unhealthy",
                 "version": crate::VERSION,
-                "reason": unwritable(&reason),
+                "reason": reason,
             })),
         )
             .into_response(),
@@ -57,15 +60,8 @@ pub(crate) async fn unavailable_while_unwritable(
                 cause = internal_cause(&response).unwrap_or("(none given)"),
                 "a request failed while the broker cannot write its log"
             );
-            ApiError::unavailable(unwritable(&reason)).into_response()
+            ApiError::unavailable(reason).into_response()
         }
         None => response,
     }
-}
-
-fn unwritable(reason: &str) -> String {
-    format!(
-        "the broker cannot write its log ({reason}); nothing new is accepted until it can, \
-         and it goes on by itself once writes work again (free disk space in [host] data_dir)"
-    )
 }

@@ -23,7 +23,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Serves `router` on `listener` until `shutdown` resolves, closing
 /// connections idle for `idle_timeout`; then stops taking connections,
-/// closes the idle ones and lets requests in flight finish.
+/// closes the idle ones and lets requests in flight finish, for at most
+/// `idle_timeout` more.
 ///
 /// # Errors
 ///
@@ -75,7 +76,18 @@ pub async fn serve(
     drop(listener);
     let _ = stop_tx.send(true);
     connections.close();
-    connections.wait().await;
+    // Bounded: a client that does not read its response would otherwise
+    // hold the host's shutdown until a second signal.
+    if tokio::time::timeout(idle_timeout, connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = connections.len(),
+            "API connections still open after {}; the host stops without them",
+            humantime::format_duration(idle_timeout)
+        );
+    }
     Ok(())
 }
 
