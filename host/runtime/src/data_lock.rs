@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 /// The lock file's name inside the data directory.
 pub(crate) const LOCK_FILE: &str = "nimbus.lock";
@@ -126,7 +126,19 @@ impl DataLock {
             path: path.clone(),
             error,
         };
-        let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
+        // A restored copy on a read-only mount is read all the same: no
+        // host can write there either, and flock needs no write access.
+        let opened = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .or_else(|error| match error.kind() {
+                io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
+                    File::open(&path)
+                }
+                _ => Err(error),
+            });
+        let mut file = match opened {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(io_error(error)),
@@ -147,7 +159,7 @@ impl DataLock {
             api: None,
         };
         if let Err(error) = me.write(&mut file) {
-            warn!(path = %path.display(), %error, "writing this reader's details into the lock file failed");
+            debug!(path = %path.display(), %error, "writing this reader's details into the lock file failed");
         }
         Ok(Some(DataLock { file, path, me }))
     }

@@ -42,7 +42,7 @@ pub(crate) fn run(command: &BrokerCommand) -> anyhow::Result<ExitCode> {
 fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
     let data_dir = match &args.data_dir {
         Some(dir) => dir.clone(),
-        None => super::run::load(args.config.as_deref())?
+        None => super::run::load_offline(args.config.as_deref())?
             .0
             .config
             .host

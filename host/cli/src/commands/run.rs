@@ -17,33 +17,46 @@ use crate::output::outln;
 const DEFAULT_CONFIG: &str = "nimbus.toml";
 
 /// Loads `path`, or `./nimbus.toml` when present, else the defaults rooted
-/// at the current directory. The error names the file and the key.
+/// at the current directory, with what the environment adds. The error
+/// names the file and the key.
 pub(super) fn load(path: Option<&Path>) -> anyhow::Result<(ValidConfig, String)> {
+    load_config(path, true)
+}
+
+/// [`load`] without the environment's part (`NIMBUS_API_TOKEN`, the token
+/// an API beyond loopback needs): for commands that read the files of a
+/// data directory and start no API.
+pub(super) fn load_offline(path: Option<&Path>) -> anyhow::Result<(ValidConfig, String)> {
+    load_config(path, false)
+}
+
+fn load_config(path: Option<&Path>, environment: bool) -> anyhow::Result<(ValidConfig, String)> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let file: Option<PathBuf> = match path {
         Some(path) => Some(cwd.join(path)),
         None => Some(cwd.join(DEFAULT_CONFIG)).filter(|p| p.is_file()),
     };
-    match file {
-        Some(file) => {
-            let config = Config::load(&file)
-                .and_then(|config| config.with_environment(&file))
-                .map_err(|e| anyhow!("{e}"))?;
-            Ok((config, file.display().to_string()))
-        }
-        None => {
-            let config = Config::defaults(&cwd)
-                .and_then(|config| config.with_environment(Path::new("(defaults)")))
-                .map_err(|e| anyhow!("{e}"))?;
-            Ok((
-                config,
-                format!(
-                    "built-in defaults (no {DEFAULT_CONFIG} in {})",
-                    cwd.display()
-                ),
-            ))
-        }
-    }
+    let (config, source, shown) = match file {
+        Some(file) => (
+            Config::load(&file),
+            file.clone(),
+            file.display().to_string(),
+        ),
+        None => (
+            Config::defaults(&cwd),
+            PathBuf::from("(defaults)"),
+            format!(
+                "built-in defaults (no {DEFAULT_CONFIG} in {})",
+                cwd.display()
+            ),
+        ),
+    };
+    let config = if environment {
+        config.and_then(|config| config.with_environment(&source))
+    } else {
+        config
+    };
+    Ok((config.map_err(|e| anyhow!("{e}"))?, shown))
 }
 
 pub(crate) fn check(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
