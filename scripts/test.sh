@@ -4,5 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build-guests.sh
+# Microsoft's Python SDK, for the AMQP endpoint's tests (tests/python).
+NIMBUS_PYTHON="$(scripts/python-env.sh)"
+export NIMBUS_PYTHON
 cargo build --bin nimbus
 cargo test "$@"

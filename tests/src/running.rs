@@ -149,6 +149,29 @@ impl RunningHost {
         }
     }
 
+    /// The value of the first line of what `nimbus run` printed after its
+    /// `API:` line that starts with `label` (`"AMQP:"`), trimmed.
+    ///
+    /// # Panics
+    /// When no such line comes within [`DEADLINE`].
+    pub fn banner_value(&self, label: &str) -> String {
+        let started = Instant::now();
+        loop {
+            let left = DEADLINE.saturating_sub(started.elapsed());
+            match self.stdout_lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(value) = line.strip_prefix(label) {
+                        return value.trim().to_owned();
+                    }
+                }
+                Err(_) => panic!(
+                    "nimbus run printed no {label} line; stderr:\n{}",
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
     /// What the host logged so far.
     pub fn stderr(&self) -> String {
         match &self.stderr_path {

@@ -1,14 +1,22 @@
 //! The Service Bus dialect of AMQP 1.0, as Microsoft's SDKs speak it to an
-//! emulator (`../shared/reference/servicebus-amqp.md`, issue 29): the
-//! shared-access-signature tokens a client puts on `$cbs`, checked against
-//! the configured keys ([`sas`]), and the link addresses the SDKs write in
-//! three forms, read as one ([`address`]).
+//! emulator (`../shared/reference/servicebus-amqp.md`, issue 29).
 //!
-//! These parts hold no connection state and no I/O: the endpoint that
-//! serves the protocol builds on them.
+//! The dialect's rules stand alone and hold no I/O: shared access
+//! signatures checked against the configured keys ([`sas`]), the link
+//! addresses the SDKs write in three forms, read as one ([`address`]), and
+//! an SDK's message read into the broker's ([`convert`]). The endpoint
+//! ([`Endpoint`]) serves them over TCP on fe2o3-amqp's acceptor: SASL
+//! (`MSSBCBS`, `ANONYMOUS`), `$cbs`, and links that publish to topics
+//! (decision 0135).
 
 pub mod address;
+mod cbs;
+pub mod convert;
+mod endpoint;
+mod publish;
 pub mod sas;
+mod sasl;
 
 pub use address::{AddressError, EntityAddress, Node, SubQueue};
+pub use endpoint::Endpoint;
 pub use sas::{Grant, SasError, SharedAccessKey};

@@ -12,6 +12,9 @@ use nimbus_engine::{Classifier, RetryPolicies};
 use nimbus_transport::provision::Topology;
 use serde::Deserialize;
 
+mod amqp;
+pub use amqp::{AmqpConfig, AmqpKey};
+
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +43,9 @@ pub struct Config {
     /// `[classifier]`: failure classification.
     #[serde(default)]
     pub classifier: ClassifierConfig,
+    /// `[amqp]`: the AMQP endpoint for Service Bus SDKs.
+    #[serde(default)]
+    pub amqp: AmqpConfig,
 }
 
 /// `[host]`.
@@ -659,6 +665,7 @@ impl Config {
                 problems.push(format!("api.allowed_hosts[{i}]: {why}"));
             }
         }
+        problems.extend(self.amqp.problems());
         if self.broker.max_delivery_count == 0 {
             problems.push("broker.max_delivery_count: must be at least 1".to_owned());
         }

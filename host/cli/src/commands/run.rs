@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow};
+use nimbus_amqp::SharedAccessKey;
 use nimbus_runtime::{ApiState, Config, DataLock, Host, VERSION, ValidConfig};
 
 use crate::cli_ops::{CheckConfigArgs, RunArgs};
@@ -64,6 +65,9 @@ pub(crate) fn check(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     let host = &config.config.host;
     outln!("{source}: valid");
     outln!("  api:      http://{}", config.config.api.listen);
+    if let Some(amqp) = config.config.amqp.listen {
+        outln!("  amqp:     amqp://{amqp}");
+    }
     outln!("  data:     {}", host.data_dir.display());
     outln!("  handlers: {}", host.handlers_dir.display());
     Ok(ExitCode::SUCCESS)
@@ -101,8 +105,41 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         .local_addr()
         .context("reading the API's bound address")?;
     data_lock.record_api(address);
+    let amqp =
+        match config.config.amqp.listen {
+            Some(listen) => Some(tokio::net::TcpListener::bind(listen).await.with_context(
+                || format!("cannot listen on {listen} ([amqp] listen in {source})"),
+            )?),
+            None => None,
+        };
+    let amqp_keys: Vec<SharedAccessKey> = config
+        .config
+        .amqp
+        .keys
+        .iter()
+        .map(|k| SharedAccessKey::new(&k.name, &k.key))
+        .collect();
+    let max_message_bytes = config.broker_max_request_bytes;
     // Beyond loopback, `load` made sure there is a token.
     let host = Host::start_locked(config, data_lock).await?;
+    let (stop_amqp, amqp_stopped) = tokio::sync::oneshot::channel::<()>();
+    let amqp_address = match amqp {
+        Some(listener) => {
+            let bound = listener
+                .local_addr()
+                .context("reading the AMQP endpoint's bound address")?;
+            let endpoint = nimbus_amqp::Endpoint::new(
+                std::sync::Arc::clone(host.broker()),
+                amqp_keys,
+                u64::try_from(max_message_bytes).unwrap_or(u64::MAX),
+            );
+            tokio::spawn(endpoint.serve(listener, async move {
+                let _ = amqp_stopped.await;
+            }));
+            Some(bound)
+        }
+        None => None,
+    };
 
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
     let router = nimbus_runtime::router(ApiState::new(&host).listening_on(address));
@@ -118,9 +155,13 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     // For whoever started the host: a stdout nobody reads (closed, or a
     // pipe to a process that exited) must not stop the host, as a panicking
     // `println!` would.
+    let amqp_line = amqp_address
+        .map(|a| format!("AMQP:     amqp://{a}\n"))
+        .unwrap_or_default();
     let banner = format!(
         "nimbus {VERSION} running ({source})\n\
          API:      http://{address}\n\
+         {amqp_line}\
          data:     {}\n\
          handlers: {}\n\
          Stop with Ctrl-C or SIGTERM: in-flight deliveries finish first.\n",
@@ -141,6 +182,7 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
                 humantime::format_duration(grace)
             );
             let _ = stop_api.send(());
+            let _ = stop_amqp.send(());
             api.await.context("the API task failed")?.context("serving the API")
         }
         served = &mut api => {

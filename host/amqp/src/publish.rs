@@ -1,0 +1,155 @@
+//! A link a client sends on, to a topic: each delivery (one message, or a
+//! batch in format `0x80013700`) is published as one atomic unit and
+//! settled `accepted`, or `rejected` with the Service Bus condition an SDK
+//! maps to its exception (spec §A.6).
+
+use std::sync::Arc;
+
+use fe2o3_amqp::link::Receiver;
+use fe2o3_amqp::types::definitions::{AmqpError, Error as AmqpErrorBody, ErrorCondition, Fields};
+use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage};
+use fe2o3_amqp::types::primitives::{Symbol, Value};
+use nimbus_transport::{Admin, PublishError, Transport};
+use tracing::debug;
+
+use crate::cbs::Grants;
+use crate::convert::{self, ConvertError};
+
+/// The message format of a batch: one data section per encoded message.
+const BATCH_FORMAT: u32 = 0x8001_3700;
+
+/// Publishes what the client sends on `receiver` to the topic it named as
+/// `written` until it detaches. Each delivery is checked on its own: a
+/// token that covers the topic, put on this connection and not expired, and
+/// a topic that exists (its name compared ignoring case, as Service Bus
+/// does). A refusal is the delivery's `rejected` outcome, which the SDKs
+/// raise as the matching exception; a refused attach only says "unknown
+/// error" to a sender that already sent.
+pub(crate) async fn serve<T: Transport + Admin>(
+    mut receiver: Receiver,
+    transport: Arc<T>,
+    written: String,
+    grants: Arc<Grants>,
+) {
+    let mut topic: Option<String> = None;
+    while let Ok(delivery) = receiver.recv::<Body<Value>>().await {
+        let format = delivery.message_format().unwrap_or(0);
+        let (delivery, message) = delivery.into_parts();
+        let outcome = publish(
+            transport.as_ref(),
+            &written,
+            &mut topic,
+            &grants,
+            format,
+            message,
+        )
+        .await;
+        let settled = match outcome {
+            Ok(()) => receiver.accept(delivery).await,
+            Err(error) => {
+                debug!(topic = %written, error = ?error.description, "a delivery was rejected");
+                receiver.reject(delivery, error).await
+            }
+        };
+        if let Err(error) = settled {
+            debug!(topic = %written, %error, "settling a delivery failed");
+        }
+    }
+    let _ = receiver.close().await;
+}
+
+async fn publish<T: Transport + Admin>(
+    transport: &T,
+    written: &str,
+    topic: &mut Option<String>,
+    grants: &Grants,
+    format: u32,
+    message: AmqpMessage<Body<Value>>,
+) -> Result<(), AmqpErrorBody> {
+    if !grants.cover(written) {
+        return Err(error_body(
+            AmqpError::UnauthorizedAccess,
+            format!(
+                "no token put on $cbs on this connection grants '{written}' now: put one whose \
+                 audience covers it, signed with a configured key"
+            ),
+        ));
+    }
+    let messages = if format == BATCH_FORMAT {
+        convert::batch(message)
+    } else {
+        convert::message(message).map(|m| vec![m])
+    }
+    .map_err(|refused| converted_error(&refused))?;
+    let name = match topic.as_ref() {
+        Some(name) => name.clone(),
+        None => {
+            let name = resolve_topic(transport, written).await?;
+            *topic = Some(name.clone());
+            name
+        }
+    };
+    transport
+        .publish(&name, messages)
+        .await
+        .map(|_| ())
+        .map_err(|error| {
+            if matches!(error, PublishError::TopicNotFound { .. }) {
+                // Deleted since: looked up again next time.
+                *topic = None;
+            }
+            published_error(&error)
+        })
+}
+
+/// The broker's name of the topic `written`, or `amqp:not-found`.
+async fn resolve_topic<T: Admin>(admin: &T, written: &str) -> Result<String, AmqpErrorBody> {
+    let topics = admin.list_topics().await.map_err(|error| {
+        error_body(
+            ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+            format!("the broker's topics cannot be listed: {error}"),
+        )
+    })?;
+    topics
+        .into_iter()
+        .map(|topic| topic.name)
+        .find(|name| name.eq_ignore_ascii_case(written))
+        .ok_or_else(|| {
+            error_body(
+                AmqpError::NotFound,
+                format!("the messaging entity '{written}' could not be found"),
+            )
+        })
+}
+
+fn published_error(error: &PublishError) -> AmqpErrorBody {
+    let condition = match error {
+        PublishError::TopicNotFound { topic } => {
+            return error_body(
+                AmqpError::NotFound,
+                format!("the messaging entity '{topic}' could not be found"),
+            );
+        }
+        PublishError::InvalidMessage { .. } => ErrorCondition::AmqpError(AmqpError::InvalidField),
+        // Python maps it to a retryable busy error.
+        _ => ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+    };
+    error_body(condition, error.to_string())
+}
+
+fn converted_error(error: &ConvertError) -> AmqpErrorBody {
+    let condition = match error {
+        ConvertError::BatchEntry { .. } => AmqpError::DecodeError,
+        ConvertError::PropertyType { .. } | ConvertError::Body(_) => AmqpError::NotImplemented,
+    };
+    error_body(condition, error.to_string())
+}
+
+/// An error as the SDKs read it: Python indexes `info`, so it is sent, if
+/// empty, rather than left off the end of the list.
+pub(crate) fn error_body(
+    condition: impl Into<ErrorCondition>,
+    description: String,
+) -> AmqpErrorBody {
+    AmqpErrorBody::new(condition, description, Some(Fields::default()))
+}

@@ -1,0 +1,40 @@
+//! SASL: the SDKs authenticate on `$cbs` after the connection opens, not in
+//! SASL, so both mechanisms they use are offered and taken: `ANONYMOUS`
+//! (Python, which refuses a server that does not list it) and `MSSBCBS`
+//! (.NET's name for the same). Anything else is refused.
+
+use fe2o3_amqp::acceptor::sasl_acceptor::{SaslAcceptor, SaslServerFrame};
+use fe2o3_amqp::types::primitives::{Array, Symbol};
+use fe2o3_amqp::types::sasl::{SaslCode, SaslInit, SaslOutcome, SaslResponse};
+
+const OFFERED: [&str; 2] = ["MSSBCBS", "ANONYMOUS"];
+
+/// Offers `MSSBCBS` and `ANONYMOUS`, and takes either.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ServiceBusSasl;
+
+impl SaslAcceptor for ServiceBusSasl {
+    fn mechanisms(&self) -> Array<Symbol> {
+        Array(OFFERED.iter().map(|m| Symbol::from(*m)).collect())
+    }
+
+    fn on_init(&mut self, init: SaslInit) -> SaslServerFrame {
+        let code = if OFFERED.contains(&init.mechanism.as_str()) {
+            SaslCode::Ok
+        } else {
+            SaslCode::Auth
+        };
+        SaslServerFrame::Outcome(SaslOutcome {
+            code,
+            additional_data: None,
+        })
+    }
+
+    fn on_response(&mut self, _response: SaslResponse) -> SaslServerFrame {
+        // Neither mechanism has a challenge to answer.
+        SaslServerFrame::Outcome(SaslOutcome {
+            code: SaslCode::Auth,
+            additional_data: None,
+        })
+    }
+}

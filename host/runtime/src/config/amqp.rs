@@ -1,0 +1,131 @@
+//! `[amqp]`: the AMQP endpoint Service Bus SDKs connect to (issue 29).
+//! Off unless `listen` is set; then at least one key is needed, since every
+//! link is authorised by a token signed with one.
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+/// `[amqp]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmqpConfig {
+    /// Where the endpoint listens (`"127.0.0.1:5672"`); absent, there is
+    /// no endpoint.
+    #[serde(default, deserialize_with = "optional_socket_address")]
+    pub listen: Option<SocketAddr>,
+    /// The keys a client's shared access signature may be signed with: a
+    /// connection string's `SharedAccessKeyName` and `SharedAccessKey`.
+    #[serde(default)]
+    pub keys: Vec<AmqpKey>,
+}
+
+/// `[[amqp.keys]]`: a named key.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmqpKey {
+    /// The key's name (`SharedAccessKeyName`).
+    pub name: String,
+    /// The key (`SharedAccessKey`), a secret.
+    pub key: String,
+}
+
+impl std::fmt::Debug for AmqpKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpKey")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AmqpConfig {
+    /// What is wrong, each naming its key.
+    pub(crate) fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Some(listen) = self.listen
+            && self.keys.is_empty()
+        {
+            problems.push(format!(
+                "amqp.keys: the AMQP endpoint on {listen} needs at least one key \
+                 ([[amqp.keys]] name = \"...\", key = \"...\"): every link is authorised by a \
+                 token signed with one"
+            ));
+        }
+        for (i, key) in self.keys.iter().enumerate() {
+            if key.name.is_empty() {
+                problems.push(format!("amqp.keys[{i}].name: must not be empty"));
+            }
+            if key.key.is_empty() {
+                problems.push(format!("amqp.keys[{i}].key: must not be empty"));
+            }
+            if self.keys[..i].iter().any(|k| k.name == key.name) {
+                problems.push(format!(
+                    "amqp.keys[{i}].name: '{}' is given twice",
+                    key.name
+                ));
+            }
+        }
+        problems
+    }
+}
+
+fn optional_socket_address<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    super::socket_address(deserializer).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use std::path::Path;
+
+    use crate::Config;
+
+    fn parse(text: &str) -> Result<crate::ValidConfig, crate::ConfigError> {
+        Config::parse(text, Path::new("nimbus.toml"), Path::new("/srv/app"))
+    }
+
+    #[test]
+    fn no_endpoint_unless_listen_is_set_and_then_a_key_is_needed() {
+        assert!(parse("").unwrap().config.amqp.listen.is_none());
+        let err = parse("[amqp]\nlisten = \"127.0.0.1:5672\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("amqp.keys: the AMQP endpoint on 127.0.0.1:5672 needs at least one key"),
+            "{err}"
+        );
+        let valid = parse(
+            "[amqp]\nlisten = \"127.0.0.1:5672\"\n[[amqp.keys]]\nname = \"Root\"\nkey = \"SAS_KEY_VALUE\"\n",
+        )
+        .unwrap();
+        assert_eq!(valid.config.amqp.keys.len(), 1);
+        assert!(
+            !format!("{valid:?}").contains("SAS_KEY_VALUE"),
+            "the key is not shown"
+        );
+    }
+
+    #[test]
+    fn bad_keys_are_named_by_their_place() {
+        let err = parse(
+            "[[amqp.keys]]\nname = \"\"\nkey = \"k\"\n[[amqp.keys]]\nname = \"a\"\nkey = \"\"\n\
+             [[amqp.keys]]\nname = \"a\"\nkey = \"k\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for says in [
+            "amqp.keys[0].name: must not be empty",
+            "amqp.keys[1].key: must not be empty",
+            "amqp.keys[2].name: 'a' is given twice",
+        ] {
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        let err = parse("[amqp]\nlisten = \"localhost:5672\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("amqp.listen"), "{err}");
+    }
+}

@@ -1,0 +1,16 @@
+"""Where the host under test is: set by tests/tests/amqp_python.rs, which
+starts `nimbus run` with an AMQP endpoint and runs this suite against it."""
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def host():
+    return {
+        "amqp": os.environ["NIMBUS_TEST_AMQP"],
+        "api": os.environ["NIMBUS_TEST_API"],
+        "key_name": os.environ["NIMBUS_TEST_KEY_NAME"],
+        "key": os.environ["NIMBUS_TEST_KEY"],
+    }

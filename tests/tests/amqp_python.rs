@@ -1,0 +1,76 @@
+//! Microsoft's Python SDK (`azure-servicebus`, pinned in
+//! `tests/python/requirements.txt`) against the AMQP endpoint of the real
+//! `nimbus run` (issue 29): the pytest suite in `tests/python` publishes
+//! NimBus events that the wasm handler runs, and checks that tokens not
+//! signed with the configured key, expired, or for another entity are
+//! refused, and an unknown topic is not found.
+//!
+//! The Python environment is made by `scripts/python-env.sh`, which the
+//! README's test command runs; `NIMBUS_PYTHON` names its interpreter.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use nimbus_blackbox_tests::Scratch;
+use nimbus_blackbox_tests::running::RunningHost;
+
+const KEY_NAME: &str = "RootManageSharedAccessKey";
+const KEY: &str = "a key only this test knows";
+
+/// The interpreter of the environment `scripts/python-env.sh` made.
+fn python() -> PathBuf {
+    let python = std::env::var_os("NIMBUS_PYTHON")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+                || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+                PathBuf::from,
+            );
+            Some(target.join("pyenv/bin/python"))
+        })
+        .filter(|p| p.is_file());
+    python.unwrap_or_else(|| {
+        panic!(
+            "no Python environment for tests/python: run scripts/python-env.sh (the README's \
+             test command, scripts/test.sh, does), or set NIMBUS_PYTHON"
+        )
+    })
+}
+
+#[test]
+fn the_python_sdk_publishes_through_the_amqp_endpoint() {
+    let python = python();
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start(
+        &scratch,
+        &format!(
+            "[amqp]\nlisten = \"127.0.0.1:0\"\n[[amqp.keys]]\nname = \"{KEY_NAME}\"\nkey = \"{KEY}\"\n"
+        ),
+    );
+    let amqp = host.banner_value("AMQP:");
+    let port = amqp
+        .rsplit(':')
+        .next()
+        .unwrap_or_else(|| panic!("no port in {amqp}"));
+    let suite = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python");
+    let pytest = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(&suite)
+        .env("NIMBUS_TEST_AMQP", format!("localhost:{port}"))
+        .env("NIMBUS_TEST_API", &host.api)
+        .env("NIMBUS_TEST_KEY_NAME", KEY_NAME)
+        .env("NIMBUS_TEST_KEY", KEY)
+        .output()
+        .expect("run pytest");
+    let report = String::from_utf8_lossy(&pytest.stdout);
+    assert!(
+        pytest.status.success(),
+        "pytest failed:\n{report}\n{}\nhost log:\n{}",
+        String::from_utf8_lossy(&pytest.stderr),
+        host.stderr()
+    );
+    assert!(report.contains("7 passed"), "{report}");
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+}
