@@ -141,6 +141,42 @@ impl Scratch {
         }
     }
 
+    /// `nimbus run --config <scratch>/nimbus.toml` that must stop by itself
+    /// (a refused start), in the scratch root, with neither `RUST_LOG` nor
+    /// `NIMBUS_API_TOKEN` from the test's environment: killed, and the test
+    /// failed, if it still runs after a generous minute.
+    pub fn run_host_to_exit(&self) -> Run {
+        self.run_host_to_exit_with(&self.path("nimbus.toml"))
+    }
+
+    /// [`Scratch::run_host_to_exit`] with another configuration file.
+    pub fn run_host_to_exit_with(&self, config: &Path) -> Run {
+        let mut child = Command::new(nimbus_bin())
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .current_dir(self.path("."))
+            .env_remove("NIMBUS_API_TOKEN")
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn nimbus run");
+        let started = std::time::Instant::now();
+        while child.try_wait().expect("wait for nimbus run").is_none() {
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("nimbus run started, where it had to refuse to");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Run {
+            output: child.wait_with_output().expect("nimbus run's output"),
+        }
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(nimbus_bin());
         command

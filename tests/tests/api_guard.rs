@@ -8,7 +8,6 @@
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use nimbus_blackbox_tests::orders::{order, publish};
 use nimbus_blackbox_tests::running::{DEADLINE, RunningHost, config_text};
@@ -302,9 +301,8 @@ fn an_api_beyond_loopback_without_a_token_does_not_start() {
     let scratch = Scratch::new();
     let open = config_with_api("0.0.0.0:0", "");
     let path = scratch.write("open.toml", open.as_bytes());
-    let path = path.to_str().expect("utf-8 temp path");
     // Killed and failed if it starts and runs instead.
-    let run = run_refused(&scratch, path);
+    let run = scratch.run_host_to_exit_with(&path);
     assert_eq!(run.code(), Some(1), "{}", run.stderr());
     let refusal = run.stderr();
     assert!(
@@ -313,7 +311,7 @@ fn an_api_beyond_loopback_without_a_token_does_not_start() {
             && refusal.contains("Set [api] token (or NIMBUS_API_TOKEN)"),
         "{refusal}"
     );
-    let check = scratch.run_raw(&["check", "--config", path]);
+    let check = scratch.run_raw(&["check", "--config", path.to_str().expect("utf-8 temp path")]);
     assert_eq!(check.code(), Some(1), "{}", check.stdout());
     assert!(check.stderr().contains("[api] token"), "{}", check.stderr());
 
@@ -328,33 +326,6 @@ fn an_api_beyond_loopback_without_a_token_does_not_start() {
         "{}",
         host.stderr()
     );
-}
-
-/// `nimbus run --config path`, which must exit by itself: killed, and the
-/// test failed, if it is still running after a generous minute.
-fn run_refused(scratch: &Scratch, path: &str) -> Run {
-    let mut child = Command::new(nimbus_bin())
-        .args(["run", "--config", path])
-        .current_dir(scratch.path("."))
-        .env_remove("NIMBUS_API_TOKEN")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn nimbus run");
-    let started = std::time::Instant::now();
-    while child.try_wait().expect("wait for nimbus run").is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("nimbus run started with an API beyond loopback and no token");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Run {
-        output: child.wait_with_output().expect("nimbus run output"),
-    }
 }
 
 /// A listing asked for more than the host lists at once is refused naming

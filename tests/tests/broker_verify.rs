@@ -6,12 +6,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+use nimbus_blackbox_tests::Scratch;
 use nimbus_blackbox_tests::orders::{order, publish};
 use nimbus_blackbox_tests::running::{RunningHost, config_text};
-use nimbus_blackbox_tests::{Run, Scratch, nimbus_bin};
 
 /// Every file of the broker's log, with its bytes.
 fn log_files(data: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -125,7 +123,7 @@ fn verify_reports_a_sound_log_and_names_the_damaged_byte_of_a_broken_one() {
     );
     assert_eq!(log_files(&data), damaged, "verify changes nothing");
 
-    let run = run_to_exit(&scratch);
+    let run = scratch.run_host_to_exit();
     run.expect_code(1);
     assert!(
         run.stderr().contains(&segment_name) && run.stderr().contains("is damaged at byte"),
@@ -152,30 +150,4 @@ fn verify_of_a_directory_without_a_log_says_so() {
         0,
         "verify creates nothing"
     );
-}
-
-/// `nimbus run` on the scratch configuration, expected to stop by itself.
-fn run_to_exit(scratch: &Scratch) -> Run {
-    let config = scratch.path("nimbus.toml");
-    let mut child = Command::new(nimbus_bin())
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn nimbus run");
-    let started = Instant::now();
-    while child.try_wait().expect("wait for nimbus run").is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("nimbus run started on a damaged log");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Run {
-        output: child.wait_with_output().expect("nimbus run's output"),
-    }
 }

@@ -2,12 +2,10 @@
 //! names the file, rather than starting to answer the operator with 500s.
 
 use std::io::{Seek as _, SeekFrom, Write as _};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+use nimbus_blackbox_tests::Scratch;
 use nimbus_blackbox_tests::orders::{order, publish};
 use nimbus_blackbox_tests::running::RunningHost;
-use nimbus_blackbox_tests::{Run, Scratch, nimbus_bin};
 
 #[test]
 fn a_damaged_resolver_store_stops_the_host_naming_the_file() {
@@ -40,27 +38,7 @@ fn a_damaged_resolver_store_stops_the_host_naming_the_file() {
     file.write_all(&noise).expect("overwrite");
     drop(file);
 
-    let config = scratch.path("nimbus.toml");
-    let config = config.to_str().expect("utf-8 path");
-    let mut child = Command::new(nimbus_bin())
-        .args(["run", "--config", config])
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn nimbus run");
-    let started = Instant::now();
-    while child.try_wait().expect("wait for nimbus run").is_none() {
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("nimbus run started on a damaged store");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let run = Run {
-        output: child.wait_with_output().expect("nimbus run's output"),
-    };
+    let run = scratch.run_host_to_exit();
     run.expect_code(1);
     assert!(
         run.stderr().contains(&store.display().to_string()) && run.stderr().contains("damaged"),

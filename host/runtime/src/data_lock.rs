@@ -138,30 +138,12 @@ impl DataLock {
                 }
                 _ => Err(error),
             });
-        let mut file = match opened {
+        let file = match opened {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(io_error(error)),
         };
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(DataLockError::InUse {
-                    dir: dir.to_owned(),
-                    holder: Holder::read(&mut file),
-                });
-            }
-            Err(TryLockError::Error(error)) => return Err(io_error(error)),
-        }
-        let me = Holder {
-            pid: Some(std::process::id()),
-            started: Some(SystemTime::now()),
-            api: None,
-        };
-        if let Err(error) = me.write(&mut file) {
-            debug!(path = %path.display(), %error, "writing this reader's details into the lock file failed");
-        }
-        Ok(Some(DataLock { file, path, me }))
+        lock(file, dir, path, None).map(Some)
     }
 
     /// Takes the lock on `dir` (which must exist) for a host whose API
@@ -175,36 +157,58 @@ impl DataLock {
         };
         // Not truncated on open: until the lock is ours, the contents are
         // the holder's, which a refusal quotes.
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
             .map_err(io_error)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(DataLockError::InUse {
-                    dir: dir.to_owned(),
-                    holder: Holder::read(&mut file),
-                });
-            }
-            Err(TryLockError::Error(error)) => return Err(io_error(error)),
-        }
-        let me = Holder {
-            pid: Some(std::process::id()),
-            started: Some(SystemTime::now()),
-            api: Some(api),
-        };
-        // The details only improve a refusal's message; the lock is held
-        // whether or not they are written (a full disk stops the broker
-        // soon enough, with its own error).
-        if let Err(error) = me.write(&mut file) {
-            warn!(path = %path.display(), %error, "writing this host's details into the lock file failed");
-        }
-        Ok(DataLock { file, path, me })
+        lock(file, dir, path, Some(api))
     }
+}
+
+/// Takes the lock of `file` (the lock file `path` in `dir`) without
+/// waiting, and writes this process's details into it: a host's with its
+/// API address, a reader's without.
+fn lock(
+    mut file: File,
+    dir: &Path,
+    path: PathBuf,
+    api: Option<SocketAddr>,
+) -> Result<DataLock, DataLockError> {
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            return Err(DataLockError::InUse {
+                dir: dir.to_owned(),
+                holder: Holder::read(&mut file),
+            });
+        }
+        Err(TryLockError::Error(error)) => {
+            return Err(DataLockError::Io {
+                dir: dir.to_owned(),
+                path,
+                error,
+            });
+        }
+    }
+    let me = Holder {
+        pid: Some(std::process::id()),
+        started: Some(SystemTime::now()),
+        api,
+    };
+    // The details only improve a refusal's message; the lock is held
+    // whether or not they are written (a full disk stops the broker soon
+    // enough, with its own error; a reader may be on a read-only copy).
+    if let Err(error) = me.write(&mut file) {
+        if me.api.is_some() {
+            warn!(path = %path.display(), %error, "writing this host's details into the lock file failed");
+        } else {
+            debug!(path = %path.display(), %error, "writing this reader's details into the lock file failed");
+        }
+    }
+    Ok(DataLock { file, path, me })
 }
 
 /// What the holder of a data directory's lock wrote about itself; each
