@@ -10,6 +10,7 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from azure.core.credentials import AzureSasCredential
@@ -134,3 +135,14 @@ def test_an_unknown_topic_is_not_found(host):
         with client.get_topic_sender("no-such-topic") as sender:
             with pytest.raises(MessagingEntityNotFoundError, match="no-such-topic"):
                 sender.send_messages(ServiceBusMessage("x", session_id="s"))
+
+
+def test_a_message_scheduled_for_later_is_handled_then(host):
+    event = nimbus_event("o-later", "py-later")
+    event.scheduled_enqueue_time_utc = datetime.now(timezone.utc) + timedelta(seconds=6)
+    with ServiceBusClient.from_connection_string(connection_string(host), retry_total=0) as client:
+        with client.get_topic_sender("publisher") as sender:
+            sender.send_messages(event)
+    assert events(host, "py-later") == [], "not before its time"
+    [record] = wait_for(host, "py-later", 1, "Completed")
+    assert record["request_message_id"] == event.message_id

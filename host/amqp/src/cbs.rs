@@ -27,11 +27,14 @@ const REPLY_LINK_WAIT: Duration = Duration::from_secs(10);
 pub(crate) struct Grants(Mutex<Vec<Grant>>);
 
 impl Grants {
+    /// Keeps `grant`, dropping those expired and the one it renews (the
+    /// SDKs put a fresh token for the same audience before the last
+    /// expires), so a long connection holds a handful, not one per renewal.
     fn add(&self, grant: Grant) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(grant);
+        let now = SystemTime::now();
+        let mut grants = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        grants.retain(|kept| kept.expires() > now && !kept.renewed_by(&grant));
+        grants.push(grant);
     }
 
     /// Whether a token put on this connection covers `entity_path` now.
@@ -64,7 +67,8 @@ impl ReplyLink {
                 let mut slot = self.sender.lock().await;
                 if let Some(sender) = slot.as_mut() {
                     let sendable = Sendable::builder().message(reply).settled(true).build();
-                    // Pre-settled: the outcome is not waited for.
+                    // The link is pre-settled (see the acceptor): nothing
+                    // comes back to wait for.
                     if let Err(error) = sender.send_batchable(sendable).await {
                         debug!(%error, "a $cbs answer was not sent");
                     }
@@ -89,7 +93,7 @@ pub(crate) async fn serve(
     keys: Arc<[SharedAccessKey]>,
     grants: Arc<Grants>,
 ) {
-    while let Ok(delivery) = requests.recv::<Body<Value>>().await {
+    while let Some(delivery) = crate::publish::next_delivery(&mut requests).await {
         let (delivery, request) = delivery.into_parts();
         if let Err(error) = requests.accept(delivery).await {
             debug!(%error, "settling a $cbs request failed");
@@ -166,4 +170,135 @@ fn reply(
         )
         .value(Value::Null)
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use fe2o3_amqp::types::primitives::Uuid;
+
+    use super::*;
+
+    const KEY: &str = "SAS_KEY_VALUE";
+
+    fn keys() -> Vec<SharedAccessKey> {
+        vec![SharedAccessKey::new("Root", KEY)]
+    }
+
+    /// A token as Service Bus defines it, for `audience`, expiring an hour
+    /// from now.
+    fn token(audience: &str, key: &str) -> String {
+        use base64::Engine as _;
+        use hmac::Mac as _;
+        let encoded: String =
+            percent_encoding::utf8_percent_encode(audience, percent_encoding::NON_ALPHANUMERIC)
+                .to_string();
+        let expiry = SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 3600;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key.as_bytes()).unwrap();
+        mac.update(format!("{encoded}\n{expiry}").as_bytes());
+        let signature =
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        let signature: String =
+            percent_encoding::utf8_percent_encode(&signature, percent_encoding::NON_ALPHANUMERIC)
+                .to_string();
+        format!("SharedAccessSignature sr={encoded}&sig={signature}&se={expiry}&skn=Root")
+    }
+
+    fn request(operation: &str, body: Body<Value>) -> AmqpMessage<Body<Value>> {
+        let mut properties = Properties::builder().build();
+        properties.message_id = Some(MessageId::Uuid(Uuid::from([7; 16])));
+        AmqpMessage::builder()
+            .properties(properties)
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("operation", operation)
+                    .insert("name", "sb://localhost:5672/orders")
+                    .build(),
+            )
+            .body(body)
+            .build()
+    }
+
+    fn status(reply: &AmqpMessage<AmqpValue<Value>>) -> (SimpleValue, String) {
+        let properties = &reply.application_properties.as_ref().unwrap().0;
+        let description = match properties.get("status-description") {
+            Some(SimpleValue::String(text)) => text.clone(),
+            other => panic!("a string description: {other:?}"),
+        };
+        (properties.get("status-code").unwrap().clone(), description)
+    }
+
+    fn put(token: String) -> AmqpMessage<Body<Value>> {
+        request("put-token", Body::Value(AmqpValue(Value::String(token))))
+    }
+
+    #[test]
+    fn a_valid_token_is_answered_202_as_an_int_with_the_request_id_and_granted() {
+        let grants = Grants::default();
+        let reply = answer(
+            put(token("sb://localhost:5672/orders", KEY)),
+            &keys(),
+            &grants,
+        );
+        assert_eq!(status(&reply).0, SimpleValue::Int(202));
+        assert_eq!(
+            reply.properties.as_ref().unwrap().correlation_id,
+            Some(MessageId::Uuid(Uuid::from([7; 16]))),
+            "the same id, and the same AMQP type"
+        );
+        assert!(grants.cover("orders/Subscriptions/billing"));
+        assert!(!grants.cover("payments"));
+    }
+
+    #[test]
+    fn a_refused_or_malformed_request_says_why_with_its_status() {
+        let grants = Grants::default();
+        let wrong = answer(
+            put(token("sb://localhost:5672/orders", "not it")),
+            &keys(),
+            &grants,
+        );
+        let (code, why) = status(&wrong);
+        assert_eq!(code, SimpleValue::Int(401));
+        assert!(why.contains("signature does not match key 'Root'"), "{why}");
+        assert!(!grants.cover("orders"), "nothing granted");
+
+        let not_a_string = answer(
+            request("put-token", Body::Value(AmqpValue(Value::Int(1)))),
+            &keys(),
+            &grants,
+        );
+        assert_eq!(status(&not_a_string).0, SimpleValue::Int(400));
+        let other = answer(
+            request("delete-token", Body::Value(AmqpValue(Value::Null))),
+            &keys(),
+            &grants,
+        );
+        let (code, why) = status(&other);
+        assert_eq!(code, SimpleValue::Int(501));
+        assert!(why.contains("delete-token"), "{why}");
+    }
+
+    #[test]
+    fn renewing_a_token_replaces_its_grant() {
+        let grants = Grants::default();
+        for _ in 0..5 {
+            answer(
+                put(token("sb://localhost:5672/orders", KEY)),
+                &keys(),
+                &grants,
+            );
+        }
+        answer(
+            put(token("sb://localhost:5672/payments", KEY)),
+            &keys(),
+            &grants,
+        );
+        assert_eq!(grants.0.lock().unwrap().len(), 2);
+    }
 }

@@ -8,9 +8,11 @@ use std::sync::Arc;
 
 use fe2o3_amqp::acceptor::{
     ConnectionAcceptor, LinkAcceptor, LinkEndpoint, ListenerSessionHandle, SessionAcceptor,
-    SupportedReceiverSettleModes,
+    SupportedReceiverSettleModes, SupportedSenderSettleModes,
 };
-use fe2o3_amqp::types::definitions::{AmqpError, Error as AmqpErrorBody, ReceiverSettleMode, Role};
+use fe2o3_amqp::types::definitions::{
+    AmqpError, Error as AmqpErrorBody, ReceiverSettleMode, Role, SenderSettleMode,
+};
 use fe2o3_amqp::types::messaging::TargetArchetype;
 use fe2o3_amqp::types::performatives::Attach;
 use nimbus_transport::{Admin, Transport};
@@ -27,6 +29,19 @@ use crate::sasl::ServiceBusSasl;
 /// The credit a sending client gets: Python assumes this much as soon as
 /// its link is attached (spec §A.6).
 const SEND_CREDIT: u32 = 10_000;
+
+/// How long a new connection may take to send its protocol headers and
+/// finish SASL: one that never does would hold a task and a socket.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Connections served at once; one more waits until one ends (Python opens
+/// one per sender, so this is far above a host's publishers).
+const MAX_CONNECTIONS: usize = 1024;
+
+/// The largest request on a link that is not a publish (`$cbs` tokens, and
+/// links refused right after attach): a token is a few hundred bytes, and
+/// no client should make the endpoint buffer more before it has one.
+const CONTROL_MESSAGE_MAX: u64 = 64 * 1024;
 
 /// An AMQP endpoint over a broker.
 pub struct Endpoint<T> {
@@ -58,24 +73,48 @@ impl<T: Transport + Admin> Endpoint<T> {
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
         let mut shutdown = pin!(shutdown);
         let mut connections = JoinSet::new();
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         loop {
-            let (stream, peer) = tokio::select! {
+            let (stream, peer, slot) = tokio::select! {
                 () = &mut shutdown => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        warn!(%error, "accepting an AMQP connection failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                // Reap finished connections as they end.
+                accepted = accept(&listener, &slots) => accepted,
+                // A long-lived endpoint sees many connections come and go:
+                // their finished tasks are let go of as they end.
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
             debug!(%peer, "AMQP connection");
-            connections.spawn(connection(stream, Arc::clone(&self.shared)));
+            let shared = Arc::clone(&self.shared);
+            connections.spawn(async move {
+                connection(stream, shared).await;
+                drop(slot);
+            });
         }
         connections.abort_all();
+    }
+}
+
+/// The next connection, once a slot is free.
+async fn accept(
+    listener: &TcpListener,
+    slots: &Arc<tokio::sync::Semaphore>,
+) -> (
+    TcpStream,
+    std::net::SocketAddr,
+    tokio::sync::OwnedSemaphorePermit,
+) {
+    loop {
+        let Ok(slot) = Arc::clone(slots).acquire_owned().await else {
+            // Never closed; pending for ever would stop the endpoint.
+            std::future::pending::<()>().await;
+            continue;
+        };
+        match listener.accept().await {
+            Ok((stream, peer)) => return (stream, peer, slot),
+            Err(error) => {
+                warn!(%error, "accepting an AMQP connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
     }
 }
 
@@ -84,10 +123,23 @@ async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<
         .container_id("nimbus")
         .sasl_acceptor(ServiceBusSasl)
         .build();
-    let mut connection = match acceptor.accept(stream).await {
-        Ok(connection) => connection,
-        Err(error) => {
-            debug!(%error, "an AMQP connection did not open");
+    let peer = stream.peer_addr().ok();
+    let mut connection = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+        .await
+    {
+        Ok(Ok(connection)) => connection,
+        // Most often an SDK speaking TLS: without `UseDevelopmentEmulator=true`
+        // in its connection string it does, and this endpoint serves plain
+        // AMQP only.
+        Ok(Err(error)) => {
+            info!(?peer, %error, "an AMQP connection did not open (TLS is not served: does the connection string say UseDevelopmentEmulator=true?)");
+            return;
+        }
+        Err(_) => {
+            info!(
+                ?peer,
+                "an AMQP connection sent no protocol header and SASL within {HANDSHAKE_TIMEOUT:?}; closed"
+            );
             return;
         }
     };
@@ -95,6 +147,7 @@ async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<
     let sessions = SessionAcceptor::new();
     let mut tasks = JoinSet::new();
     while let Some(incoming) = connection.next_incoming_session().await {
+        while tasks.try_join_next().is_some() {}
         match sessions
             .accept_incoming_session(incoming, &mut connection)
             .await
@@ -122,6 +175,7 @@ async fn session_links<T: Transport + Admin>(
     let replies = Arc::new(ReplyLink::default());
     let mut links = JoinSet::new();
     while let Some(attach) = session.next_incoming_attach().await {
+        while links.try_join_next().is_some() {}
         let (address, client_sends) = match attach.role {
             Role::Sender => (target_address(&attach), true),
             Role::Receiver => (source_address(&attach), false),
@@ -136,7 +190,16 @@ async fn session_links<T: Transport + Admin>(
                 .fallback_receiver_settle_mode(ReceiverSettleMode::First)
                 .max_message_size(shared.max_message_size)
                 .build(),
-            _ => LinkAcceptor::builder().build(),
+            // Answers go pre-settled: Python never settles them, and each
+            // would stay in the link's unsettled map for the connection's life.
+            Ok(Route::CbsReplies) => LinkAcceptor::builder()
+                .supported_sender_settle_modes(SupportedSenderSettleModes::Settled)
+                .fallback_sender_settle_mode(SenderSettleMode::Settled)
+                .max_message_size(CONTROL_MESSAGE_MAX)
+                .build(),
+            _ => LinkAcceptor::builder()
+                .max_message_size(CONTROL_MESSAGE_MAX)
+                .build(),
         };
         let endpoint = match acceptor.accept_incoming_attach(attach, &mut session).await {
             Ok(endpoint) => endpoint,

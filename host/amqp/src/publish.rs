@@ -6,11 +6,12 @@
 use std::sync::Arc;
 
 use fe2o3_amqp::link::Receiver;
+use fe2o3_amqp::link::RecvError;
 use fe2o3_amqp::types::definitions::{AmqpError, Error as AmqpErrorBody, ErrorCondition, Fields};
 use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 use nimbus_transport::{Admin, PublishError, Transport};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::cbs::Grants;
 use crate::convert::{self, ConvertError};
@@ -32,7 +33,7 @@ pub(crate) async fn serve<T: Transport + Admin>(
     grants: Arc<Grants>,
 ) {
     let mut topic: Option<String> = None;
-    while let Ok(delivery) = receiver.recv::<Body<Value>>().await {
+    while let Some(delivery) = next_delivery(&mut receiver).await {
         let format = delivery.message_format().unwrap_or(0);
         let (delivery, message) = delivery.into_parts();
         let outcome = publish(
@@ -56,6 +57,25 @@ pub(crate) async fn serve<T: Transport + Admin>(
         }
     }
     let _ = receiver.close().await;
+}
+
+/// The next delivery on `receiver`, or `None` once the link is gone. A
+/// delivery that does not decode is skipped (logged): the link goes on.
+pub(crate) async fn next_delivery(
+    receiver: &mut Receiver,
+) -> Option<fe2o3_amqp::link::delivery::Delivery<Body<Value>>> {
+    loop {
+        match receiver.recv::<Body<Value>>().await {
+            Ok(delivery) => return Some(delivery),
+            Err(RecvError::MessageDecode(error)) => {
+                warn!(%error, "a delivery that is not an AMQP message was skipped");
+            }
+            Err(error) => {
+                debug!(%error, "a link ended");
+                return None;
+            }
+        }
+    }
 }
 
 async fn publish<T: Transport + Admin>(

@@ -38,3 +38,34 @@ impl SaslAcceptor for ServiceBusSasl {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(mechanism: &str) -> SaslCode {
+        let init = SaslInit {
+            mechanism: Symbol::from(mechanism),
+            initial_response: None,
+            hostname: None,
+        };
+        match ServiceBusSasl.on_init(init) {
+            SaslServerFrame::Outcome(outcome) => outcome.code,
+            SaslServerFrame::Challenge(_) => panic!("no mechanism here challenges"),
+        }
+    }
+
+    #[test]
+    fn the_sdks_mechanisms_are_offered_and_taken_and_others_refused() {
+        let offered: Vec<String> = ServiceBusSasl
+            .mechanisms()
+            .0
+            .into_iter()
+            .map(|m| m.0)
+            .collect();
+        assert_eq!(offered, ["MSSBCBS", "ANONYMOUS"]);
+        assert_eq!(outcome("ANONYMOUS"), SaslCode::Ok);
+        assert_eq!(outcome("MSSBCBS"), SaslCode::Ok);
+        assert_eq!(outcome("PLAIN"), SaslCode::Auth);
+    }
+}

@@ -119,11 +119,11 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         .iter()
         .map(|k| SharedAccessKey::new(&k.name, &k.key))
         .collect();
-    let max_message_bytes = config.broker_max_request_bytes;
+    let max_message_bytes = config.config.amqp.max_message_bytes();
     // Beyond loopback, `load` made sure there is a token.
     let host = Host::start_locked(config, data_lock).await?;
     let (stop_amqp, amqp_stopped) = tokio::sync::oneshot::channel::<()>();
-    let amqp_address = match amqp {
+    let (amqp_address, amqp_task) = match amqp {
         Some(listener) => {
             let bound = listener
                 .local_addr()
@@ -131,14 +131,14 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
             let endpoint = nimbus_amqp::Endpoint::new(
                 std::sync::Arc::clone(host.broker()),
                 amqp_keys,
-                u64::try_from(max_message_bytes).unwrap_or(u64::MAX),
+                max_message_bytes,
             );
-            tokio::spawn(endpoint.serve(listener, async move {
+            let task = tokio::spawn(endpoint.serve(listener, async move {
                 let _ = amqp_stopped.await;
             }));
-            Some(bound)
+            (Some(bound), Some(task))
         }
-        None => None,
+        None => (None, None),
     };
 
     let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -182,13 +182,18 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
                 humantime::format_duration(grace)
             );
             let _ = stop_api.send(());
-            let _ = stop_amqp.send(());
             api.await.context("the API task failed")?.context("serving the API")
         }
         served = &mut api => {
             served.context("the API task failed")?.context("serving the API")
         }
     };
+    // No more publishes over AMQP either, however the API ended: the drain
+    // must not meet new work.
+    let _ = stop_amqp.send(());
+    if let Some(task) = amqp_task {
+        let _ = task.await;
+    }
     // Stage two: the host stops taking sessions and drains within its grace;
     // a second signal stops at once, as a killed process would: what was
     // in flight is not settled, and the broker delivers it again.

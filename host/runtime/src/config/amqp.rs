@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 
 /// `[amqp]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AmqpConfig {
     /// Where the endpoint listens (`"127.0.0.1:5672"`); absent, there is
@@ -18,6 +18,30 @@ pub struct AmqpConfig {
     /// connection string's `SharedAccessKeyName` and `SharedAccessKey`.
     #[serde(default)]
     pub keys: Vec<AmqpKey>,
+    /// The largest message (or batch) a client may send, as the attach
+    /// tells it (`"1MiB"`); the SDKs check it before sending.
+    #[serde(default = "default_max_message_size")]
+    pub max_message_size: String,
+}
+
+fn default_max_message_size() -> String {
+    "1MiB".to_owned()
+}
+
+/// The largest `max_message_size`: Service Bus premium's limit.
+const MOST_MESSAGE_BYTES: u64 = 100 * 1024 * 1024;
+
+/// The smallest: a NimBus event's properties and envelope fit with room.
+const LEAST_MESSAGE_BYTES: u64 = 64 * 1024;
+
+impl Default for AmqpConfig {
+    fn default() -> Self {
+        AmqpConfig {
+            listen: None,
+            keys: Vec::new(),
+            max_message_size: default_max_message_size(),
+        }
+    }
 }
 
 /// `[[amqp.keys]]`: a named key.
@@ -39,9 +63,31 @@ impl std::fmt::Debug for AmqpKey {
 }
 
 impl AmqpConfig {
+    /// `max_message_size` in bytes (the default's when it does not parse,
+    /// which validation refuses).
+    pub fn max_message_bytes(&self) -> u64 {
+        self.parsed_max_message_size().unwrap_or(1024 * 1024)
+    }
+
+    fn parsed_max_message_size(&self) -> Result<u64, String> {
+        let text = &self.max_message_size;
+        match nimbus_sandbox::parse_byte_size(text)? {
+            bytes if bytes > MOST_MESSAGE_BYTES => Err(format!(
+                "{text} is over the maximum of 100MiB (Service Bus premium's)"
+            )),
+            bytes if bytes < LEAST_MESSAGE_BYTES => {
+                Err(format!("{text} is under the minimum of 64KiB"))
+            }
+            bytes => Ok(bytes),
+        }
+    }
+
     /// What is wrong, each naming its key.
     pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        if let Err(why) = self.parsed_max_message_size() {
+            problems.push(format!("amqp.max_message_size: {why}"));
+        }
         if let Some(listen) = self.listen
             && self.keys.is_empty()
         {
@@ -127,5 +173,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("amqp.listen"), "{err}");
+        let err = parse("[amqp]\nmax_message_size = \"1GiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("amqp.max_message_size: 1GiB is over the maximum"),
+            "{err}"
+        );
+        let small = parse("[amqp]\nmax_message_size = \"256KiB\"\n").unwrap();
+        assert_eq!(small.config.amqp.max_message_bytes(), 256 * 1024);
+        assert_eq!(
+            parse("").unwrap().config.amqp.max_message_bytes(),
+            1024 * 1024
+        );
     }
 }
