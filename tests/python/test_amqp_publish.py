@@ -16,6 +16,7 @@ import pytest
 from azure.core.credentials import AzureSasCredential
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import (
+    MessageNotFoundError,
     MessagingEntityNotFoundError,
     ServiceBusAuthenticationError,
     ServiceBusAuthorizationError,
@@ -146,3 +147,19 @@ def test_a_message_scheduled_for_later_is_handled_then(host):
     assert events(host, "py-later") == [], "not before its time"
     [record] = wait_for(host, "py-later", 1, "Completed")
     assert record["request_message_id"] == event.message_id
+
+
+def test_scheduled_messages_can_be_cancelled_before_their_time(host):
+    later = datetime.now(timezone.utc) + timedelta(seconds=8)
+    kept = nimbus_event("o-kept", "py-schedule-kept")
+    cancelled = nimbus_event("o-cancelled", "py-schedule-cancelled")
+    with ServiceBusClient.from_connection_string(connection_string(host), retry_total=0) as client:
+        with client.get_topic_sender("publisher") as sender:
+            numbers = sender.schedule_messages([kept, cancelled], later)
+            assert len(numbers) == 2 and numbers[0] != numbers[1], numbers
+            sender.cancel_scheduled_messages(numbers[1])
+            with pytest.raises(MessageNotFoundError):
+                sender.cancel_scheduled_messages(numbers[1])
+    [record] = wait_for(host, "py-schedule-kept", 1, "Completed")
+    assert record["request_message_id"] == kept.message_id
+    assert events(host, "py-schedule-cancelled") == [], "cancelled before its time"

@@ -2,25 +2,21 @@
 //! it attaches a link to an entity, and the endpoint answers on the same
 //! session's `$cbs` receiver link (spec §A.4). A token is checked against
 //! the configured keys ([`crate::sas`]); what it grants is kept for the
-//! connection, and each entity link is checked against it at attach.
+//! connection, and each publish and management request is checked against
+//! it.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use fe2o3_amqp::Sendable;
-use fe2o3_amqp::link::{Receiver, Sender};
+use fe2o3_amqp::link::Receiver;
 use fe2o3_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Body, Message as AmqpMessage, MessageId, Properties,
 };
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
-use tokio::sync::Notify;
 use tracing::{debug, info};
 
+use crate::reply::ReplyLink;
 use crate::sas::{Grant, SharedAccessKey};
-
-/// How long an answer waits for the client's `$cbs` receiver link: the
-/// SDKs attach it before they put a token.
-const REPLY_LINK_WAIT: Duration = Duration::from_secs(10);
 
 /// What the tokens put on one connection grant.
 #[derive(Debug, Default)]
@@ -45,43 +41,6 @@ impl Grants {
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .any(|grant| grant.covers(entity_path, now))
-    }
-}
-
-/// The session's `$cbs` receiver link, where answers go, once attached.
-#[derive(Debug, Default)]
-pub(crate) struct ReplyLink {
-    sender: tokio::sync::Mutex<Option<Sender>>,
-    attached: Notify,
-}
-
-impl ReplyLink {
-    pub(crate) async fn attached(&self, sender: Sender) {
-        *self.sender.lock().await = Some(sender);
-        self.attached.notify_one();
-    }
-
-    async fn send(&self, reply: AmqpMessage<AmqpValue<Value>>) {
-        let waited = tokio::time::timeout(REPLY_LINK_WAIT, async {
-            loop {
-                let mut slot = self.sender.lock().await;
-                if let Some(sender) = slot.as_mut() {
-                    let sendable = Sendable::builder().message(reply).settled(true).build();
-                    // The link is pre-settled (see the acceptor): nothing
-                    // comes back to wait for.
-                    if let Err(error) = sender.send_batchable(sendable).await {
-                        debug!(%error, "a $cbs answer was not sent");
-                    }
-                    return;
-                }
-                drop(slot);
-                self.attached.notified().await;
-            }
-        })
-        .await;
-        if waited.is_err() {
-            debug!("no $cbs receiver link to answer on; the answer is dropped");
-        }
     }
 }
 

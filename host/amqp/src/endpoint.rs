@@ -2,6 +2,7 @@
 //! attaches, routed by its address to `$cbs` or to a topic, or refused with
 //! the condition an SDK maps to its exception (spec §A.2–A.5).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -21,8 +22,10 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::address::{EntityAddress, Node, SubQueue};
-use crate::cbs::{self, Grants, ReplyLink};
+use crate::cbs::{self, Grants};
+use crate::management;
 use crate::publish;
+use crate::reply::ReplyLink;
 use crate::sas::SharedAccessKey;
 use crate::sasl::ServiceBusSasl;
 
@@ -172,7 +175,9 @@ async fn session_links<T: Transport + Admin>(
     shared: Arc<Shared<T>>,
     grants: Arc<Grants>,
 ) {
-    let replies = Arc::new(ReplyLink::default());
+    // Per node (`$cbs`, each topic's `$management`): the client's link
+    // answers go on, shared by the request links of the same node.
+    let mut replies: HashMap<String, Arc<ReplyLink>> = HashMap::new();
     let mut links = JoinSet::new();
     while let Some(attach) = session.next_incoming_attach().await {
         while links.try_join_next().is_some() {}
@@ -185,14 +190,14 @@ async fn session_links<T: Transport + Admin>(
             Err(error) => Err(refusal(AmqpError::NotFound, error.to_string())),
         };
         let acceptor = match &route {
-            Ok(Route::Publish { .. }) => LinkAcceptor::builder()
+            Ok(Route::Publish { .. } | Route::ManagementRequests { .. }) => LinkAcceptor::builder()
                 .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
                 .fallback_receiver_settle_mode(ReceiverSettleMode::First)
                 .max_message_size(shared.max_message_size)
                 .build(),
             // Answers go pre-settled: Python never settles them, and each
             // would stay in the link's unsettled map for the connection's life.
-            Ok(Route::CbsReplies) => LinkAcceptor::builder()
+            Ok(Route::CbsReplies | Route::ManagementReplies { .. }) => LinkAcceptor::builder()
                 .supported_sender_settle_modes(SupportedSenderSettleModes::Settled)
                 .fallback_sender_settle_mode(SenderSettleMode::Settled)
                 .max_message_size(CONTROL_MESSAGE_MAX)
@@ -212,13 +217,27 @@ async fn session_links<T: Transport + Admin>(
             (Ok(Route::CbsRequests), LinkEndpoint::Receiver(receiver)) => {
                 links.spawn(cbs::serve(
                     receiver,
-                    Arc::clone(&replies),
+                    reply_link(&mut replies, CBS_NODE),
                     Arc::clone(&shared.keys),
                     Arc::clone(&grants),
                 ));
             }
             (Ok(Route::CbsReplies), LinkEndpoint::Sender(sender)) => {
-                replies.attached(sender).await;
+                reply_link(&mut replies, CBS_NODE).attached(sender).await;
+            }
+            (Ok(Route::ManagementRequests { topic }), LinkEndpoint::Receiver(receiver)) => {
+                links.spawn(management::serve(
+                    receiver,
+                    reply_link(&mut replies, &management_node(&topic)),
+                    Arc::clone(&shared.transport),
+                    topic,
+                    Arc::clone(&grants),
+                ));
+            }
+            (Ok(Route::ManagementReplies { topic }), LinkEndpoint::Sender(sender)) => {
+                reply_link(&mut replies, &management_node(&topic))
+                    .attached(sender)
+                    .await;
             }
             (Ok(Route::Publish { topic }), LinkEndpoint::Receiver(mut receiver)) => {
                 if let Err(error) = receiver.set_credit(SEND_CREDIT).await {
@@ -249,6 +268,18 @@ async fn session_links<T: Transport + Admin>(
     let _ = session.end().await;
 }
 
+/// The key of the `$cbs` node among a session's reply links.
+const CBS_NODE: &str = "$cbs";
+
+/// The key of a topic's `$management` node (names ignore case).
+fn management_node(topic: &str) -> String {
+    format!("{}/$management", topic.to_ascii_lowercase())
+}
+
+fn reply_link(replies: &mut HashMap<String, Arc<ReplyLink>>, node: &str) -> Arc<ReplyLink> {
+    Arc::clone(replies.entry(node.to_owned()).or_default())
+}
+
 /// What an attached link does.
 enum Route {
     /// Put-token requests (the client sends on `$cbs`).
@@ -257,6 +288,10 @@ enum Route {
     CbsReplies,
     /// Publishing to a topic.
     Publish { topic: String },
+    /// Requests to a topic's `$management` node.
+    ManagementRequests { topic: String },
+    /// Where their answers go.
+    ManagementReplies { topic: String },
 }
 
 fn route(node: Node, client_sends: bool) -> Result<Route, AmqpErrorBody> {
@@ -287,11 +322,23 @@ fn route(node: Node, client_sends: bool) -> Result<Route, AmqpErrorBody> {
                 entity.entity_path()
             ),
         )),
+        (
+            Node::Management(EntityAddress {
+                topic,
+                subscription: None,
+                sub_queue: SubQueue::Main,
+            }),
+            client_sends,
+        ) => Ok(if client_sends {
+            Route::ManagementRequests { topic }
+        } else {
+            Route::ManagementReplies { topic }
+        }),
         (Node::Management(entity), _) => Err(refusal(
             AmqpError::NotImplemented,
             format!(
-                "the $management node of '{}' is not built yet: this endpoint takes publishes \
-                 (issue 29)",
+                "the $management node of '{}' is not built yet: this endpoint serves a topic's \
+                 (scheduling), not a subscription's (issue 29)",
                 entity.entity_path()
             ),
         )),

@@ -6,14 +6,16 @@
 //! addresses the SDKs write in three forms, read as one ([`address`]), and
 //! an SDK's message read into the broker's ([`convert`]). The endpoint
 //! ([`Endpoint`]) serves them over TCP on fe2o3-amqp's acceptor: SASL
-//! (`MSSBCBS`, `ANONYMOUS`), `$cbs`, and links that publish to topics
-//! (decision 0135).
+//! (`MSSBCBS`, `ANONYMOUS`), `$cbs`, links that publish to topics, and a
+//! topic's `$management` for scheduling (decision 0135).
 
 pub mod address;
 mod cbs;
 pub mod convert;
 mod endpoint;
+mod management;
 mod publish;
+mod reply;
 pub mod sas;
 mod sasl;
 

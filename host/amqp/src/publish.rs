@@ -123,7 +123,10 @@ async fn publish<T: Transport + Admin>(
 }
 
 /// The broker's name of the topic `written`, or `amqp:not-found`.
-async fn resolve_topic<T: Admin>(admin: &T, written: &str) -> Result<String, AmqpErrorBody> {
+pub(crate) async fn resolve_topic<T: Admin>(
+    admin: &T,
+    written: &str,
+) -> Result<String, AmqpErrorBody> {
     let topics = admin.list_topics().await.map_err(|error| {
         error_body(
             ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
