@@ -121,24 +121,17 @@ impl Scratch {
     /// the test failed, if it runs longer than `limit`.
     pub fn run_within(&self, args: &[&str], limit: std::time::Duration) -> Run {
         let cache = self.path("cache");
-        let mut child = self
+        let child = self
             .command(&with_cache(args, &cache))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("run nimbus");
-        let started = std::time::Instant::now();
-        while child.try_wait().expect("wait for nimbus").is_none() {
-            if started.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("nimbus {args:?} still ran after {limit:?}");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Run {
-            output: child.wait_with_output().expect("nimbus output"),
-        }
+        wait_within(
+            child,
+            limit,
+            &format!("nimbus {args:?} still ran after {limit:?}"),
+        )
     }
 
     /// `nimbus run --config <scratch>/nimbus.toml` that must stop by itself
@@ -151,7 +144,7 @@ impl Scratch {
 
     /// [`Scratch::run_host_to_exit`] with another configuration file.
     pub fn run_host_to_exit_with(&self, config: &Path) -> Run {
-        let mut child = Command::new(nimbus_bin())
+        let child = Command::new(nimbus_bin())
             .arg("run")
             .arg("--config")
             .arg(config)
@@ -163,18 +156,11 @@ impl Scratch {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn nimbus run");
-        let started = std::time::Instant::now();
-        while child.try_wait().expect("wait for nimbus run").is_none() {
-            if started.elapsed() > std::time::Duration::from_secs(60) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("nimbus run started, where it had to refuse to");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Run {
-            output: child.wait_with_output().expect("nimbus run's output"),
-        }
+        wait_within(
+            child,
+            std::time::Duration::from_secs(60),
+            "nimbus run started, where it had to refuse to",
+        )
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -184,6 +170,23 @@ impl Scratch {
             .env("XDG_CACHE_HOME", self.path("xdg-cache"))
             .env_remove("RUST_LOG");
         command
+    }
+}
+
+/// `child`'s output once it ends; killed, and the test failed with
+/// `running`, if it still runs after `limit`.
+fn wait_within(mut child: std::process::Child, limit: std::time::Duration, running: &str) -> Run {
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait for nimbus").is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{running}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Run {
+        output: child.wait_with_output().expect("nimbus output"),
     }
 }
 

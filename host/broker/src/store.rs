@@ -1655,14 +1655,19 @@ mod tests {
         }
     }
 
+    /// The header of a segment that continues the one before it.
+    fn continuing(unsynced_commits: bool) -> log::Header {
+        log::Header {
+            continues: true,
+            ..header(unsynced_commits, 0)
+        }
+    }
+
     #[test]
     fn a_segment_missing_from_the_middle_of_the_chain_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let log_dir = dir.path().join(log::DIR_NAME);
-        let continues = log::Header {
-            continues: true,
-            ..header(false, 0)
-        };
+        let continues = continuing(false);
         segment(&log_dir, 1, header(false, 0), &[1]);
         segment(&log_dir, 2, continues, &[2]);
         segment(&log_dir, 3, continues, &[3]);
@@ -1704,10 +1709,7 @@ mod tests {
     fn a_segment_that_lost_its_header_under_later_segments_is_refused_and_kept() {
         let dir = tempfile::tempdir().unwrap();
         let log_dir = dir.path().join(log::DIR_NAME);
-        let continues = log::Header {
-            continues: true,
-            ..header(false, 0)
-        };
+        let continues = continuing(false);
         segment(&log_dir, 1, header(false, 0), &[1]);
         let second = segment(&log_dir, 2, continues, &[2]);
         segment(&log_dir, 3, continues, &[3]);
@@ -1731,10 +1733,7 @@ mod tests {
     fn at_os_a_segment_that_lost_its_header_ends_the_log_there() {
         let dir = tempfile::tempdir().unwrap();
         let log_dir = dir.path().join(log::DIR_NAME);
-        let continues = log::Header {
-            continues: true,
-            ..header(true, 0)
-        };
+        let continues = continuing(true);
         segment(&log_dir, 1, header(true, 0), &[1]);
         std::fs::write(log::segment_path(&log_dir, 2), [0u8; 64]).unwrap();
         segment(&log_dir, 3, continues, &[3]);

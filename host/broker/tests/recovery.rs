@@ -78,6 +78,31 @@ fn file_names(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Waits until the open broker on `dir` has folded what it read into a
+/// snapshot, the new segment its only one; the snapshot.
+async fn folded_into_a_snapshot(dir: &Path) -> PathBuf {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        // Names only: compaction may remove a file between listing and reading.
+        let names = file_names(dir);
+        let snapshot = names
+            .iter()
+            .find(|p| p.extension().is_some_and(|e| e == "snapshot"))
+            .cloned();
+        let segments = names
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "log"))
+            .count();
+        if let Some(snapshot) = snapshot
+            && segments == 1
+        {
+            return snapshot;
+        }
+        assert!(std::time::Instant::now() < deadline, "no compaction");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The newest segment holding data, and where its data ends, as the
 /// offline check reads it.
 fn last_segment_with_data(dir: &Path) -> (PathBuf, u64) {
@@ -207,26 +232,7 @@ async fn a_deleted_snapshot_is_refused_by_name() {
     publish_acknowledged(dir.path(), 50).await;
     // Open folds the segments read into a snapshot in the background.
     let broker = Broker::open(options(dir.path())).await.expect("open");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let snapshot = loop {
-        // Names only: compaction may remove a file between listing and reading.
-        let names = file_names(dir.path());
-        let snapshot = names
-            .iter()
-            .find(|p| p.extension().is_some_and(|e| e == "snapshot"))
-            .cloned();
-        let segments = names
-            .iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "log"))
-            .count();
-        if let Some(snapshot) = snapshot
-            && segments == 1
-        {
-            break snapshot;
-        }
-        assert!(std::time::Instant::now() < deadline, "no compaction");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let snapshot = folded_into_a_snapshot(dir.path()).await;
     broker
         .publish("t", vec![Message::new(b"after".to_vec())])
         .await
@@ -257,17 +263,7 @@ async fn a_damaged_snapshot_is_refused_and_the_files_it_folded_are_kept() {
     let dir = tempfile::tempdir().expect("dir");
     publish_acknowledged(dir.path(), 50).await;
     let broker = Broker::open(options(dir.path())).await.expect("open");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let snapshot = loop {
-        if let Some(snapshot) = file_names(dir.path())
-            .into_iter()
-            .find(|p| p.extension().is_some_and(|e| e == "snapshot"))
-        {
-            break snapshot;
-        }
-        assert!(std::time::Instant::now() < deadline, "no compaction");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let snapshot = folded_into_a_snapshot(dir.path()).await;
     drop(broker);
     // An older snapshot, as a crash between writing a snapshot and removing
     // what it folded leaves one: what could rebuild a damaged newer one.

@@ -28,7 +28,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Run the host: embedded broker, handlers with hot swap, session
-    /// processors, Resolver and the HTTP API, until Ctrl-C or SIGTERM.
+    /// processors, Resolver, the HTTP API and, with `[amqp] listen`, the
+    /// AMQP endpoint Service Bus SDKs publish to, until Ctrl-C or SIGTERM.
     Run(RunArgs),
     /// Validate a configuration file without starting anything.
     Check(CheckConfigArgs),

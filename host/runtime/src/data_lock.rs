@@ -121,11 +121,7 @@ impl DataLock {
     /// [`DataLockError::Io`] when the lock file cannot be opened or locked.
     pub fn take_to_read(dir: &Path) -> Result<Option<DataLock>, DataLockError> {
         let path = dir.join(LOCK_FILE);
-        let io_error = |error| DataLockError::Io {
-            dir: dir.to_owned(),
-            path: path.clone(),
-            error,
-        };
+        let io_error = io_error(dir, &path);
         // A restored copy on a read-only mount is read all the same: no
         // host can write there either, and flock needs no write access.
         let opened = OpenOptions::new()
@@ -150,11 +146,7 @@ impl DataLock {
     /// listens on `api`, or says who holds it. Never waits.
     pub(crate) fn acquire(dir: &Path, api: SocketAddr) -> Result<DataLock, DataLockError> {
         let path = dir.join(LOCK_FILE);
-        let io_error = |error| DataLockError::Io {
-            dir: dir.to_owned(),
-            path: path.clone(),
-            error,
-        };
+        let io_error = io_error(dir, &path);
         // Not truncated on open: until the lock is ours, the contents are
         // the holder's, which a refusal quotes.
         let file = OpenOptions::new()
@@ -165,6 +157,16 @@ impl DataLock {
             .open(&path)
             .map_err(io_error)?;
         lock(file, dir, path, Some(api))
+    }
+}
+
+/// The error for an I/O failure on the lock file `path` of `dir`.
+fn io_error(dir: &Path, path: &Path) -> impl Fn(io::Error) -> DataLockError + use<> {
+    let (dir, path) = (dir.to_owned(), path.to_owned());
+    move |error| DataLockError::Io {
+        dir: dir.clone(),
+        path: path.clone(),
+        error,
     }
 }
 
@@ -185,13 +187,7 @@ fn lock(
                 holder: Holder::read(&mut file),
             });
         }
-        Err(TryLockError::Error(error)) => {
-            return Err(DataLockError::Io {
-                dir: dir.to_owned(),
-                path,
-                error,
-            });
-        }
+        Err(TryLockError::Error(error)) => return Err(io_error(dir, &path)(error)),
     }
     let me = Holder {
         pid: Some(std::process::id()),
