@@ -3,7 +3,10 @@
 //! `nimbus run` (issue 29): the pytest suite in `tests/python` publishes
 //! NimBus events that the wasm handler runs, and checks that tokens not
 //! signed with the configured key, expired, or for another entity are
-//! refused, and an unknown topic is not found.
+//! refused, and an unknown topic is not found; it receives from sessions
+//! (named and next available) and the dead-letter queue, settles, keeps
+//! session state, and meets the errors of a lost or held lock. Locks last
+//! 5 s here, so a lapse is quick to reach.
 //!
 //! The Python environment is made by `scripts/python-env.sh`, which the
 //! README's test command runs; `NIMBUS_PYTHON` names its interpreter.
@@ -38,7 +41,7 @@ fn python() -> PathBuf {
 }
 
 #[test]
-fn the_python_sdk_publishes_through_the_amqp_endpoint() {
+fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
     let python = python();
     let scratch = Scratch::new();
     scratch.install("billing", "orders", "orders");

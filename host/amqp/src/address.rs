@@ -129,6 +129,18 @@ impl EntityAddress {
             None => self.topic.clone(),
         }
     }
+
+    /// The path of the queue the address names: the entity's, with
+    /// `/$DeadLetterQueue` for its dead-letter queue. An SDK's token for a
+    /// dead-letter receiver names this path.
+    pub fn queue_path(&self) -> String {
+        let entity = self.entity_path();
+        match self.sub_queue {
+            SubQueue::Main => entity,
+            SubQueue::DeadLetter => format!("{entity}{DEAD_LETTER}"),
+            SubQueue::TransferDeadLetter => format!("{entity}{TRANSFER_DEAD_LETTER}"),
+        }
+    }
 }
 
 /// The path of `address`, without a scheme and authority, leading or

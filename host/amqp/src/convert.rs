@@ -186,6 +186,149 @@ fn property(name: &str, value: SimpleValue) -> Result<PropertyValue, ConvertErro
     })
 }
 
+/// The header of a message the broker sends: durable, its TTL, and the
+/// number of earlier deliveries.
+fn header(received: &nimbus_transport::ReceivedMessage) -> fe2o3_amqp::types::messaging::Header {
+    fe2o3_amqp::types::messaging::Header {
+        durable: true,
+        ttl: received
+            .message
+            .time_to_live
+            .map(|ttl| u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX)),
+        delivery_count: received.delivery_count.saturating_sub(1),
+        ..Default::default()
+    }
+}
+
+/// The header with every field written. fe2o3 leaves fields at their
+/// default off the end of the list, so a first delivery's count of 0 is
+/// not sent, and Python reads a missing count as `None`, not 0.
+#[derive(serde_amqp::SerializeComposite)]
+#[amqp_contract(
+    name = "amqp:header:list",
+    code = "0x0000_0000:0x0000_0070",
+    encoding = "list",
+    rename_all = "kebab-case"
+)]
+struct WholeHeader {
+    durable: bool,
+    priority: u8,
+    ttl: Option<u32>,
+    first_acquirer: bool,
+    delivery_count: u32,
+}
+
+/// The header bytes fe2o3 writes at the start of `received`'s message, and
+/// the whole header to write in their place; `None` when they are the same.
+pub(crate) fn header_patch(received: &nimbus_transport::ReceivedMessage) -> Option<HeaderPatch> {
+    let header = header(received);
+    let written = serde_amqp::to_vec(&header).ok()?;
+    let whole = serde_amqp::to_vec(&WholeHeader {
+        durable: header.durable,
+        priority: header.priority.0,
+        ttl: header.ttl,
+        first_acquirer: header.first_acquirer,
+        delivery_count: header.delivery_count,
+    })
+    .ok()?;
+    (written != whole).then_some(HeaderPatch { written, whole })
+}
+
+/// A message's first bytes as fe2o3 writes them, and what goes instead.
+#[derive(Debug, Clone)]
+pub(crate) struct HeaderPatch {
+    pub written: Vec<u8>,
+    pub whole: Vec<u8>,
+}
+
+/// `at` as an AMQP timestamp (ms since the Unix epoch).
+pub(crate) fn timestamp(at: SystemTime) -> Value {
+    let ms = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    Value::Timestamp(fe2o3_amqp::types::primitives::Timestamp::from_milliseconds(
+        ms,
+    ))
+}
+
+/// The application properties a dead-lettered message carries its reason
+/// and description in (both SDKs read them there).
+const DEAD_LETTER_REASON: &str = "DeadLetterReason";
+const DEAD_LETTER_DESCRIPTION: &str = "DeadLetterErrorDescription";
+
+/// A broker message as the broker sends it to a receiver (spec §A.7.3):
+/// the header's delivery count is the number of earlier deliveries, the
+/// broker's facts are message annotations of the exact types the SDKs
+/// cast to, and `locked_until` is stated only for a message locked on its
+/// own (a session's messages are under the session's lock).
+pub fn received(
+    received: &nimbus_transport::ReceivedMessage,
+    locked_alone: bool,
+) -> AmqpMessage<Body<Value>> {
+    use fe2o3_amqp::types::messaging::{
+        ApplicationProperties, Batch, Data, MessageAnnotations, Properties,
+    };
+    use fe2o3_amqp::types::primitives::Binary;
+
+    let message = &received.message;
+    let header = header(received);
+    let properties = Properties {
+        message_id: message.message_id.clone().map(MessageId::String),
+        correlation_id: message.correlation_id.clone().map(MessageId::String),
+        group_id: message.session_id.clone(),
+        reply_to: message.reply_to.clone(),
+        reply_to_group_id: message.reply_to_session_id.clone(),
+        to: message.to.clone(),
+        subject: message.subject.clone(),
+        content_type: message.content_type.clone().map(Into::into),
+        ..Properties::default()
+    };
+
+    let mut annotations = MessageAnnotations::builder()
+        .insert(
+            fe2o3_amqp::types::primitives::Symbol::from("x-opt-sequence-number"),
+            Value::Long(received.sequence_number),
+        )
+        .insert(
+            fe2o3_amqp::types::primitives::Symbol::from("x-opt-enqueued-time"),
+            timestamp(received.enqueued_time),
+        );
+    if locked_alone {
+        annotations = annotations.insert(
+            fe2o3_amqp::types::primitives::Symbol::from("x-opt-locked-until"),
+            timestamp(received.locked_until),
+        );
+    }
+
+    let mut application = ApplicationProperties::builder();
+    for (name, value) in &message.properties {
+        application = application.insert(
+            name.clone(),
+            match value {
+                PropertyValue::String(text) => SimpleValue::String(text.clone()),
+                PropertyValue::Int(n) => SimpleValue::Long(*n),
+                PropertyValue::Float(f) => SimpleValue::Double((*f).into()),
+                PropertyValue::Bool(flag) => SimpleValue::Bool(*flag),
+            },
+        );
+    }
+    if let Some(reason) = &received.dead_letter_reason {
+        application = application.insert(DEAD_LETTER_REASON, reason.as_str());
+    }
+    if let Some(description) = &received.dead_letter_description {
+        application = application.insert(DEAD_LETTER_DESCRIPTION, description.as_str());
+    }
+    AmqpMessage::builder()
+        .header(header)
+        .properties(properties)
+        .message_annotations(annotations.build())
+        .application_properties(application.build())
+        .body(Body::Data(Batch::new(vec![Data(Binary::from(
+            message.body.clone(),
+        ))])))
+        .build()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
@@ -327,5 +470,76 @@ mod tests {
             matches!(broken, ConvertError::BatchEntry { index: 1, .. }),
             "{broken}"
         );
+    }
+
+    fn delivered(delivery_count: u32) -> nimbus_transport::ReceivedMessage {
+        let mut message = Message::new(b"body".to_vec());
+        message.message_id = Some("m-1".to_owned());
+        message.session_id = Some("s-1".to_owned());
+        message
+            .properties
+            .insert("Step".to_owned(), PropertyValue::Int(2));
+        nimbus_transport::ReceivedMessage {
+            message,
+            sequence_number: 42,
+            enqueued_time: UNIX_EPOCH + Duration::from_secs(1_000),
+            delivery_count,
+            dead_letter_reason: Some("BadData".to_owned()),
+            dead_letter_description: None,
+            lock_token: nimbus_transport::LockToken::new(),
+            locked_until: UNIX_EPOCH + Duration::from_secs(2_000),
+        }
+    }
+
+    #[test]
+    fn a_delivered_message_carries_the_brokers_facts_in_the_types_the_sdks_cast_to() {
+        let amqp = received(&delivered(3), true);
+        assert_eq!(amqp.header.as_ref().map(|h| h.delivery_count), Some(2));
+        let annotations = amqp.message_annotations.expect("annotations").0;
+        let annotation = |key: &str| {
+            annotations
+                .iter()
+                .find(|(k, _)| {
+                    matches!(k, fe2o3_amqp::types::messaging::annotations::OwnedKey::Symbol(s)
+                        if s.as_str() == key)
+                })
+                .map(|(_, value)| value.clone())
+        };
+        assert_eq!(annotation("x-opt-sequence-number"), Some(Value::Long(42)));
+        assert_eq!(
+            annotation("x-opt-enqueued-time"),
+            Some(timestamp(UNIX_EPOCH + Duration::from_secs(1_000)))
+        );
+        assert_eq!(
+            annotation("x-opt-locked-until"),
+            Some(timestamp(UNIX_EPOCH + Duration::from_secs(2_000)))
+        );
+        let application = amqp.application_properties.expect("properties").0;
+        assert_eq!(application.get("Step"), Some(&SimpleValue::Long(2)));
+        assert_eq!(
+            application.get("DeadLetterReason"),
+            Some(&SimpleValue::String("BadData".to_owned()))
+        );
+        assert_eq!(
+            amqp.properties.and_then(|p| p.group_id).as_deref(),
+            Some("s-1")
+        );
+        // A session's message is under the session's lock: no lock of its own.
+        let in_session = received(&delivered(1), false)
+            .message_annotations
+            .expect("annotations");
+        assert!(in_session.0.len() == 2, "{in_session:?}");
+    }
+
+    #[test]
+    fn a_first_delivery_s_header_is_written_whole_so_its_count_of_zero_is_sent() {
+        let patch = header_patch(&delivered(1)).expect("fe2o3 leaves the 0 off");
+        assert!(patch.whole.len() > patch.written.len());
+        let read: fe2o3_amqp::types::messaging::Header =
+            serde_amqp::from_slice(&patch.whole).expect("a header");
+        assert_eq!((read.durable, read.delivery_count), (true, 0));
+        // The whole header is a list of all five fields.
+        assert_eq!(&patch.whole[..3], b"\x00\x53\x70");
+        assert_eq!(patch.whole[5], 5, "{:x?}", patch.whole);
     }
 }

@@ -12,22 +12,29 @@ use fe2o3_amqp::acceptor::{
     SupportedReceiverSettleModes, SupportedSenderSettleModes,
 };
 use fe2o3_amqp::types::definitions::{
-    AmqpError, Error as AmqpErrorBody, ReceiverSettleMode, Role, SenderSettleMode,
+    AmqpError, Error as AmqpErrorBody, ErrorCondition, Fields, ReceiverSettleMode, Role,
+    SenderSettleMode,
 };
 use fe2o3_amqp::types::messaging::TargetArchetype;
 use fe2o3_amqp::types::performatives::Attach;
-use nimbus_transport::{Admin, Transport};
+use fe2o3_amqp::types::primitives::{Symbol, Value};
+use nimbus_transport::{
+    Admin, ErrorKind, SessionLock, SessionSelector, SubscriptionPath, Transport,
+};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::address::{EntityAddress, Node, SubQueue};
 use crate::cbs::{self, Grants};
-use crate::management;
+use crate::held::{HeldDeliveries, HeldSessions};
+use crate::management::{self, Managed};
 use crate::publish;
+use crate::receive::{self, QueueHeld, SessionHeld};
 use crate::reply::ReplyLink;
 use crate::sas::SharedAccessKey;
 use crate::sasl::ServiceBusSasl;
+use crate::tap::{self, Tap};
 
 /// The credit a sending client gets: Python assumes this much as soon as
 /// its link is attached (spec §A.6).
@@ -45,6 +52,21 @@ const MAX_CONNECTIONS: usize = 1024;
 /// links refused right after attach): a token is a few hundred bytes, and
 /// no client should make the endpoint buffer more before it has one.
 const CONTROL_MESSAGE_MAX: u64 = 64 * 1024;
+
+/// The largest frame a client may send (and fe2o3 is told it may).
+const MAX_FRAME_SIZE: u32 = 256 * 1024;
+
+/// The pipe between the tap and fe2o3: a few frames.
+const PIPE_BUFFER: usize = 1024 * 1024;
+
+/// Stops a connection's pump when the connection's task ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// An AMQP endpoint over a broker.
 pub struct Endpoint<T> {
@@ -123,11 +145,26 @@ async fn accept(
 async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<T>>) {
     let acceptor = ConnectionAcceptor::builder()
         .container_id("nimbus")
+        .max_frame_size(MAX_FRAME_SIZE)
         .sasl_acceptor(ServiceBusSasl)
         .build();
     let peer = stream.peer_addr().ok();
-    let mut connection = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-        .await
+    // fe2o3 speaks to the tap, the tap to the client (decision 0136).
+    let (library_side, tap_side) = tokio::io::duplex(PIPE_BUFFER);
+    let (tap, answers) = Tap::new();
+    let pump = tokio::spawn(tap::pump(
+        stream,
+        tap_side,
+        tap.clone(),
+        answers,
+        MAX_FRAME_SIZE as usize,
+    ));
+    let _stop_pump = AbortOnDrop(pump);
+    let mut connection = match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        acceptor.accept(library_side),
+    )
+    .await
     {
         Ok(Ok(connection)) => connection,
         // Most often an SDK speaking TLS: without `UseDevelopmentEmulator=true`
@@ -146,6 +183,8 @@ async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<
         }
     };
     let grants = Arc::new(Grants::default());
+    let held = Arc::new(HeldSessions::default());
+    let deliveries = Arc::new(HeldDeliveries::default());
     let sessions = SessionAcceptor::new();
     let mut tasks = JoinSet::new();
     while let Some(incoming) = connection.next_incoming_session().await {
@@ -158,7 +197,12 @@ async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<
                 tasks.spawn(session_links(
                     session,
                     Arc::clone(&shared),
-                    Arc::clone(&grants),
+                    Link {
+                        grants: Arc::clone(&grants),
+                        held: Arc::clone(&held),
+                        deliveries: Arc::clone(&deliveries),
+                        tap: tap.clone(),
+                    },
                 ));
             }
             Err(error) => debug!(%error, "an AMQP session did not begin"),
@@ -168,12 +212,26 @@ async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<
     let _ = connection.close().await;
 }
 
+/// What a connection's links share.
+struct Link<S> {
+    grants: Arc<Grants>,
+    held: Arc<HeldSessions<S>>,
+    deliveries: Arc<HeldDeliveries>,
+    tap: Tap,
+}
+
 /// Takes the links a client attaches on one session until it ends it.
 async fn session_links<T: Transport + Admin>(
     mut session: ListenerSessionHandle,
     shared: Arc<Shared<T>>,
-    grants: Arc<Grants>,
+    link: Link<T::Session>,
 ) {
+    let Link {
+        grants,
+        held,
+        deliveries,
+        tap,
+    } = link;
     // Per node (`$cbs`, each topic's `$management`): the client's link
     // answers go on, shared by the request links of the same node.
     let mut replies: HashMap<String, Arc<ReplyLink>> = HashMap::new();
@@ -188,6 +246,14 @@ async fn session_links<T: Transport + Admin>(
             Ok(node) => route(node, client_sends),
             Err(error) => Err(refusal(AmqpError::NotFound, error.to_string())),
         };
+        if let Ok(Route::Receive { entity }) = &route {
+            let opened = open_receive(shared.transport.as_ref(), &grants, entity, &attach).await;
+            let holders = (&held, &deliveries);
+            if let Some(task) = attach_receive(opened, attach, &mut session, &tap, holders).await {
+                links.spawn(task);
+            }
+            continue;
+        }
         let acceptor = match &route {
             Ok(Route::Publish { .. } | Route::ManagementRequests { .. }) => LinkAcceptor::builder()
                 .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
@@ -224,17 +290,26 @@ async fn session_links<T: Transport + Admin>(
             (Ok(Route::CbsReplies), LinkEndpoint::Sender(sender)) => {
                 reply_link(&mut replies, CBS_NODE).attached(sender).await;
             }
-            (Ok(Route::ManagementRequests { topic }), LinkEndpoint::Receiver(receiver)) => {
+            (Ok(Route::ManagementRequests { entity }), LinkEndpoint::Receiver(receiver)) => {
+                let node = if entity.subscription.is_some() {
+                    Managed::Subscription {
+                        entity: entity.clone(),
+                        sessions: Arc::clone(&held),
+                        deliveries: Arc::clone(&deliveries),
+                    }
+                } else {
+                    Managed::Topic(entity.topic.clone())
+                };
                 links.spawn(management::serve(
                     receiver,
-                    reply_link(&mut replies, &management_node(&topic)),
+                    reply_link(&mut replies, &management_node(&entity)),
                     Arc::clone(&shared.transport),
-                    topic,
+                    node,
                     Arc::clone(&grants),
                 ));
             }
-            (Ok(Route::ManagementReplies { topic }), LinkEndpoint::Sender(sender)) => {
-                reply_link(&mut replies, &management_node(&topic))
+            (Ok(Route::ManagementReplies { entity }), LinkEndpoint::Sender(sender)) => {
+                reply_link(&mut replies, &management_node(&entity))
                     .attached(sender)
                     .await;
             }
@@ -270,9 +345,9 @@ async fn session_links<T: Transport + Admin>(
 /// The key of the `$cbs` node among a session's reply links.
 const CBS_NODE: &str = "$cbs";
 
-/// The key of a topic's `$management` node (names ignore case).
-fn management_node(topic: &str) -> String {
-    format!("{}/$management", topic.to_ascii_lowercase())
+/// The key of an entity's `$management` node (names ignore case).
+fn management_node(entity: &EntityAddress) -> String {
+    format!("{}/$management", entity.queue_path().to_ascii_lowercase())
 }
 
 fn reply_link(replies: &mut HashMap<String, Arc<ReplyLink>>, node: &str) -> Arc<ReplyLink> {
@@ -287,10 +362,12 @@ enum Route {
     CbsReplies,
     /// Publishing to a topic.
     Publish { topic: String },
-    /// Requests to a topic's `$management` node.
-    ManagementRequests { topic: String },
+    /// Receiving from a subscription or its dead-letter queue.
+    Receive { entity: EntityAddress },
+    /// Requests to a topic's or subscription's `$management` node.
+    ManagementRequests { entity: EntityAddress },
     /// Where their answers go.
-    ManagementReplies { topic: String },
+    ManagementReplies { entity: EntityAddress },
 }
 
 fn route(node: Node, client_sends: bool) -> Result<Route, AmqpErrorBody> {
@@ -313,32 +390,38 @@ fn route(node: Node, client_sends: bool) -> Result<Route, AmqpErrorBody> {
                 entity.topic
             ),
         )),
-        (Node::Entity(entity), false) => Err(refusal(
-            AmqpError::NotImplemented,
-            format!(
-                "receiving from '{}' over AMQP is not built yet: this endpoint takes publishes \
-                 (issue 29)",
-                entity.entity_path()
-            ),
-        )),
-        (
-            Node::Management(EntityAddress {
-                topic,
-                subscription: None,
-                sub_queue: SubQueue::Main,
-            }),
-            client_sends,
-        ) => Ok(if client_sends {
-            Route::ManagementRequests { topic }
-        } else {
-            Route::ManagementReplies { topic }
-        }),
+        (Node::Entity(entity), false) => match (&entity.subscription, entity.sub_queue) {
+            (None, _) => Err(refusal(
+                AmqpError::NotAllowed,
+                format!(
+                    "'{}' is a topic: receive from one of its subscriptions",
+                    entity.topic
+                ),
+            )),
+            (Some(_), SubQueue::TransferDeadLetter) => Err(refusal(
+                AmqpError::NotImplemented,
+                "nimbus has no transfer dead-letter queue: nothing is transferred through \
+                 another entity"
+                    .to_owned(),
+            )),
+            (Some(_), _) => Ok(Route::Receive { entity }),
+        },
+        (Node::Management(entity), client_sends)
+            if entity.sub_queue == SubQueue::Main
+                || (entity.sub_queue == SubQueue::DeadLetter && entity.subscription.is_some()) =>
+        {
+            Ok(if client_sends {
+                Route::ManagementRequests { entity }
+            } else {
+                Route::ManagementReplies { entity }
+            })
+        }
         (Node::Management(entity), _) => Err(refusal(
             AmqpError::NotImplemented,
             format!(
-                "the $management node of '{}' is not built yet: this endpoint serves a topic's \
-                 (scheduling), not a subscription's (issue 29)",
-                entity.entity_path()
+                "the $management node of '{}' is not served: nimbus serves a topic's, a \
+                 subscription's and its dead-letter queue's",
+                entity.queue_path()
             ),
         )),
     }
@@ -373,4 +456,238 @@ fn source_address(attach: &Attach) -> String {
         .as_ref()
         .and_then(|source| source.address.clone())
         .unwrap_or_default()
+}
+
+/// What a receive attach opened on the broker.
+enum Opened<T: Transport> {
+    Session { lock: Arc<T::Session>, path: String },
+    Queue(T::Receiver),
+}
+
+/// The session filter's key in a receive link's source (spec §A.7.1).
+const SESSION_FILTER: &str = "com.microsoft:session-filter";
+
+/// How long a next-available attach waits for a session when the client
+/// does not say; Service Bus caps any wait at 65 s.
+const DEFAULT_SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+const MAX_SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(65);
+
+/// Opens what a receive attach asks for: the session it names (or the next
+/// available), or a peek-lock receiver on a dead-letter queue or a
+/// subscription without sessions.
+async fn open_receive<T: Transport + Admin>(
+    transport: &T,
+    grants: &Grants,
+    entity: &EntityAddress,
+    attach: &Attach,
+) -> Result<Opened<T>, AmqpErrorBody> {
+    let written = entity.queue_path();
+    if !grants.cover(&written) {
+        return Err(refusal(
+            AmqpError::UnauthorizedAccess,
+            format!(
+                "no token put on $cbs on this connection grants '{written}': put one whose \
+                 audience covers it, signed with a configured key"
+            ),
+        ));
+    }
+    let topic = publish::resolve_topic(transport, &entity.topic).await?;
+    let wanted = entity.subscription.as_deref().unwrap_or_default();
+    let busy = |error: String| {
+        publish::error_body(
+            ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+            error,
+        )
+    };
+    let subscription = transport
+        .list_subscriptions(&topic)
+        .await
+        .map_err(|error| busy(error.to_string()))?
+        .into_iter()
+        .find(|s| s.name.eq_ignore_ascii_case(wanted))
+        .ok_or_else(|| {
+            refusal(
+                AmqpError::NotFound,
+                format!("the messaging entity '{written}' could not be found"),
+            )
+        })?;
+    let path = SubscriptionPath::new(topic, subscription.name.clone());
+    let filter = session_filter(attach);
+    if entity.sub_queue == SubQueue::DeadLetter {
+        return match transport
+            .receiver(&path, nimbus_transport::SubQueue::DeadLetter)
+            .await
+        {
+            Ok(receiver) => Ok(Opened::Queue(receiver)),
+            Err(error) => Err(busy(error.to_string())),
+        };
+    }
+    match (subscription.settings.requires_session, filter) {
+        (false, None) => match transport
+            .receiver(&path, nimbus_transport::SubQueue::Main)
+            .await
+        {
+            Ok(receiver) => Ok(Opened::Queue(receiver)),
+            Err(error) => Err(busy(error.to_string())),
+        },
+        (false, Some(_)) => Err(refusal(
+            AmqpError::NotAllowed,
+            format!("'{written}' does not require sessions: receive without a session id"),
+        )),
+        (true, None) => Err(refusal(
+            AmqpError::NotAllowed,
+            format!(
+                "'{written}' requires sessions: receive from a session (a session id, or the \
+                 next available)"
+            ),
+        )),
+        (true, Some(named)) => {
+            let (selector, wait) = match named {
+                // A named session held elsewhere is refused at once, as
+                // Service Bus does.
+                Some(id) => (SessionSelector::Named(id), std::time::Duration::ZERO),
+                None => (SessionSelector::NextAvailable, session_wait(attach)),
+            };
+            match transport.accept_session(&path, selector, wait).await {
+                Ok(lock) => Ok(Opened::Session {
+                    lock: Arc::new(lock),
+                    path: entity.entity_path(),
+                }),
+                Err(error) => Err(match error.kind() {
+                    ErrorKind::NoSessionAvailable => publish::error_body(
+                        ErrorCondition::Custom(Symbol::from("com.microsoft:timeout")),
+                        format!("no session of '{written}' became available within {wait:?}"),
+                    ),
+                    ErrorKind::SessionCannotBeLocked => publish::error_body(
+                        ErrorCondition::Custom(Symbol::from(
+                            "com.microsoft:session-cannot-be-locked",
+                        )),
+                        error.to_string(),
+                    ),
+                    ErrorKind::NotFound => refusal(AmqpError::NotFound, error.to_string()),
+                    _ => busy(error.to_string()),
+                }),
+            }
+        }
+    }
+}
+
+/// The session a receive attach asks for: `None` without a filter,
+/// `Some(None)` for the next available, `Some(Some(id))` for a named one.
+/// The value may be plain or described (spec §A.7.1).
+fn session_filter(attach: &Attach) -> Option<Option<String>> {
+    let filter = attach.source.as_ref()?.filter.as_ref()?;
+    let value = filter.get(&Symbol::from(SESSION_FILTER))?;
+    let value = match value {
+        Value::Described(described) => &described.value,
+        other => other,
+    };
+    Some(match value {
+        Value::String(id) if !id.is_empty() => Some(id.clone()),
+        _ => None,
+    })
+}
+
+/// How long a next-available attach may wait: `com.microsoft:timeout` in ms
+/// when the client sets it, capped as Service Bus caps it.
+fn session_wait(attach: &Attach) -> std::time::Duration {
+    let asked = attach
+        .properties
+        .as_ref()
+        .and_then(|p| p.get(&Symbol::from("com.microsoft:timeout")))
+        .and_then(|value| match value {
+            Value::Uint(ms) => Some(u64::from(*ms)),
+            Value::Int(ms) => u64::try_from(*ms).ok(),
+            Value::Long(ms) => u64::try_from(*ms).ok(),
+            Value::Ulong(ms) => Some(*ms),
+            _ => None,
+        });
+    asked.map_or(DEFAULT_SESSION_WAIT, |ms| {
+        std::time::Duration::from_millis(ms).min(MAX_SESSION_WAIT)
+    })
+}
+
+/// Answers a receive attach and starts its link, or answers it and detaches
+/// with the refusal.
+async fn attach_receive<T: Transport + Admin>(
+    opened: Result<Opened<T>, AmqpErrorBody>,
+    mut attach: Attach,
+    session: &mut ListenerSessionHandle,
+    tap: &Tap,
+    (held, deliveries): (&Arc<HeldSessions<T::Session>>, &Arc<HeldDeliveries>),
+) -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
+    let name = attach.name.clone();
+    let opened = match opened {
+        Ok(opened) => opened,
+        Err(error) => {
+            debug!(link = %name, reason = ?error.description, "an AMQP receive link is refused");
+            let endpoint = LinkAcceptor::builder()
+                .max_message_size(CONTROL_MESSAGE_MAX)
+                .build()
+                .accept_incoming_attach(attach, session)
+                .await
+                .ok()?;
+            return Some(Box::pin(close_with(endpoint, error)));
+        }
+    };
+    let Some(events) = tap.register(&name) else {
+        let endpoint = LinkAcceptor::builder()
+            .build()
+            .accept_incoming_attach(attach, session)
+            .await
+            .ok()?;
+        let error = refusal(
+            AmqpError::NotAllowed,
+            format!("a link named '{name}' is attached already on this connection"),
+        );
+        return Some(Box::pin(close_with(endpoint, error)));
+    };
+    let mut properties = Fields::default();
+    if let Opened::Session { lock, .. } = &opened {
+        // The id is echoed as a plain string, which both SDKs read back as
+        // the session they were given.
+        if let Some(source) = attach.source.as_mut() {
+            source.filter.get_or_insert_with(Default::default).insert(
+                Symbol::from(SESSION_FILTER),
+                Value::String(lock.session_id().to_owned()),
+            );
+        }
+        properties.insert(
+            Symbol::from("com.microsoft:locked-until-utc"),
+            Value::Long(receive::ticks(lock.locked_until())),
+        );
+    }
+    let accepted = LinkAcceptor::builder()
+        .properties(properties)
+        .build()
+        .accept_incoming_attach(attach, session)
+        .await;
+    let sender = match accepted {
+        Ok(LinkEndpoint::Sender(sender)) => sender,
+        Ok(LinkEndpoint::Receiver(_)) | Err(_) => {
+            tap.unregister(&name);
+            return None;
+        }
+    };
+    let tap = tap.clone();
+    let deliveries = Arc::clone(deliveries);
+    Some(match opened {
+        Opened::Session { lock, path } => {
+            let id = lock.session_id().to_owned();
+            info!(entity = %path, session = %id, "a client accepted a session over AMQP");
+            held.insert(&path, &id, Arc::clone(&lock));
+            let held = Arc::clone(held);
+            Box::pin(async move {
+                receive::serve(sender, Arc::new(SessionHeld(lock)), events, tap, deliveries).await;
+                held.remove(&path, &id);
+            })
+        }
+        Opened::Queue(receiver) => Box::pin(receive::serve(
+            sender,
+            Arc::new(QueueHeld(receiver)),
+            events,
+            tap,
+            deliveries,
+        )),
+    })
 }

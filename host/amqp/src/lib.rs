@@ -13,11 +13,14 @@ pub mod address;
 mod cbs;
 pub mod convert;
 mod endpoint;
+mod held;
 mod management;
 mod publish;
+mod receive;
 mod reply;
 pub mod sas;
 mod sasl;
+mod tap;
 
 pub use address::{AddressError, EntityAddress, Node, SubQueue};
 pub use endpoint::Endpoint;

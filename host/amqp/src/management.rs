@@ -1,6 +1,8 @@
-//! A topic's `$management` node: `schedule-message` and
-//! `cancel-scheduled-message` (spec §A.10, §A.11), which the SDKs'
-//! `schedule_messages` and `cancel_scheduled_messages` call. A request is a
+//! The `$management` nodes (spec §A.10, §A.11). A topic's serves
+//! `schedule-message` and `cancel-scheduled-message`, which the SDKs'
+//! `schedule_messages` and `cancel_scheduled_messages` call; a
+//! subscription's serves a held session's state and lock
+//! (`get-session-state`, `set-session-state`, `renew-session-lock`). A request is a
 //! map with string keys; the answer carries `statusCode` (an AMQP int),
 //! `statusDescription`, and on failure `errorCondition` (a symbol), with the
 //! request's message id as its correlation id.
@@ -13,16 +15,37 @@ use fe2o3_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Body, Message as AmqpMessage, MessageId, Properties,
 };
 use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Value};
-use nimbus_transport::{Admin, CancelError, Transport};
+use nimbus_transport::{Admin, CancelError, LockToken, SessionLock, Transport};
+use tokio::sync::oneshot;
 use tracing::debug;
 
+use crate::address::EntityAddress;
 use crate::cbs::Grants;
 use crate::convert;
+use crate::held::{HeldDeliveries, HeldSessions, LinkCommand, Outcome, SettleFailure};
 use crate::publish::{next_delivery, resolve_topic};
+use crate::receive::property;
 use crate::reply::ReplyLink;
 
 const SCHEDULE: &str = "com.microsoft:schedule-message";
 const CANCEL: &str = "com.microsoft:cancel-scheduled-message";
+const GET_SESSION_STATE: &str = "com.microsoft:get-session-state";
+const SET_SESSION_STATE: &str = "com.microsoft:set-session-state";
+const RENEW_SESSION_LOCK: &str = "com.microsoft:renew-session-lock";
+const RENEW_LOCK: &str = "com.microsoft:renew-lock";
+const UPDATE_DISPOSITION: &str = "com.microsoft:update-disposition";
+
+/// Which entity a `$management` node belongs to.
+pub(crate) enum Managed<S> {
+    /// A topic, as the client wrote it.
+    Topic(String),
+    /// A subscription, and the session locks this connection holds.
+    Subscription {
+        entity: EntityAddress,
+        sessions: Arc<HeldSessions<S>>,
+        deliveries: Arc<HeldDeliveries>,
+    },
+}
 
 /// An answer: status, description, error condition, body.
 struct Answer {
@@ -52,13 +75,13 @@ impl Answer {
     }
 }
 
-/// Answers the requests on one `$management` sender link of the topic the
-/// client named as `written`, until it detaches.
+/// Answers the requests on one `$management` sender link of `node` until
+/// the client detaches it.
 pub(crate) async fn serve<T: Transport + Admin>(
     mut requests: Receiver,
     replies: Arc<ReplyLink>,
     transport: Arc<T>,
-    written: String,
+    node: Managed<T::Session>,
     grants: Arc<Grants>,
 ) {
     while let Some(delivery) = next_delivery(&mut requests).await {
@@ -70,7 +93,14 @@ pub(crate) async fn serve<T: Transport + Admin>(
             .properties
             .as_ref()
             .and_then(|p| p.message_id.clone());
-        let answer = answer(transport.as_ref(), &written, &grants, request).await;
+        let answer = match &node {
+            Managed::Topic(written) => answer(transport.as_ref(), written, &grants, request).await,
+            Managed::Subscription {
+                entity,
+                sessions,
+                deliveries,
+            } => subscription_answer(entity, sessions, deliveries, &grants, request).await,
+        };
         replies.send(envelope(correlation, answer)).await;
     }
     let _ = requests.close().await;
@@ -209,6 +239,256 @@ async fn cancel<T: Transport>(
         }
     }
     Answer::ok(Value::Null)
+}
+
+/// Answers a request to a subscription's node: only on a session a link of
+/// this connection holds; any other is `session-lock-lost` (410), as
+/// Service Bus answers for a lock that is not the caller's.
+async fn subscription_answer<S: SessionLock>(
+    entity: &EntityAddress,
+    sessions: &HeldSessions<S>,
+    deliveries: &HeldDeliveries,
+    grants: &Grants,
+    request: AmqpMessage<Body<Value>>,
+) -> Answer {
+    let operation = request
+        .application_properties
+        .as_ref()
+        .and_then(|p| p.0.get("operation"))
+        .and_then(text);
+    if !grants.cover(&entity.queue_path()) {
+        let path = entity.queue_path();
+        return Answer::refused(
+            401,
+            "com.microsoft:unauthorized-access",
+            format!(
+                "no token put on $cbs on this connection grants '{path}' now: put one whose \
+                 audience covers it, signed with a configured key"
+            ),
+        );
+    }
+    // Sessions are the subscription's; its dead-letter queue has none.
+    let path = entity.entity_path();
+    let Body::Value(AmqpValue(Value::Map(body))) = request.body else {
+        return Answer::refused(
+            400,
+            "com.microsoft:argument-error",
+            "a $management request's body is a map".to_owned(),
+        );
+    };
+    let operation = operation.unwrap_or_default();
+    match operation.as_str() {
+        RENEW_LOCK => return renew_locks(deliveries, &body).await,
+        UPDATE_DISPOSITION => return update_disposition(deliveries, &body).await,
+        GET_SESSION_STATE | SET_SESSION_STATE | RENEW_SESSION_LOCK => {}
+        _ => {
+            return Answer::refused(
+                501,
+                "com.microsoft:not-implemented",
+                format!(
+                    "'{operation}' is not an operation this endpoint serves on a subscription's \
+                     $management (it serves get-session-state, set-session-state, \
+                     renew-session-lock, renew-lock and update-disposition)"
+                ),
+            );
+        }
+    }
+    let Some(session_id) = field(&body, "session-id").and_then(text_value) else {
+        return Answer::refused(
+            400,
+            "com.microsoft:argument-error",
+            format!("'{operation}' needs `session-id`, a string"),
+        );
+    };
+    let Some(lock) = sessions.get(&path, &session_id) else {
+        return session_lock_lost(&path, &session_id);
+    };
+    match operation.as_str() {
+        GET_SESSION_STATE => match lock.get_state().await {
+            Ok(state) => Answer::ok(map([(
+                "session-state",
+                state.map_or(Value::Null, |bytes| Value::Binary(bytes.into())),
+            )])),
+            Err(error) => state_error(&path, &session_id, &error.to_string(), error.kind()),
+        },
+        SET_SESSION_STATE => {
+            let state = match field(&body, "session-state") {
+                None | Some(Value::Null) => None,
+                Some(Value::Binary(bytes)) => Some(bytes.to_vec()).filter(|b| !b.is_empty()),
+                Some(_) => {
+                    return Answer::refused(
+                        400,
+                        "com.microsoft:argument-error",
+                        "`session-state` is binary or null".to_owned(),
+                    );
+                }
+            };
+            match lock.set_state(state).await {
+                Ok(()) => Answer::ok(map([])),
+                Err(error) => state_error(&path, &session_id, &error.to_string(), error.kind()),
+            }
+        }
+        _ => match lock.renew().await {
+            Ok(until) => Answer::ok(map([("expiration", convert::timestamp(until))])),
+            Err(error) => state_error(&path, &session_id, &error.to_string(), error.kind()),
+        },
+    }
+}
+
+/// The lock tokens of a request: an array (or list) of uuids, in RFC
+/// order (spec §A.10).
+fn lock_tokens(body: &OrderedMap<Value, Value>) -> Option<Vec<LockToken>> {
+    let values = match field(body, "lock-tokens")? {
+        Value::Array(values) => values.0.clone(),
+        Value::List(values) => values.clone(),
+        _ => return None,
+    };
+    values
+        .into_iter()
+        .map(|value| match value {
+            Value::Uuid(uuid) => Some(LockToken::from_uuid(uuid::Uuid::from_bytes(
+                uuid.into_inner(),
+            ))),
+            _ => None,
+        })
+        .collect()
+}
+
+fn failed(failure: SettleFailure) -> Answer {
+    match failure {
+        SettleFailure::LockLost => Answer::refused(
+            410,
+            "com.microsoft:message-lock-lost",
+            "the message's lock was lost (or it was settled already): it will be delivered \
+             again"
+                .to_owned(),
+        ),
+        SettleFailure::SessionLockLost => Answer::refused(
+            410,
+            "com.microsoft:session-lock-lost",
+            "the session lock was lost: its messages will be delivered again".to_owned(),
+        ),
+        SettleFailure::Invalid(why) => Answer::refused(400, "com.microsoft:argument-error", why),
+        SettleFailure::Busy(why) => Answer::refused(500, "com.microsoft:server-busy", why),
+    }
+}
+
+/// Renews each message's lock through the link that holds it; answers the
+/// new expiry of each, in order.
+async fn renew_locks(deliveries: &HeldDeliveries, body: &OrderedMap<Value, Value>) -> Answer {
+    let Some(tokens) = lock_tokens(body) else {
+        return Answer::refused(
+            400,
+            "com.microsoft:argument-error",
+            "renew-lock needs `lock-tokens`, an array of uuids".to_owned(),
+        );
+    };
+    let mut expirations = Vec::with_capacity(tokens.len());
+    for token in tokens {
+        let Some(link) = deliveries.link(token) else {
+            return failed(SettleFailure::LockLost);
+        };
+        let (reply, answer) = oneshot::channel();
+        let renewed = match link.send(LinkCommand::Renew { token, reply }) {
+            Ok(()) => answer.await.unwrap_or(Err(SettleFailure::LockLost)),
+            Err(_) => Err(SettleFailure::LockLost),
+        };
+        match renewed {
+            Ok(until) => expirations.push(convert::timestamp(until)),
+            Err(failure) => return failed(failure),
+        }
+    }
+    Answer::ok(map([("expirations", Value::Array(Array(expirations)))]))
+}
+
+/// Settles each message by lock token through the link that holds it: the
+/// way Python settles once the link that received a message is gone (it is
+/// then always lock lost), and .NET when a link's settlement fails.
+async fn update_disposition(
+    deliveries: &HeldDeliveries,
+    body: &OrderedMap<Value, Value>,
+) -> Answer {
+    let argument = |why: &str| Answer::refused(400, "com.microsoft:argument-error", why.to_owned());
+    let Some(tokens) = lock_tokens(body) else {
+        return argument("update-disposition needs `lock-tokens`, an array of uuids");
+    };
+    let session = field(body, "session-id").and_then(text_value).is_some();
+    let text_field = |key: &str| field(body, key).and_then(text_value).unwrap_or_default();
+    let outcome = match text_field("disposition-status").as_str() {
+        "completed" => Outcome::Complete,
+        "abandoned" => Outcome::Abandon(match field(body, "properties-to-modify") {
+            Some(Value::Map(properties)) => properties
+                .iter()
+                .filter_map(|(key, value)| Some((text_value(key)?, property(value)?)))
+                .collect(),
+            _ => Default::default(),
+        }),
+        "suspended" => Outcome::DeadLetter {
+            reason: text_field("deadletter-reason"),
+            description: text_field("deadletter-description"),
+        },
+        "defered" | "deferred" => {
+            return Answer::refused(
+                501,
+                "com.microsoft:not-implemented",
+                "deferring a message is not supported by nimbus; abandon or dead-letter it"
+                    .to_owned(),
+            );
+        }
+        other => {
+            return argument(&format!(
+                "`disposition-status` '{other}' is not completed, abandoned or suspended"
+            ));
+        }
+    };
+    let lost = if session {
+        SettleFailure::SessionLockLost
+    } else {
+        SettleFailure::LockLost
+    };
+    for token in tokens {
+        let Some(link) = deliveries.link(token) else {
+            return failed(lost);
+        };
+        let (reply, answer) = oneshot::channel();
+        let settled = match link.send(LinkCommand::Settle {
+            token,
+            outcome: outcome.clone(),
+            reply,
+        }) {
+            Ok(()) => answer.await.unwrap_or(Err(lost.clone())),
+            Err(_) => Err(lost.clone()),
+        };
+        if let Err(failure) = settled {
+            return failed(failure);
+        }
+    }
+    Answer::ok(map([]))
+}
+
+fn session_lock_lost(path: &str, session_id: &str) -> Answer {
+    Answer::refused(
+        410,
+        "com.microsoft:session-lock-lost",
+        format!(
+            "session '{session_id}' of '{path}' is not locked by a receiver on this connection \
+             (its lock lapsed, or another receiver holds it)"
+        ),
+    )
+}
+
+fn state_error(
+    path: &str,
+    session_id: &str,
+    description: &str,
+    kind: nimbus_transport::ErrorKind,
+) -> Answer {
+    match kind {
+        nimbus_transport::ErrorKind::SessionLockLost | nimbus_transport::ErrorKind::LockLost => {
+            session_lock_lost(path, session_id)
+        }
+        _ => Answer::refused(500, "com.microsoft:server-busy", description.to_owned()),
+    }
 }
 
 fn envelope(correlation: Option<MessageId>, answer: Answer) -> AmqpMessage<AmqpValue<Value>> {

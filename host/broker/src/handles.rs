@@ -184,6 +184,20 @@ impl SessionLock for BrokerSession {
             )
             .await
     }
+
+    async fn release(&self, message: ReceivedMessage) -> Result<(), SettleError> {
+        self.inner.healthy()?;
+        // Locks live in memory only: giving one back writes nothing.
+        match self.with_owned(|sub, _, wake| sub.main.release_locked(message.lock_token, wake)) {
+            None => Err(SettleError::SessionLockLost {
+                session_id: self.lost(),
+            }),
+            Some(None) => Err(SettleError::LockLost {
+                message_id: message.message.message_id.unwrap_or_default(),
+            }),
+            Some(Some(_)) => Ok(()),
+        }
+    }
 }
 
 impl Drop for BrokerSession {
@@ -350,6 +364,42 @@ impl Receiver for BrokerReceiver {
                 settlement.into_parts(),
             )
             .await
+    }
+
+    async fn release(&self, message: ReceivedMessage) -> Result<(), SettleError> {
+        self.inner.healthy()?;
+        let now = self.inner.now();
+        let mut wake = Wakeups::default();
+        let released = {
+            let mut core = self.topic.lock();
+            core.subs
+                .get_mut(&self.subscription)
+                .filter(|s| s.incarnation == self.incarnation)
+                .and_then(|sub| {
+                    let q = match self.queue {
+                        SubQueue::Main => &mut sub.main,
+                        SubQueue::DeadLetter => &mut sub.dead_letter,
+                    };
+                    // A lapsed lock is the timer's to count; it is not
+                    // this receiver's to give back.
+                    let held = q.locked(message.lock_token).is_some_and(|e| {
+                        matches!(e.status, EntryStatus::Locked { holder, until, .. }
+                            if holder == self.holder && until > now)
+                    });
+                    if held {
+                        q.release_locked(message.lock_token, &mut wake)
+                    } else {
+                        None
+                    }
+                })
+        };
+        wake.fire();
+        match released {
+            Some(_) => Ok(()),
+            None => Err(SettleError::LockLost {
+                message_id: message.message.message_id.unwrap_or_default(),
+            }),
+        }
     }
 
     async fn replay_dead_letter(&self, message: ReceivedMessage) -> Result<(), SettleError> {

@@ -1605,6 +1605,13 @@ impl nimbus_transport::SessionLock for PanickySession {
         self.inner.renew().await
     }
 
+    async fn release(
+        &self,
+        message: nimbus_transport::ReceivedMessage,
+    ) -> Result<(), nimbus_transport::SettleError> {
+        self.inner.release(message).await
+    }
+
     async fn settle(
         &self,
         settlement: nimbus_transport::Settlement,

@@ -103,6 +103,10 @@ impl SessionLock for GatedSession {
         self.inner.renew().await
     }
 
+    async fn release(&self, message: ReceivedMessage) -> Result<(), SettleError> {
+        self.inner.release(message).await
+    }
+
     async fn settle(&self, settlement: Settlement) -> Result<SettleReceipt, SettleError> {
         let _passed = self.gate.acquire().await.unwrap();
         self.inner.settle(settlement).await

@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::{
     Admin, ErrorKind, Message, Properties, PropertyValue, Receiver, RuleDescription, SessionLock,
-    SessionSelector, Settlement, SubQueue, SubscriptionPath, SubscriptionSettings, TopicSettings,
-    Transport,
+    SessionSelector, SettleError, Settlement, SubQueue, SubscriptionPath, SubscriptionSettings,
+    TopicSettings, Transport,
 };
 
 /// Long enough for anything that is coming to arrive; receives return as
@@ -81,6 +81,7 @@ macro_rules! transport_conformance {
             dead_letter_queue_is_readable_settleable_and_replayable,
             closing_a_receiver_does_not_count_a_delivery,
             closing_a_session_does_not_count_a_delivery,
+            a_released_message_comes_back_first_uncounted,
             scheduled_message_arrives_at_its_time_and_cancel_stops_it,
             ttl_expiry_dead_letters_when_the_subscription_asks,
             ttl_expiry_drops_silently_otherwise,
@@ -774,6 +775,44 @@ pub async fn closing_a_session_does_not_count_a_delivery<H: Harness>(h: H) {
         .expect("1 again");
     assert_eq!(body(&m), "1");
     assert_eq!(m.delivery_count, 1);
+}
+
+/// A released message is next again, in a session and on a receiver, with
+/// its delivery count unchanged; releasing it twice is lock lost.
+pub async fn a_released_message_comes_back_first_uncounted<H: Harness>(h: H) {
+    let t = h.transport();
+    let path = topic_with_sub(t, "rl", "s", SubscriptionSettings::sessions()).await;
+    t.publish("rl", vec![msg(Some("k"), "1"), msg(Some("k"), "2")])
+        .await
+        .expect("publish");
+    let lock = t
+        .accept_session(&path, SessionSelector::NextAvailable, ARRIVES)
+        .await
+        .expect("accept");
+    let first = lock.receive(ARRIVES).await.expect("receive").expect("1");
+    let copy = first.clone();
+    lock.release(first).await.expect("release");
+    assert!(matches!(
+        lock.release(copy).await,
+        Err(SettleError::LockLost { .. })
+    ));
+    let again = lock
+        .receive(ARRIVES)
+        .await
+        .expect("receive")
+        .expect("1 again");
+    assert_eq!((body(&again).as_str(), again.delivery_count), ("1", 1));
+
+    let plain = topic_with_sub(t, "rl", "p", SubscriptionSettings::default()).await;
+    t.publish("rl", vec![msg(Some("k"), "3")])
+        .await
+        .expect("publish");
+    let r = t.receiver(&plain, SubQueue::Main).await.expect("receiver");
+    let m = r.receive(ARRIVES).await.expect("receive").expect("3");
+    lock.release(again).await.expect("release in the session");
+    r.release(m).await.expect("release");
+    let m = r.receive(ARRIVES).await.expect("receive").expect("3 again");
+    assert_eq!((body(&m).as_str(), m.delivery_count), ("3", 1));
 }
 
 /// A scheduled message is invisible until its time; a cancelled one never

@@ -195,6 +195,14 @@ pub trait SessionLock: Send + Sync + std::fmt::Debug + 'static {
         }
     }
 
+    /// Gives `message` back unsettled: it is next again in the session, its
+    /// delivery count unchanged (a client that did not want it yet, as an
+    /// AMQP `released` outcome). On error the message is unchanged.
+    fn release(
+        &self,
+        message: ReceivedMessage,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send;
+
     /// Releases the session cleanly (as dropping does): unsettled messages
     /// return without a delivery counted, and another receiver may accept it.
     fn close(self) -> impl Future<Output = ()> + Send
@@ -263,6 +271,13 @@ pub trait Receiver: Send + Sync + std::fmt::Debug + 'static {
                 .map(drop)
         }
     }
+
+    /// Gives `message` back unlocked at its place, its delivery count
+    /// unchanged (AMQP `released`). On error the message is unchanged.
+    fn release(
+        &self,
+        message: ReceivedMessage,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send;
 
     /// Replays a message received from a dead-letter queue: atomically
     /// removes it from the dead-letter queue and enqueues it again at the end

@@ -1,0 +1,569 @@
+//! Links a client receives on: a session of a session-enabled subscription,
+//! or a dead-letter queue, in peek-lock (spec §A.7–A.9).
+//!
+//! Each link has two tasks. The fetcher takes a message from the broker
+//! only while the client has credit for one (a message is locked only when
+//! it is about to go); the link sends it with its lock token as the tag and
+//! answers each disposition the client sends with what the broker did:
+//! the outcome applied, or the lock it found lost.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fe2o3_amqp::Sendable;
+use fe2o3_amqp::link::Sender;
+use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
+use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Rejected, Released};
+use fe2o3_amqp::types::primitives::{Symbol, Value};
+use nimbus_transport::{
+    LockToken, Properties, PropertyValue, ReceiveError, ReceivedMessage, Receiver, SessionLock,
+    SettleError,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, warn};
+
+use crate::convert;
+use crate::held::{HeldDeliveries, LinkCommand, Outcome, SettleFailure};
+use crate::publish::error_body;
+use crate::tap::{ClientDisposition, ClientEvent, LinkEvents, Tap};
+
+/// How long the fetcher waits on the broker before it looks at the credit
+/// again.
+const FETCH_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a delivery may wait for the library to send it; past that the
+/// client has taken its credit back (a drain), and the message is released.
+const SEND_WAIT: Duration = Duration::from_secs(2);
+
+/// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
+const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
+
+/// `at` in .NET ticks, as `com.microsoft:locked-until-utc` carries it.
+pub(crate) fn ticks(at: SystemTime) -> i64 {
+    let ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| {
+        i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 10_000)
+    });
+    ms.saturating_mul(10_000)
+        .saturating_add(TICKS_AT_UNIX_EPOCH)
+}
+
+/// What a receive link holds: a session lock or a peek-lock receiver.
+pub(crate) trait Held: Send + Sync + 'static {
+    /// The session lock's expiry, for a session; `None` for a queue.
+    fn session_locked_until(&self) -> Option<SystemTime>;
+    fn receive(
+        &self,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Option<ReceivedMessage>, ReceiveError>> + Send;
+    fn complete(
+        &self,
+        message: ReceivedMessage,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send;
+    fn abandon(
+        &self,
+        message: ReceivedMessage,
+        properties: Properties,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send;
+    fn dead_letter(
+        &self,
+        message: ReceivedMessage,
+        reason: String,
+        description: String,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send;
+    fn release(
+        &self,
+        message: ReceivedMessage,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send;
+    /// Renews `message`'s own lock (not possible in a session, whose lock
+    /// covers its messages).
+    fn renew(
+        &self,
+        message: &mut ReceivedMessage,
+    ) -> impl Future<Output = Result<SystemTime, SettleFailure>> + Send;
+}
+
+/// A session lock, shared with the subscription's `$management` node.
+pub(crate) struct SessionHeld<S>(pub Arc<S>);
+
+impl<S: SessionLock> Held for SessionHeld<S> {
+    fn session_locked_until(&self) -> Option<SystemTime> {
+        Some(self.0.locked_until())
+    }
+    async fn renew(&self, _message: &mut ReceivedMessage) -> Result<SystemTime, SettleFailure> {
+        Err(SettleFailure::Invalid(
+            "a session's messages are locked by the session's lock: renew the session lock"
+                .to_owned(),
+        ))
+    }
+    fn receive(
+        &self,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Option<ReceivedMessage>, ReceiveError>> + Send {
+        self.0.receive(max_wait)
+    }
+    fn complete(
+        &self,
+        message: ReceivedMessage,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send {
+        self.0.complete(message)
+    }
+    fn abandon(
+        &self,
+        message: ReceivedMessage,
+        properties: Properties,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send {
+        self.0.abandon(message, properties)
+    }
+    fn dead_letter(
+        &self,
+        message: ReceivedMessage,
+        reason: String,
+        description: String,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send {
+        self.0.dead_letter(message, reason, description)
+    }
+    fn release(
+        &self,
+        message: ReceivedMessage,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send {
+        self.0.release(message)
+    }
+}
+
+/// A peek-lock receiver (a dead-letter queue, or a subscription without
+/// sessions).
+pub(crate) struct QueueHeld<R>(pub R);
+
+impl<R: Receiver> Held for QueueHeld<R> {
+    fn session_locked_until(&self) -> Option<SystemTime> {
+        None
+    }
+    async fn renew(&self, message: &mut ReceivedMessage) -> Result<SystemTime, SettleFailure> {
+        self.0
+            .renew_lock(message)
+            .await
+            .map_err(|error| match error.kind() {
+                nimbus_transport::ErrorKind::LockLost | nimbus_transport::ErrorKind::NotFound => {
+                    SettleFailure::LockLost
+                }
+                _ => SettleFailure::Busy(error.to_string()),
+            })
+    }
+    fn receive(
+        &self,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Option<ReceivedMessage>, ReceiveError>> + Send {
+        self.0.receive(max_wait)
+    }
+    fn complete(
+        &self,
+        message: ReceivedMessage,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send {
+        self.0.complete(message)
+    }
+    fn abandon(
+        &self,
+        message: ReceivedMessage,
+        properties: Properties,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send {
+        self.0.abandon(message, properties)
+    }
+    fn dead_letter(
+        &self,
+        message: ReceivedMessage,
+        reason: String,
+        description: String,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send {
+        self.0.dead_letter(message, reason, description)
+    }
+    fn release(
+        &self,
+        message: ReceivedMessage,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send {
+        self.0.release(message)
+    }
+}
+
+/// A message the fetcher took, and where to say it went out.
+type Fetched = Result<(ReceivedMessage, oneshot::Sender<()>), ReceiveError>;
+
+/// Serves one receive link until the client detaches it, the session lock
+/// lapses, or the connection ends.
+pub(crate) async fn serve<H: Held>(
+    mut sender: Sender,
+    held: Arc<H>,
+    events: LinkEvents,
+    tap: Tap,
+    deliveries: Arc<HeldDeliveries>,
+) {
+    let name = sender.name().to_owned();
+    let (commands, mut asked) = mpsc::unbounded_channel();
+    let LinkEvents {
+        credit,
+        events: mut client,
+    } = events;
+    let (fetched_tx, mut fetched) = mpsc::channel::<Fetched>(1);
+    let fetcher = tokio::spawn(fetch(Arc::clone(&held), credit.clone(), fetched_tx));
+    let mut in_flight = InFlight {
+        messages: HashMap::new(),
+        index: deliveries,
+        commands,
+    };
+    let ending = loop {
+        let lapse = held.session_locked_until();
+        tokio::select! {
+            event = client.recv() => match event {
+                Some(ClientEvent::Settled(disposition)) => {
+                    settle(held.as_ref(), &tap, &mut in_flight, disposition).await;
+                }
+                Some(ClientEvent::Detached) | None => break None,
+            },
+            Some(asked) = asked.recv() => command(held.as_ref(), &mut in_flight, asked).await,
+            message = fetched.recv() => match message {
+                Some(Ok((message, sent))) => {
+                    deliver(&mut sender, held.as_ref(), &tap, &name, &credit, &mut in_flight, message).await;
+                    let _ = sent.send(());
+                }
+                Some(Err(error)) => break Some(receive_error(&error)),
+                None => break None,
+            },
+            () = sleep_until(lapse), if lapse.is_some() => {
+                if held.session_locked_until().is_some_and(|until| until <= SystemTime::now()) {
+                    break Some(error_body(
+                        ErrorCondition::Custom(Symbol::from("com.microsoft:session-lock-lost")),
+                        "the session lock lapsed: renew it before it does".to_owned(),
+                    ));
+                }
+            }
+        }
+    };
+    fetcher.abort();
+    tap.unregister(&name);
+    // Messages still out are given back by the lock or receiver as it is
+    // dropped (uncounted, as Service Bus does on a clean close).
+    in_flight.clear();
+    let closed = match ending {
+        Some(error) => sender.close_with_error(error).await,
+        None => sender.close().await,
+    };
+    if let Err(error) = closed {
+        debug!(%error, link = %name, "closing a receive link");
+    }
+}
+
+async fn sleep_until(at: Option<SystemTime>) {
+    let wait = at
+        .and_then(|at| at.duration_since(SystemTime::now()).ok())
+        .unwrap_or_default();
+    tokio::time::sleep(wait).await;
+}
+
+/// Takes one message at a time from the broker, while the client has credit.
+async fn fetch<H: Held>(
+    held: Arc<H>,
+    mut credit: watch::Receiver<u32>,
+    out: mpsc::Sender<Fetched>,
+) {
+    loop {
+        if credit.wait_for(|credit| *credit > 0).await.is_err() {
+            return;
+        }
+        match held.receive(FETCH_WAIT).await {
+            Ok(None) => {}
+            Ok(Some(message)) => {
+                let (sent, went) = oneshot::channel();
+                if out.send(Ok((message, sent))).await.is_err() || went.await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => {
+                let _ = out.send(Err(error)).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Sends `message`, with its lock token as the tag, if the client still has
+/// credit; gives it back otherwise.
+async fn deliver<H: Held>(
+    sender: &mut Sender,
+    held: &H,
+    tap: &Tap,
+    name: &str,
+    credit: &watch::Receiver<u32>,
+    in_flight: &mut InFlight,
+    message: ReceivedMessage,
+) {
+    if *credit.borrow() == 0 {
+        give_back(held, message).await;
+        return;
+    }
+    let amqp = convert::received(&message, held.session_locked_until().is_none());
+    let sendable = Sendable::builder().message(amqp).settled(false).build();
+    tap.next_tag(name, message.lock_token, convert::header_patch(&message));
+    match tokio::time::timeout(SEND_WAIT, sender.send_batchable(sendable)).await {
+        // The outcome comes through the tap, not the library.
+        Ok(Ok(_outcome)) => in_flight.insert(message),
+        Ok(Err(error)) => {
+            debug!(%error, link = %name, "a delivery could not be sent");
+            give_back(held, message).await;
+        }
+        Err(_) => {
+            debug!(link = %name, "a delivery waited for credit that did not come; given back");
+            give_back(held, message).await;
+        }
+    }
+}
+
+async fn give_back<H: Held>(held: &H, message: ReceivedMessage) {
+    if let Err(error) = held.release(message).await {
+        debug!(%error, "giving back a message not sent");
+    }
+}
+
+/// Applies what the client did to the delivery and answers it (spec §A.8).
+async fn settle<H: Held>(
+    held: &H,
+    tap: &Tap,
+    in_flight: &mut InFlight,
+    disposition: ClientDisposition,
+) {
+    let ClientDisposition {
+        channel,
+        delivery_id,
+        lock_token,
+        state,
+        settled_by_client,
+    } = disposition;
+    let answer = |state: DeliveryState| {
+        if !settled_by_client {
+            tap.answer(channel, delivery_id, state);
+        }
+    };
+    let (outcome, applied_state) = match state {
+        Some(DeliveryState::Accepted(_)) => {
+            (Outcome::Complete, DeliveryState::Accepted(Accepted {}))
+        }
+        Some(DeliveryState::Modified(modified)) if modified.undeliverable_here == Some(true) => {
+            // Deferral needs receive-by-sequence-number, which this endpoint
+            // does not serve: the message stays as it was.
+            answer(rejected(
+                ErrorCondition::AmqpError(AmqpError::NotImplemented),
+                "deferring a message is not supported by nimbus; abandon or dead-letter it"
+                    .to_owned(),
+            ));
+            return;
+        }
+        Some(DeliveryState::Modified(modified)) => {
+            let properties = modified
+                .message_annotations
+                .as_ref()
+                .map(|fields| {
+                    fields
+                        .iter()
+                        .filter_map(|(key, value)| Some((key.0.clone(), property(value)?)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (
+                Outcome::Abandon(properties),
+                DeliveryState::Modified(modified),
+            )
+        }
+        Some(DeliveryState::Rejected(rejected_state)) => {
+            let (reason, description) = dead_letter_reason(&rejected_state);
+            // A dead-letter is answered without the error the client sent:
+            // Python takes an error in the answer as a failure.
+            (
+                Outcome::DeadLetter {
+                    reason,
+                    description,
+                },
+                DeliveryState::Rejected(Rejected { error: None }),
+            )
+        }
+        Some(DeliveryState::Released(_)) => {
+            (Outcome::Release, DeliveryState::Released(Released {}))
+        }
+        other => {
+            warn!(state = ?other, "a disposition with no outcome; the message stays locked");
+            return;
+        }
+    };
+    match apply(held, in_flight, lock_token, outcome).await {
+        Ok(()) => answer(applied_state),
+        Err(SettleFailure::LockLost | SettleFailure::SessionLockLost) => answer(lock_lost(held)),
+        Err(SettleFailure::Invalid(why) | SettleFailure::Busy(why)) => answer(rejected(
+            ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+            why,
+        )),
+    }
+}
+
+/// The deliveries a link sent and the client has not settled, and the
+/// connection's index of them (for settling and renewing by lock token).
+pub(crate) struct InFlight {
+    messages: HashMap<LockToken, ReceivedMessage>,
+    index: Arc<HeldDeliveries>,
+    commands: mpsc::UnboundedSender<LinkCommand>,
+}
+
+impl InFlight {
+    fn insert(&mut self, message: ReceivedMessage) {
+        self.index.insert(message.lock_token, self.commands.clone());
+        self.messages.insert(message.lock_token, message);
+    }
+
+    fn take(&mut self, token: LockToken) -> Option<ReceivedMessage> {
+        self.index.remove(token);
+        self.messages.remove(&token)
+    }
+
+    fn clear(&mut self) {
+        for token in self.messages.keys() {
+            self.index.remove(*token);
+        }
+        self.messages.clear();
+    }
+}
+
+/// Settles the delivery locked with `token` as `outcome`; on an error that
+/// left it unchanged, it stays in flight.
+async fn apply<H: Held>(
+    held: &H,
+    in_flight: &mut InFlight,
+    token: LockToken,
+    outcome: Outcome,
+) -> Result<(), SettleFailure> {
+    let Some(message) = in_flight.take(token) else {
+        return Err(if held.session_locked_until().is_some() {
+            SettleFailure::SessionLockLost
+        } else {
+            SettleFailure::LockLost
+        });
+    };
+    let kept = message.clone();
+    let applied = match outcome {
+        Outcome::Complete => held.complete(message).await,
+        Outcome::Abandon(properties) => held.abandon(message, properties).await,
+        Outcome::DeadLetter {
+            reason,
+            description,
+        } => held.dead_letter(message, reason, description).await,
+        Outcome::Release => held.release(message).await,
+    };
+    match applied {
+        Ok(()) => Ok(()),
+        Err(SettleError::LockLost { .. }) => Err(SettleFailure::LockLost),
+        Err(SettleError::SessionLockLost { .. }) => Err(SettleFailure::SessionLockLost),
+        Err(error) => {
+            // Nothing took effect: the message is still locked and may be
+            // settled again.
+            in_flight.insert(kept);
+            Err(SettleFailure::Busy(error.to_string()))
+        }
+    }
+}
+
+/// Answers what the `$management` node asks of this link.
+async fn command<H: Held>(held: &H, in_flight: &mut InFlight, command: LinkCommand) {
+    match command {
+        LinkCommand::Settle {
+            token,
+            outcome,
+            reply,
+        } => {
+            let _ = reply.send(apply(held, in_flight, token, outcome).await);
+        }
+        LinkCommand::Renew { token, reply } => {
+            let renewed = match in_flight.messages.get_mut(&token) {
+                None => Err(SettleFailure::LockLost),
+                Some(message) => held.renew(message).await,
+            };
+            let _ = reply.send(renewed);
+        }
+    }
+}
+
+fn lock_lost<H: Held>(held: &H) -> DeliveryState {
+    if held.session_locked_until().is_some() {
+        rejected(
+            ErrorCondition::Custom(Symbol::from("com.microsoft:session-lock-lost")),
+            "the session lock was lost: the message will be delivered again".to_owned(),
+        )
+    } else {
+        rejected(
+            ErrorCondition::Custom(Symbol::from("com.microsoft:message-lock-lost")),
+            "the message's lock was lost: it will be delivered again".to_owned(),
+        )
+    }
+}
+
+fn rejected(condition: ErrorCondition, description: String) -> DeliveryState {
+    DeliveryState::Rejected(Rejected {
+        error: Some(error_body(condition, description)),
+    })
+}
+
+/// The reason and description of a dead-letter: Python and .NET put them in
+/// the error's `info`; a bare description is taken as the reason.
+fn dead_letter_reason(rejected: &Rejected) -> (String, String) {
+    let Some(error) = &rejected.error else {
+        return (String::new(), String::new());
+    };
+    let info = |key: &str| {
+        error
+            .info
+            .as_ref()
+            .and_then(|info| info.get(&Symbol::from(key)))
+            .and_then(|value| match value {
+                Value::String(text) => Some(text.clone()),
+                _ => None,
+            })
+    };
+    let reason = info("DeadLetterReason")
+        .or_else(|| error.description.clone())
+        .unwrap_or_default();
+    let description = info("DeadLetterErrorDescription").unwrap_or_default();
+    (reason, description)
+}
+
+/// A property an abandon asks to set, if the broker keeps its type.
+pub(crate) fn property(value: &Value) -> Option<PropertyValue> {
+    Some(match value {
+        Value::String(text) => PropertyValue::String(text.clone()),
+        Value::Bool(flag) => PropertyValue::Bool(*flag),
+        Value::Int(n) => PropertyValue::Int((*n).into()),
+        Value::Long(n) => PropertyValue::Int(*n),
+        Value::Double(f) => PropertyValue::Float(f.into_inner()),
+        _ => return None,
+    })
+}
+
+/// The detach a failed receive ends the link with.
+fn receive_error(error: &ReceiveError) -> fe2o3_amqp::types::definitions::Error {
+    let condition = match error {
+        ReceiveError::SessionLockLost { .. } => {
+            ErrorCondition::Custom(Symbol::from("com.microsoft:session-lock-lost"))
+        }
+        ReceiveError::NotFound { .. } => ErrorCondition::AmqpError(AmqpError::NotFound),
+        _ => ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+    };
+    error_body(condition, error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_count_from_the_dotnet_epoch() {
+        assert_eq!(ticks(UNIX_EPOCH), TICKS_AT_UNIX_EPOCH);
+        // 2026-12-06T00:00:00Z, as .NET's DateTime.Ticks gives it.
+        let at = UNIX_EPOCH + Duration::from_secs(1_796_515_200);
+        assert_eq!(ticks(at), 639_321_120_000_000_000);
+    }
+}
