@@ -6,8 +6,13 @@
 //! addresses the SDKs write in three forms, read as one ([`address`]), and
 //! an SDK's message read into the broker's ([`convert`]). The endpoint
 //! ([`Endpoint`]) serves them over TCP on fe2o3-amqp's acceptor: SASL
-//! (`MSSBCBS`, `ANONYMOUS`), `$cbs`, links that publish to topics, and a
-//! topic's `$management` for scheduling (decision 0135).
+//! (`MSSBCBS`, `ANONYMOUS`), `$cbs`, links that publish to topics, a
+//! topic's `$management` for scheduling (decision 0135), and links that
+//! receive from sessions and dead-letter queues, settled by the broker's own
+//! answer, with a subscription's `$management` for session state and locks.
+//! What fe2o3 cannot do as a sender (lock-token tags, the broker's answer to
+//! a settlement, credit) a frame tap between the socket and the library
+//! does (decision 0136).
 
 pub mod address;
 mod cbs;
