@@ -18,6 +18,7 @@ from azure.servicebus import (
     NEXT_AVAILABLE_SESSION,
     ServiceBusClient,
     ServiceBusMessage,
+    ServiceBusReceiveMode,
     ServiceBusSubQueue,
 )
 from azure.servicebus.exceptions import (
@@ -243,3 +244,15 @@ def test_a_dead_letter_lock_is_renewed_and_once_lapsed_the_broker_refuses_it(hos
             assert again.session_id == session
             assert again.delivery_count == ours.delivery_count + 1
             dead_letters.complete_message(again)
+
+
+def test_receive_and_delete_takes_each_message_once(host):
+    session = f"py-delete-{uuid.uuid4().hex[:8]}"
+    publish(host, parked(session, "one"), parked(session, "two"))
+    with client(host) as sb:
+        with sb.get_subscription_receiver(TOPIC, PARKED, session_id=session, max_wait_time=WAIT,
+                                          receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+            assert [str(m) for m in receive_all(receiver, 2)] == ["one", "two"]
+        with sb.get_subscription_receiver(TOPIC, PARKED, session_id=session,
+                                          max_wait_time=WAIT) as receiver:
+            assert receiver.receive_messages(max_wait_time=1) == []

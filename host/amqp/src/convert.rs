@@ -251,6 +251,74 @@ pub(crate) fn timestamp(at: SystemTime) -> Value {
     ))
 }
 
+/// A broker message as a client sends it: the inverse of [`message`]
+/// (ids as strings, properties as their AMQP types, the TTL in the header,
+/// a scheduled time as `x-opt-scheduled-enqueue-time`, the body one data
+/// section).
+pub fn outgoing(message: &Message) -> AmqpMessage<Body<Value>> {
+    use fe2o3_amqp::types::messaging::{
+        ApplicationProperties, Batch, Data, Header, MessageAnnotations, Properties,
+    };
+    use fe2o3_amqp::types::primitives::{Binary, Symbol};
+
+    let properties = Properties {
+        message_id: message.message_id.clone().map(MessageId::String),
+        correlation_id: message.correlation_id.clone().map(MessageId::String),
+        group_id: message.session_id.clone(),
+        reply_to: message.reply_to.clone(),
+        reply_to_group_id: message.reply_to_session_id.clone(),
+        to: message.to.clone(),
+        subject: message.subject.clone(),
+        content_type: message.content_type.clone().map(Into::into),
+        ..Properties::default()
+    };
+    let mut application = ApplicationProperties::builder();
+    for (name, value) in &message.properties {
+        application = application.insert(name.clone(), simple(value));
+    }
+    let mut built = AmqpMessage::builder()
+        .properties(properties)
+        .application_properties(application.build());
+    if let Some(ttl) = message.time_to_live {
+        built = built.header(Header {
+            durable: true,
+            ttl: Some(u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX)),
+            ..Header::default()
+        });
+    }
+    if let Some(at) = message.scheduled_enqueue_time {
+        built = built.message_annotations(
+            MessageAnnotations::builder()
+                .insert(Symbol::from(SCHEDULED_ENQUEUE_TIME), timestamp(at))
+                .build(),
+        );
+    }
+    built
+        .body(Body::Data(Batch::new(vec![Data(Binary::from(
+            message.body.clone(),
+        ))])))
+        .build()
+}
+
+/// `message` encoded whole, as `schedule-message` carries each message.
+///
+/// # Errors
+///
+/// When the encoder fails (it does not for the types [`outgoing`] writes).
+pub fn encode(message: AmqpMessage<Body<Value>>) -> Result<Vec<u8>, serde_amqp::Error> {
+    use fe2o3_amqp::types::messaging::message::__private::Serializable;
+    serde_amqp::to_vec(&Serializable(message))
+}
+
+fn simple(value: &PropertyValue) -> SimpleValue {
+    match value {
+        PropertyValue::String(text) => SimpleValue::String(text.clone()),
+        PropertyValue::Int(n) => SimpleValue::Long(*n),
+        PropertyValue::Float(f) => SimpleValue::Double((*f).into()),
+        PropertyValue::Bool(flag) => SimpleValue::Bool(*flag),
+    }
+}
+
 /// The application properties a dead-lettered message carries its reason
 /// and description in (both SDKs read them there).
 const DEAD_LETTER_REASON: &str = "DeadLetterReason";
@@ -302,15 +370,7 @@ pub fn received(
 
     let mut application = ApplicationProperties::builder();
     for (name, value) in &message.properties {
-        application = application.insert(
-            name.clone(),
-            match value {
-                PropertyValue::String(text) => SimpleValue::String(text.clone()),
-                PropertyValue::Int(n) => SimpleValue::Long(*n),
-                PropertyValue::Float(f) => SimpleValue::Double((*f).into()),
-                PropertyValue::Bool(flag) => SimpleValue::Bool(*flag),
-            },
-        );
+        application = application.insert(name.clone(), simple(value));
     }
     if let Some(reason) = &received.dead_letter_reason {
         application = application.insert(DEAD_LETTER_REASON, reason.as_str());
@@ -541,5 +601,40 @@ mod tests {
         // The whole header is a list of all five fields.
         assert_eq!(&patch.whole[..3], b"\x00\x53\x70");
         assert_eq!(patch.whole[5], 5, "{:x?}", patch.whole);
+    }
+
+    #[test]
+    fn a_message_sent_by_the_client_reads_back_as_it_was() {
+        let mut sent = Message::new(b"{\"OrderId\":\"o-1\"}".to_vec());
+        sent.message_id = Some("m-1".to_owned());
+        sent.correlation_id = Some("c-1".to_owned());
+        sent.session_id = Some("order-1".to_owned());
+        sent.to = Some("billing".to_owned());
+        sent.time_to_live = Some(Duration::from_secs(60));
+        sent.scheduled_enqueue_time = Some(SystemTime::now() + Duration::from_secs(3600));
+        sent.properties.insert(
+            "EventTypeId".to_owned(),
+            PropertyValue::String("OrderPlaced".to_owned()),
+        );
+        sent.properties
+            .insert("RetryCount".to_owned(), PropertyValue::Int(2));
+        sent.properties
+            .insert("Total".to_owned(), PropertyValue::Float(10.5));
+        sent.properties
+            .insert("Urgent".to_owned(), PropertyValue::Bool(true));
+        let bytes = encode(outgoing(&sent)).unwrap();
+        let reader = serde_amqp::read::SliceReader::new(&bytes);
+        use fe2o3_amqp::types::messaging::message::DecodeIntoMessage as _;
+        let decoded = <Body<Value>>::decode_message_from_reader(reader).unwrap();
+        let mut read = message(decoded).unwrap();
+        // Timestamps travel in milliseconds.
+        let at =
+            |t: Option<SystemTime>| t.map(|t| t.duration_since(UNIX_EPOCH).unwrap().as_millis());
+        assert_eq!(
+            at(read.scheduled_enqueue_time),
+            at(sent.scheduled_enqueue_time)
+        );
+        read.scheduled_enqueue_time = sent.scheduled_enqueue_time;
+        assert_eq!(read, sent);
     }
 }

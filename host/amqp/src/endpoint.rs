@@ -15,7 +15,7 @@ use fe2o3_amqp::types::definitions::{
     AmqpError, Error as AmqpErrorBody, ErrorCondition, Fields, ReceiverSettleMode, Role,
     SenderSettleMode,
 };
-use fe2o3_amqp::types::messaging::TargetArchetype;
+use fe2o3_amqp::types::messaging::{DeliveryState, Released, TargetArchetype};
 use fe2o3_amqp::types::performatives::Attach;
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 use nimbus_transport::{
@@ -30,7 +30,7 @@ use crate::cbs::{self, Grants};
 use crate::held::{HeldDeliveries, HeldSessions};
 use crate::management::{self, Managed};
 use crate::publish;
-use crate::receive::{self, QueueHeld, SessionHeld};
+use crate::receive::{self, QueueHeld, ReceiveMode, SessionHeld};
 use crate::reply::ReplyLink;
 use crate::sas::SharedAccessKey;
 use crate::sasl::ServiceBusSasl;
@@ -657,6 +657,11 @@ async fn attach_receive<T: Transport + Admin>(
             Value::Long(receive::ticks(lock.locked_until())),
         );
     }
+    let mode = if attach.snd_settle_mode == SenderSettleMode::Settled {
+        ReceiveMode::ReceiveAndDelete
+    } else {
+        ReceiveMode::PeekLock
+    };
     let accepted = LinkAcceptor::builder()
         .properties(properties)
         .build()
@@ -665,7 +670,7 @@ async fn attach_receive<T: Transport + Admin>(
     let sender = match accepted {
         Ok(LinkEndpoint::Sender(sender)) => sender,
         Ok(LinkEndpoint::Receiver(_)) | Err(_) => {
-            tap.unregister(&name);
+            tap.unregister(&name, DeliveryState::Released(Released {}));
             return None;
         }
     };
@@ -676,10 +681,17 @@ async fn attach_receive<T: Transport + Admin>(
             let id = lock.session_id().to_owned();
             info!(entity = %path, session = %id, "a client accepted a session over AMQP");
             held.insert(&path, &id, Arc::clone(&lock));
-            let held = Arc::clone(held);
+            // Released from the connection's sessions when the link's task
+            // ends, an abort included: a clean close releases the session.
+            let release = ReleaseSession {
+                held: Arc::clone(held),
+                path,
+                id,
+            };
             Box::pin(async move {
-                receive::serve(sender, Arc::new(SessionHeld(lock)), events, tap, deliveries).await;
-                held.remove(&path, &id);
+                let _release = release;
+                let held = Arc::new(SessionHeld(lock));
+                receive::serve(sender, held, events, tap, deliveries, mode).await;
             })
         }
         Opened::Queue(receiver) => Box::pin(receive::serve(
@@ -688,6 +700,20 @@ async fn attach_receive<T: Transport + Admin>(
             events,
             tap,
             deliveries,
+            mode,
         )),
     })
+}
+
+/// Takes a session out of the connection's held sessions when dropped.
+struct ReleaseSession<S> {
+    held: Arc<HeldSessions<S>>,
+    path: String,
+    id: String,
+}
+
+impl<S> Drop for ReleaseSession<S> {
+    fn drop(&mut self) {
+        self.held.remove(&self.path, &self.id);
+    }
 }

@@ -197,8 +197,16 @@ pub(crate) async fn serve<H: Held>(
     events: LinkEvents,
     tap: Tap,
     deliveries: Arc<HeldDeliveries>,
+    mode: ReceiveMode,
 ) {
     let name = sender.name().to_owned();
+    // Whatever ends this link, an abort included, the tap stops sending
+    // on it and answers the client's late settlements itself.
+    let mut unregister = Unregister {
+        tap: tap.clone(),
+        name: name.clone(),
+        lost: Some(lock_lost(held.as_ref())),
+    };
     let (commands, mut asked) = mpsc::unbounded_channel();
     let LinkEvents {
         credit,
@@ -210,6 +218,13 @@ pub(crate) async fn serve<H: Held>(
         messages: HashMap::new(),
         index: deliveries,
         commands,
+    };
+    let link = Link {
+        held: held.as_ref(),
+        tap: &tap,
+        name: &name,
+        credit: &credit,
+        mode,
     };
     let ending = loop {
         let lapse = held.session_locked_until();
@@ -223,8 +238,11 @@ pub(crate) async fn serve<H: Held>(
             Some(asked) = asked.recv() => command(held.as_ref(), &mut in_flight, asked).await,
             message = fetched.recv() => match message {
                 Some(Ok((message, sent))) => {
-                    deliver(&mut sender, held.as_ref(), &tap, &name, &credit, &mut in_flight, message).await;
+                    let delivered = link.deliver(&mut sender, &mut in_flight, message).await;
                     let _ = sent.send(());
+                    if let Err(error) = delivered {
+                        break Some(error);
+                    }
                 }
                 Some(Err(error)) => break Some(receive_error(&error)),
                 None => break None,
@@ -240,10 +258,11 @@ pub(crate) async fn serve<H: Held>(
         }
     };
     fetcher.abort();
-    tap.unregister(&name);
+    // From here the tap answers what the client settles late.
+    unregister.now();
     // Messages still out are given back by the lock or receiver as it is
     // dropped (uncounted, as Service Bus does on a clean close).
-    in_flight.clear();
+    drop(in_flight);
     let closed = match ending {
         Some(error) => sender.close_with_error(error).await,
         None => sender.close().await,
@@ -286,35 +305,112 @@ async fn fetch<H: Held>(
     }
 }
 
-/// Sends `message`, with its lock token as the tag, if the client still has
-/// credit; gives it back otherwise.
-async fn deliver<H: Held>(
-    sender: &mut Sender,
-    held: &H,
-    tap: &Tap,
-    name: &str,
-    credit: &watch::Receiver<u32>,
-    in_flight: &mut InFlight,
-    message: ReceivedMessage,
-) {
-    if *credit.borrow() == 0 {
-        give_back(held, message).await;
-        return;
+/// How a client receives on a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReceiveMode {
+    /// Locked until the client settles (snd-settle-mode unsettled).
+    PeekLock,
+    /// Sent settled and completed as it goes (snd-settle-mode settled).
+    ReceiveAndDelete,
+}
+
+/// What a link's deliveries need.
+struct Link<'a, H> {
+    held: &'a H,
+    tap: &'a Tap,
+    name: &'a str,
+    credit: &'a watch::Receiver<u32>,
+    mode: ReceiveMode,
+}
+
+impl<H: Held> Link<'_, H> {
+    /// Sends `message`, with its lock token as the tag, if the client still
+    /// has credit; gives it back otherwise. An error ends the link: a
+    /// delivery cut short, or one larger than the client takes.
+    async fn deliver(
+        &self,
+        sender: &mut Sender,
+        in_flight: &mut InFlight,
+        message: ReceivedMessage,
+    ) -> Result<(), fe2o3_amqp::types::definitions::Error> {
+        if *self.credit.borrow() == 0 {
+            give_back(self.held, message).await;
+            return Ok(());
+        }
+        let amqp = convert::received(&message, self.held.session_locked_until().is_none());
+        let settled = self.mode == ReceiveMode::ReceiveAndDelete;
+        let sendable = Sendable::builder().message(amqp).settled(settled).build();
+        let token = message.lock_token;
+        self.tap
+            .next_tag(self.name, token, convert::header_patch(&message));
+        let failure = match tokio::time::timeout(SEND_WAIT, sender.send_batchable(sendable)).await {
+            // The outcome comes through the tap, not the library.
+            Ok(Ok(_outcome)) => {
+                if settled {
+                    // At most once, as the client asked: gone once sent.
+                    if let Err(error) = self.held.complete(message).await {
+                        warn!(%error, link = %self.name, "a message sent settled was not removed");
+                    }
+                } else {
+                    in_flight.insert(message);
+                }
+                return Ok(());
+            }
+            Ok(Err(fe2o3_amqp::link::SendError::MessageSizeExceeded(_))) => {
+                let id = message.message.message_id.clone().unwrap_or_default();
+                let size = message.message.body.len();
+                self.tap.forget_tag(self.name, token);
+                give_back(self.held, message).await;
+                // Given back uncounted it would come straight back: the link
+                // ends, saying why, and the message waits for a client that
+                // takes messages this large.
+                return Err(error_body(
+                    ErrorCondition::LinkError(
+                        fe2o3_amqp::types::definitions::LinkError::MessageSizeExceeded,
+                    ),
+                    format!(
+                        "message '{id}' ({size} bytes of body) is larger than this link's \
+                         max-message-size; receive it with a larger one"
+                    ),
+                ));
+            }
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "it waited for credit the client took back (a drain)".to_owned(),
+        };
+        let went_out = !self.tap.forget_tag(self.name, token);
+        give_back(self.held, message).await;
+        if went_out {
+            // The transfer began and did not finish: the client holds part
+            // of a delivery that will not complete. Only a detach clears it.
+            return Err(error_body(
+                ErrorCondition::LinkError(fe2o3_amqp::types::definitions::LinkError::DetachForced),
+                format!("a delivery could not be finished ({failure}); attach again"),
+            ));
+        }
+        debug!(link = %self.name, why = %failure, "a delivery was not sent; given back");
+        Ok(())
     }
-    let amqp = convert::received(&message, held.session_locked_until().is_none());
-    let sendable = Sendable::builder().message(amqp).settled(false).build();
-    tap.next_tag(name, message.lock_token, convert::header_patch(&message));
-    match tokio::time::timeout(SEND_WAIT, sender.send_batchable(sendable)).await {
-        // The outcome comes through the tap, not the library.
-        Ok(Ok(_outcome)) => in_flight.insert(message),
-        Ok(Err(error)) => {
-            debug!(%error, link = %name, "a delivery could not be sent");
-            give_back(held, message).await;
+}
+
+/// Unregisters a link from the tap once: when its loop ends, or when its
+/// task is dropped (aborted with its connection or session).
+struct Unregister {
+    tap: Tap,
+    name: String,
+    lost: Option<DeliveryState>,
+}
+
+impl Unregister {
+    fn now(&mut self) {
+        if let Some(lost) = self.lost.take() {
+            self.tap.unregister(&self.name, lost);
         }
-        Err(_) => {
-            debug!(link = %name, "a delivery waited for credit that did not come; given back");
-            give_back(held, message).await;
-        }
+    }
+}
+
+impl Drop for Unregister {
+    fn drop(&mut self) {
+        self.now();
     }
 }
 
@@ -390,6 +486,13 @@ async fn settle<H: Held>(
         }
         other => {
             warn!(state = ?other, "a disposition with no outcome; the message stays locked");
+            answer(rejected(
+                ErrorCondition::AmqpError(AmqpError::NotImplemented),
+                format!(
+                    "a disposition needs an outcome (accepted, rejected, released or modified), \
+                     not {other:?}; the message stays locked"
+                ),
+            ));
             return;
         }
     };
@@ -421,12 +524,13 @@ impl InFlight {
         self.index.remove(token);
         self.messages.remove(&token)
     }
+}
 
-    fn clear(&mut self) {
+impl Drop for InFlight {
+    fn drop(&mut self) {
         for token in self.messages.keys() {
             self.index.remove(*token);
         }
-        self.messages.clear();
     }
 }
 

@@ -105,6 +105,11 @@ struct LinkFlow {
     sent: u32,
     /// Set while a link of this endpoint sends on it.
     registered: Option<Registered>,
+    /// Set once that link has ended while the client may still settle its
+    /// deliveries: the answer each then gets (lock lost), given by the tap
+    /// itself, since no link is left to give it and fe2o3 would answer
+    /// with the client's own outcome.
+    ended: Option<DeliveryState>,
 }
 
 struct Registered {
@@ -113,6 +118,22 @@ struct Registered {
     tokens: VecDeque<(LockToken, Option<HeaderPatch>)>,
     credit: watch::Sender<u32>,
     events: mpsc::UnboundedSender<ClientEvent>,
+}
+
+impl TapState {
+    /// The client detached `name`: its link is told, and a link this
+    /// endpoint no longer sends on is forgotten with its deliveries.
+    fn client_detached(&mut self, name: &str) {
+        let Some(flow) = self.links.get(name) else {
+            return;
+        };
+        if flow.registered.is_some() {
+            flow.tell(ClientEvent::Detached);
+        } else {
+            self.links.remove(name);
+            self.deliveries.retain(|_, (link, _)| link != name);
+        }
+    }
 }
 
 impl LinkFlow {
@@ -180,11 +201,35 @@ impl Tap {
         })
     }
 
-    /// Stops watching `name`; its deliveries not settled are forgotten.
-    pub(crate) fn unregister(&self, name: &str) {
+    /// Stops watching `name`. Its deliveries not settled are answered
+    /// `lost` should the client settle them before it detaches the link.
+    pub(crate) fn unregister(&self, name: &str, lost: DeliveryState) {
         let mut state = self.state();
-        state.links.remove(name);
-        state.deliveries.retain(|_, (link, _)| link != name);
+        let attached = state.client_handles.values().any(|n| n == name);
+        if attached && let Some(flow) = state.links.get_mut(name) {
+            flow.registered = None;
+            flow.ended = Some(lost);
+        } else {
+            state.links.remove(name);
+            state.deliveries.retain(|_, (link, _)| link != name);
+        }
+    }
+
+    /// Takes `token` back from `name`'s queue if its transfer has not gone
+    /// out; `false` when it has (the delivery is on its way, whole or not).
+    pub(crate) fn forget_tag(&self, name: &str, token: LockToken) -> bool {
+        let mut state = self.state();
+        let Some(flow) = state.links.get_mut(name) else {
+            return false;
+        };
+        let Some(registered) = flow.registered.as_mut() else {
+            return false;
+        };
+        let before = registered.tokens.len();
+        registered.tokens.retain(|(queued, _)| *queued != token);
+        let forgotten = registered.tokens.len() < before;
+        flow.publish_credit();
+        forgotten
     }
 
     /// The lock token the next delivery sent on `name` carries as its tag.
@@ -240,10 +285,15 @@ impl Tap {
                 let mut state = self.state();
                 let name = state.client_handles.get(&(channel, handle.0))?.clone();
                 let link = state.links.get_mut(&name)?;
-                link.limit = flow
-                    .delivery_count
-                    .unwrap_or(0)
-                    .wrapping_add(flow.link_credit.unwrap_or(0));
+                link.limit = if flow.drain {
+                    // fe2o3 answers a drain at once, using up what credit
+                    // is left: no new delivery is started for it.
+                    link.sent
+                } else {
+                    flow.delivery_count
+                        .unwrap_or(0)
+                        .wrapping_add(flow.link_credit.unwrap_or(0))
+                };
                 link.publish_credit();
                 None
             }
@@ -252,10 +302,8 @@ impl Tap {
             }
             FrameBody::Detach(detach) => {
                 let mut state = self.state();
-                if let Some(name) = state.client_handles.remove(&(channel, detach.handle.0))
-                    && let Some(flow) = state.links.get(&name)
-                {
-                    flow.tell(ClientEvent::Detached);
+                if let Some(name) = state.client_handles.remove(&(channel, detach.handle.0)) {
+                    state.client_detached(&name);
                 }
                 None
             }
@@ -267,12 +315,10 @@ impl Tap {
                     .filter(|((c, _), _)| *c == channel)
                     .map(|(_, name)| name.clone())
                     .collect();
-                for name in names {
-                    if let Some(flow) = state.links.get(&name) {
-                        flow.tell(ClientEvent::Detached);
-                    }
-                }
                 state.client_handles.retain(|(c, _), _| *c != channel);
+                for name in names {
+                    state.client_detached(&name);
+                }
                 state.deliveries.retain(|(c, _), _| *c != channel);
                 None
             }
@@ -303,9 +349,10 @@ impl Tap {
             })
             .collect();
         for (delivery_id, name, lock_token) in settled {
-            if let Some(flow) = state.links.get(&name)
-                && flow.registered.is_some()
-            {
+            let Some(flow) = state.links.get(&name) else {
+                continue;
+            };
+            if flow.registered.is_some() {
                 ours = true;
                 flow.tell(ClientEvent::Settled(ClientDisposition {
                     channel,
@@ -314,6 +361,11 @@ impl Tap {
                     state: disposition.state.clone(),
                     settled_by_client: disposition.settled,
                 }));
+            } else if let Some(lost) = &flow.ended {
+                ours = true;
+                if !disposition.settled {
+                    self.answer(channel, delivery_id, lost.clone());
+                }
             }
         }
         if !ours || disposition.settled {
@@ -914,5 +966,54 @@ mod tests {
         assert_eq!(&payload[..], b"\x00\x53\x70\x45the rest");
         let size = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
         assert_eq!(size, bytes.len());
+    }
+
+    #[test]
+    fn after_its_link_ends_the_tap_answers_a_late_settlement_as_lost() {
+        let (tap, _events, mut answers) = attached(2);
+        tap.next_tag("r", token(1), None);
+        tap.outbound(transfer(4, 0)).expect("tagged");
+        let lost = DeliveryState::Rejected(Rejected { error: None });
+        tap.unregister("r", lost.clone());
+        let shown = tap
+            .inbound(disposition(
+                4,
+                None,
+                false,
+                DeliveryState::Accepted(Accepted {}),
+            ))
+            .expect("shown settled to fe2o3, so it does not answer accepted");
+        assert!(matches!(shown.body, FrameBody::Disposition(d) if d.settled));
+        let answer = answers.try_recv().expect("the tap answers");
+        assert!(
+            matches!(answer.body, FrameBody::Disposition(d) if d.first == 4 && d.state == Some(lost))
+        );
+        // Once the client detaches, nothing of the link is kept.
+        let detach = Detach {
+            handle: Handle(1),
+            closed: true,
+            error: None,
+        };
+        tap.inbound(Frame::new(CLIENTS, FrameBody::Detach(detach)));
+        let state = tap.state();
+        assert!(state.links.is_empty() && state.deliveries.is_empty());
+    }
+
+    #[test]
+    fn a_tag_not_sent_is_taken_back_and_its_credit_returned() {
+        let (tap, events, _) = attached(1);
+        tap.next_tag("r", token(1), None);
+        assert_eq!(*events.credit.borrow(), 0);
+        assert!(tap.forget_tag("r", token(1)), "not sent yet");
+        assert_eq!(*events.credit.borrow(), 1);
+        tap.next_tag("r", token(2), None);
+        tap.outbound(transfer(0, 0)).expect("tagged");
+        assert!(!tap.forget_tag("r", token(2)), "it went out");
+        // A drain takes what credit is left before fe2o3 answers it.
+        let (tap, events, _) = attached(3);
+        let mut drain = flow(1, Some(0), 3);
+        drain.drain = true;
+        tap.inbound(Frame::new(CLIENTS, FrameBody::Flow(drain)));
+        assert_eq!(*events.credit.borrow(), 0);
     }
 }
