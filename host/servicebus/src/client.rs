@@ -1,0 +1,322 @@
+//! One connection to a namespace: its session, the namespace token on
+//! `$cbs` (renewed before it lapses), and a `$management` client per topic.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::sasl_profile::SaslProfile;
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::types::primitives::Timestamp;
+use fe2o3_amqp::{Connection, Session};
+use fe2o3_amqp_cbs::client::CbsClient;
+use fe2o3_amqp_cbs::token::CbsToken;
+use fe2o3_amqp_management::client::MgmtClient;
+use fe2o3_amqp_management::error::Error as ManagementError;
+use nimbus_transport::{CancelError, Message, PublishError, TransientError};
+use tokio::sync::Mutex;
+use tracing::{debug, warn};
+
+use crate::connection_string::ConnectionString;
+use crate::management::{CancelScheduled, ScheduleMessages, ScheduledMessage};
+
+/// How long a token this client signs is valid.
+const TOKEN_LIFETIME: Duration = Duration::from_secs(60 * 60);
+
+/// How long before a token lapses it is replaced.
+const TOKEN_RENEWAL_MARGIN: Duration = Duration::from_secs(10 * 60);
+
+/// The token type Service Bus takes a shared access signature as.
+const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
+
+/// Why a connection could not be made, naming the step.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// A namespace needs TLS, which this client does not speak yet.
+    #[error(
+        "'{host}' is a namespace reached over TLS (port 5671), which this client does not speak \
+         yet; use an emulator or nimbus's AMQP endpoint (UseDevelopmentEmulator=true)"
+    )]
+    TlsNotBuilt {
+        /// The namespace.
+        host: String,
+    },
+    /// The connection did not open.
+    #[error("connecting to amqp://{host}:{port} failed: {why}")]
+    Open {
+        /// Where.
+        host: String,
+        /// Which port.
+        port: u16,
+        /// The library's words.
+        why: String,
+    },
+    /// The session did not begin.
+    #[error("beginning an AMQP session on {host} failed: {why}")]
+    Begin {
+        /// Where.
+        host: String,
+        /// The library's words.
+        why: String,
+    },
+    /// The token was refused (a wrong key or key name, most often).
+    #[error(
+        "{host} refused the token signed with key '{key_name}': {why} (is the key right for this \
+         namespace?)"
+    )]
+    Token {
+        /// Where.
+        host: String,
+        /// The key's name.
+        key_name: String,
+        /// What the namespace said.
+        why: String,
+    },
+}
+
+/// A connection to a namespace.
+pub struct ServiceBus {
+    connection_string: ConnectionString,
+    // Held so the connection stays open for the session's life.
+    _connection: Mutex<ConnectionHandle<()>>,
+    session: Mutex<SessionHandle<()>>,
+    management: Mutex<HashMap<String, MgmtClient>>,
+    renewal: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ServiceBus {
+    fn drop(&mut self) {
+        self.renewal.abort();
+    }
+}
+
+impl ServiceBus {
+    /// Connects, begins a session and puts a token for the whole namespace.
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError`] naming the step that failed.
+    pub async fn connect(connection_string: &ConnectionString) -> Result<ServiceBus, ConnectError> {
+        let cs = connection_string;
+        if !cs.development_emulator {
+            return Err(ConnectError::TlsNotBuilt {
+                host: cs.host.clone(),
+            });
+        }
+        let url = format!("amqp://{}:{}", cs.host, cs.port);
+        let mut connection = Connection::builder()
+            .container_id(format!("nimbus-{}", std::process::id()))
+            .sasl_profile(SaslProfile::Anonymous)
+            .open(url.as_str())
+            .await
+            .map_err(|error| ConnectError::Open {
+                host: cs.host.clone(),
+                port: cs.port,
+                why: error.to_string(),
+            })?;
+        let begin = |error: fe2o3_amqp::session::error::BeginError| ConnectError::Begin {
+            host: cs.host.clone(),
+            why: error.to_string(),
+        };
+        let mut session = Session::begin(&mut connection).await.map_err(begin)?;
+        // Tokens go on a session of their own, so a renewal never waits
+        // behind the data the main session carries.
+        let mut token_session = Session::begin(&mut connection).await.map_err(begin)?;
+        let token_error = |why: String| ConnectError::Token {
+            host: cs.host.clone(),
+            key_name: cs.key.name().to_owned(),
+            why,
+        };
+        let mut cbs = CbsClient::attach(&mut token_session)
+            .await
+            .map_err(|error| token_error(error.to_string()))?;
+        put_token(&mut cbs, cs)
+            .await
+            .map_err(|error| token_error(error.to_string()))?;
+        let renewal = tokio::spawn(renew_tokens(cbs, token_session, cs.clone()));
+        // The session used for requests is not otherwise touched here.
+        let _ = &mut session;
+        Ok(ServiceBus {
+            connection_string: cs.clone(),
+            _connection: Mutex::new(connection),
+            session: Mutex::new(session),
+            management: Mutex::new(HashMap::new()),
+            renewal,
+        })
+    }
+
+    /// Publishes `messages` to `topic` as one unit through the topic's
+    /// `$management` node, each at its scheduled time or now; returns their
+    /// sequence numbers, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError::TopicNotFound`] for a topic the namespace does not
+    /// have, [`PublishError::InvalidMessage`] for a message it refused, and
+    /// a transient error otherwise.
+    pub async fn publish(
+        &self,
+        topic: &str,
+        messages: Vec<Message>,
+    ) -> Result<Vec<i64>, PublishError> {
+        let now = SystemTime::now();
+        let mut scheduled = Vec::with_capacity(messages.len());
+        for mut message in messages {
+            let message_id = message
+                .message_id
+                .get_or_insert_with(|| uuid_text(now, scheduled.len()))
+                .clone();
+            // Service Bus schedules only what has a time; now is enqueued
+            // at once.
+            message.scheduled_enqueue_time.get_or_insert(now);
+            let encoded = nimbus_amqp::convert::encode(nimbus_amqp::convert::outgoing(&message))
+                .map_err(|error| PublishError::InvalidMessage {
+                    reason: format!("message '{message_id}' does not encode: {error}"),
+                })?;
+            scheduled.push(ScheduledMessage {
+                message_id,
+                session_id: message.session_id.clone(),
+                encoded,
+            });
+        }
+        let request = ScheduleMessages {
+            messages: scheduled,
+        };
+        match self.call(topic, request).await {
+            Ok(numbers) => Ok(numbers.0),
+            Err(CallError::Status(404, _)) => Err(PublishError::TopicNotFound {
+                topic: topic.to_owned(),
+            }),
+            Err(CallError::Status(400, why)) => Err(PublishError::InvalidMessage { reason: why }),
+            Err(error) => Err(PublishError::Transient(TransientError::new(format!(
+                "publishing to '{topic}' on {}: {error}",
+                self.connection_string.host
+            )))),
+        }
+    }
+
+    /// Cancels a scheduled message not enqueued yet.
+    ///
+    /// # Errors
+    ///
+    /// [`CancelError::NotFound`] when no such message is scheduled.
+    pub async fn cancel_scheduled(
+        &self,
+        topic: &str,
+        sequence_number: i64,
+    ) -> Result<(), CancelError> {
+        let request = CancelScheduled {
+            sequence_numbers: vec![sequence_number],
+        };
+        match self.call(topic, request).await {
+            Ok(_) => Ok(()),
+            Err(CallError::Status(404 | 410, _)) => Err(CancelError::NotFound {
+                topic: topic.to_owned(),
+                sequence_number,
+            }),
+            Err(error) => Err(CancelError::Transient(TransientError::new(format!(
+                "cancelling {sequence_number} on '{topic}': {error}"
+            )))),
+        }
+    }
+
+    /// Makes a request of `topic`'s `$management` node, attaching its
+    /// client on first use.
+    async fn call<Req>(&self, topic: &str, request: Req) -> Result<Req::Response, CallError>
+    where
+        Req: fe2o3_amqp_management::Request,
+        Req::Response: fe2o3_amqp_management::Response<Error = ManagementError>,
+        for<'de> <Req::Response as fe2o3_amqp_management::Response>::Body:
+            fe2o3_amqp::types::messaging::FromBody<'de> + std::fmt::Debug + Send,
+    {
+        let key = topic.to_ascii_lowercase();
+        let mut clients = self.management.lock().await;
+        if !clients.contains_key(&key) {
+            let client = MgmtClient::builder()
+                .management_node_address(format!("{topic}/$management"))
+                .client_node_addr(format!("nimbus-{}-{key}", std::process::id()))
+                .attach(&mut *self.session.lock().await)
+                .await
+                .map_err(|error| CallError::Link(error.to_string()))?;
+            clients.insert(key.clone(), client);
+        }
+        let Some(client) = clients.get_mut(&key) else {
+            return Err(CallError::Link("the management client vanished".to_owned()));
+        };
+        match client.call(request).await {
+            Ok(response) => Ok(response),
+            Err(ManagementError::Status(status)) => Err(CallError::Status(
+                status.code.0.get(),
+                status.description.unwrap_or_default(),
+            )),
+            Err(error) => {
+                // A broken link is attached again on the next request.
+                clients.remove(&key);
+                Err(CallError::Link(error.to_string()))
+            }
+        }
+    }
+}
+
+/// Why a `$management` request failed.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    #[error("answered {0}: {1}")]
+    Status(u16, String),
+    #[error("the $management link failed: {0}")]
+    Link(String),
+}
+
+/// A fresh message id for a message that has none: what Service Bus does
+/// for a send without one.
+fn uuid_text(now: SystemTime, index: usize) -> String {
+    let nanos = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("nimbus-{nanos:x}-{index}-{:x}", std::process::id())
+}
+
+async fn put_token(
+    cbs: &mut CbsClient,
+    cs: &ConnectionString,
+) -> Result<(), fe2o3_amqp_management::error::Error> {
+    let audience = cs.namespace_audience();
+    let expires = SystemTime::now() + TOKEN_LIFETIME;
+    let token = cs.key.sign(&audience, expires);
+    let expires_ms = expires
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    cbs.put_token(
+        audience,
+        CbsToken::new(
+            token,
+            SAS_TOKEN_TYPE,
+            Timestamp::from_milliseconds(expires_ms),
+        ),
+    )
+    .await
+}
+
+/// Puts a new token before the last lapses, for as long as the client
+/// lives; a failure is retried a minute later, and logged.
+async fn renew_tokens(mut cbs: CbsClient, _session: SessionHandle<()>, cs: ConnectionString) {
+    let mut wait = TOKEN_LIFETIME - TOKEN_RENEWAL_MARGIN;
+    loop {
+        tokio::time::sleep(wait).await;
+        match put_token(&mut cbs, &cs).await {
+            Ok(()) => {
+                debug!(host = %cs.host, "renewed the namespace token");
+                wait = TOKEN_LIFETIME - TOKEN_RENEWAL_MARGIN;
+            }
+            Err(error) => {
+                warn!(host = %cs.host, %error, "renewing the namespace token failed; trying again in a minute");
+                wait = Duration::from_secs(60);
+            }
+        }
+    }
+}
+
+// The token renewal runs on its own task and must be Send.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Arc<ServiceBus>>();
+};

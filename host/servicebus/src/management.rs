@@ -1,0 +1,121 @@
+//! The `$management` requests this client makes (spec §A.10, §A.11), as
+//! fe2o3-amqp-management requests: a map with string keys for a body, an
+//! answer with `statusCode`.
+
+use fe2o3_amqp::types::messaging::{AmqpValue, Message as AmqpMessage};
+use fe2o3_amqp::types::primitives::{Array, OrderedMap, Value};
+use fe2o3_amqp_management::error::Error as ManagementError;
+use fe2o3_amqp_management::{Request, Response};
+
+/// `schedule-message`: each message whole, with its id and session.
+pub(crate) struct ScheduleMessages {
+    pub messages: Vec<ScheduledMessage>,
+}
+
+pub(crate) struct ScheduledMessage {
+    pub message_id: String,
+    pub session_id: Option<String>,
+    pub encoded: Vec<u8>,
+}
+
+fn map<const N: usize>(entries: [(&str, Value); N]) -> Value {
+    Value::Map(
+        entries
+            .into_iter()
+            .map(|(key, value)| (Value::String(key.to_owned()), value))
+            .collect::<OrderedMap<_, _>>(),
+    )
+}
+
+impl Request for ScheduleMessages {
+    const OPERATION: &'static str = "com.microsoft:schedule-message";
+    type Response = SequenceNumbers;
+    type Body = AmqpValue<Value>;
+
+    fn encode_body(self) -> Self::Body {
+        let messages = self
+            .messages
+            .into_iter()
+            .map(|message| {
+                let mut entry = OrderedMap::new();
+                entry.insert(
+                    Value::String("message-id".to_owned()),
+                    Value::String(message.message_id),
+                );
+                if let Some(session_id) = message.session_id {
+                    entry.insert(
+                        Value::String("session-id".to_owned()),
+                        Value::String(session_id),
+                    );
+                }
+                entry.insert(
+                    Value::String("message".to_owned()),
+                    Value::Binary(message.encoded.into()),
+                );
+                Value::Map(entry)
+            })
+            .collect();
+        AmqpValue(map([("messages", Value::List(messages))]))
+    }
+}
+
+/// The sequence numbers `schedule-message` answers, in order.
+pub(crate) struct SequenceNumbers(pub Vec<i64>);
+
+impl Response for SequenceNumbers {
+    const STATUS_CODE: u16 = 200;
+    type Body = AmqpValue<Value>;
+    type Error = ManagementError;
+
+    fn decode_message(message: AmqpMessage<Self::Body>) -> Result<Self, Self::Error> {
+        let AmqpValue(Value::Map(body)) = message.body else {
+            return Err(ManagementError::DecodeError(None));
+        };
+        let numbers = body
+            .iter()
+            .find(|(key, _)| matches!(key, Value::String(k) if k == "sequence-numbers"))
+            .map(|(_, value)| value);
+        let numbers = match numbers {
+            Some(Value::Array(Array(numbers))) => numbers,
+            Some(Value::List(numbers)) => numbers,
+            _ => return Err(ManagementError::DecodeError(None)),
+        };
+        numbers
+            .iter()
+            .map(|n| match n {
+                Value::Long(n) => Ok(*n),
+                _ => Err(ManagementError::DecodeError(None)),
+            })
+            .collect::<Result<_, _>>()
+            .map(SequenceNumbers)
+    }
+}
+
+/// `cancel-scheduled-message`.
+pub(crate) struct CancelScheduled {
+    pub sequence_numbers: Vec<i64>,
+}
+
+impl Request for CancelScheduled {
+    const OPERATION: &'static str = "com.microsoft:cancel-scheduled-message";
+    type Response = Empty;
+    type Body = AmqpValue<Value>;
+
+    fn encode_body(self) -> Self::Body {
+        let numbers = self.sequence_numbers.into_iter().map(Value::Long).collect();
+        AmqpValue(map([("sequence-numbers", Value::Array(Array(numbers)))]))
+    }
+}
+
+/// An answer whose body does not matter.
+pub(crate) struct Empty;
+
+impl Response for Empty {
+    const STATUS_CODE: u16 = 200;
+    type Body = Option<AmqpValue<Value>>;
+    type Error = ManagementError;
+
+    fn decode_message(_message: AmqpMessage<Self::Body>) -> Result<Self, Self::Error> {
+        Ok(Empty)
+    }
+}

@@ -1,0 +1,175 @@
+//! The client against nimbus's own AMQP endpoint, in process on a loopback
+//! port over an embedded broker: what it publishes is in the broker as it
+//! was sent, scheduled messages can be cancelled, and a wrong key, a
+//! missing topic and a namespace it cannot reach yet are each refused by
+//! name.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use nimbus_amqp::{Endpoint, SharedAccessKey};
+use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_servicebus::{ConnectError, ConnectionString, ServiceBus};
+use nimbus_transport::{
+    Admin, CancelError, Message, PropertyValue, PublishError, SessionLock, SessionSelector,
+    SubscriptionPath, SubscriptionSettings, TopicSettings, Transport,
+};
+
+const KEY_NAME: &str = "RootManageSharedAccessKey";
+const KEY: &str = "the endpoint's key";
+
+struct Endpointed {
+    broker: Arc<Broker>,
+    port: u16,
+    _stop: tokio::sync::oneshot::Sender<()>,
+    _dir: tempfile::TempDir,
+}
+
+async fn endpoint() -> Endpointed {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Arc::new(
+        Broker::open(BrokerOptions::new(dir.path().join("b")))
+            .await
+            .unwrap(),
+    );
+    broker
+        .create_topic("orders", TopicSettings::default())
+        .await
+        .unwrap();
+    broker
+        .create_subscription(
+            &SubscriptionPath::new("orders", "billing"),
+            SubscriptionSettings::sessions(),
+        )
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let endpoint = Endpoint::new(
+        Arc::clone(&broker),
+        vec![SharedAccessKey::new(KEY_NAME, KEY)],
+        1 << 20,
+    );
+    tokio::spawn(endpoint.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    Endpointed {
+        broker,
+        port,
+        _stop: stop,
+        _dir: dir,
+    }
+}
+
+fn connection_string(port: u16, key: &str) -> ConnectionString {
+    format!(
+        "Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={key};\
+         UseDevelopmentEmulator=true;"
+    )
+    .parse()
+    .unwrap()
+}
+
+fn event(session: &str, id: &str) -> Message {
+    let mut message = Message::new(format!("{{\"id\":\"{id}\"}}").into_bytes());
+    message.message_id = Some(id.to_owned());
+    message.session_id = Some(session.to_owned());
+    message.correlation_id = Some(format!("corr-{id}"));
+    message.to = Some("billing".to_owned());
+    message.properties.insert(
+        "EventTypeId".to_owned(),
+        PropertyValue::String("OrderPlaced".to_owned()),
+    );
+    message
+        .properties
+        .insert("RetryCount".to_owned(), PropertyValue::Int(0));
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_client_publishes_is_in_the_broker_as_it_was_sent() {
+    let host = endpoint().await;
+    let client = ServiceBus::connect(&connection_string(host.port, KEY))
+        .await
+        .unwrap();
+    let numbers = client
+        .publish("Orders", vec![event("order-1", "a"), event("order-1", "b")])
+        .await
+        .unwrap();
+    assert_eq!(numbers.len(), 2);
+    assert!(numbers[0] < numbers[1], "{numbers:?}");
+
+    let lock = host
+        .broker
+        .accept_session(
+            &SubscriptionPath::new("orders", "billing"),
+            SessionSelector::Named("order-1".to_owned()),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    for (id, number) in ["a", "b"].into_iter().zip(&numbers) {
+        let received = lock
+            .receive(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect(id);
+        assert_eq!(received.sequence_number, *number);
+        let mut expected = event("order-1", id);
+        // Published through the scheduler at "now": enqueued at once.
+        expected.scheduled_enqueue_time = received.message.scheduled_enqueue_time;
+        assert_eq!(received.message, expected);
+        lock.complete(received).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_message_is_cancelled_once() {
+    let host = endpoint().await;
+    let client = ServiceBus::connect(&connection_string(host.port, KEY))
+        .await
+        .unwrap();
+    let mut later = event("order-2", "later");
+    later.scheduled_enqueue_time = Some(SystemTime::now() + Duration::from_secs(3600));
+    let [number] = client.publish("orders", vec![later]).await.unwrap()[..] else {
+        panic!("one number");
+    };
+    client.cancel_scheduled("orders", number).await.unwrap();
+    assert!(matches!(
+        client.cancel_scheduled("orders", number).await,
+        Err(CancelError::NotFound { sequence_number, .. }) if sequence_number == number
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_named() {
+    let host = endpoint().await;
+    let client = ServiceBus::connect(&connection_string(host.port, KEY))
+        .await
+        .unwrap();
+    assert!(matches!(
+        client.publish("nowhere", vec![event("s", "x")]).await,
+        Err(PublishError::TopicNotFound { topic }) if topic == "nowhere"
+    ));
+
+    let wrong = ServiceBus::connect(&connection_string(host.port, "not the key")).await;
+    let Err(error @ ConnectError::Token { .. }) = wrong else {
+        panic!("a wrong key is refused at connect");
+    };
+    assert!(
+        error.to_string().contains("RootManageSharedAccessKey"),
+        "{error}"
+    );
+
+    let namespace: ConnectionString = "Endpoint=sb://acme.servicebus.windows.net/;\
+        SharedAccessKeyName=Root;SharedAccessKey=k"
+        .parse()
+        .unwrap();
+    assert!(matches!(
+        ServiceBus::connect(&namespace).await,
+        Err(ConnectError::TlsNotBuilt { .. })
+    ));
+}
