@@ -256,3 +256,22 @@ def test_receive_and_delete_takes_each_message_once(host):
         with sb.get_subscription_receiver(TOPIC, PARKED, session_id=session,
                                           max_wait_time=WAIT) as receiver:
             assert receiver.receive_messages(max_wait_time=1) == []
+
+
+def test_peek_shows_a_sessions_messages_without_taking_them(host):
+    session = f"py-peek-{uuid.uuid4().hex[:8]}"
+    publish(host, *[parked(session, f"p{i}") for i in range(3)])
+    with client(host) as sb, sb.get_subscription_receiver(
+            TOPIC, PARKED, session_id=session, max_wait_time=WAIT) as receiver:
+        peeked = receiver.peek_messages(max_message_count=10)
+        assert [str(m) for m in peeked] == ["p0", "p1", "p2"]
+        numbers = [m.sequence_number for m in peeked]
+        assert numbers == sorted(numbers)
+        assert all(m.session_id == session for m in peeked)
+        later = receiver.peek_messages(max_message_count=10, sequence_number=numbers[1])
+        assert [str(m) for m in later] == ["p1", "p2"]
+        messages = receive_all(receiver, 3)
+        assert [(str(m), m.delivery_count) for m in messages] == [("p0", 0), ("p1", 0), ("p2", 0)]
+        for message in messages:
+            receiver.complete_message(message)
+        assert receiver.peek_messages(max_message_count=10) == []

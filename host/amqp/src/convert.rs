@@ -251,6 +251,25 @@ pub(crate) fn timestamp(at: SystemTime) -> Value {
     ))
 }
 
+/// A received (or peeked) message encoded whole as the broker sends it,
+/// its header written whole (see [`header_patch`]): what a `$management`
+/// answer carries.
+///
+/// # Errors
+///
+/// When the encoder fails (it does not for the types [`received`] writes).
+pub fn encode_received(
+    message: &nimbus_transport::ReceivedMessage,
+) -> Result<Vec<u8>, serde_amqp::Error> {
+    let mut bytes = encode(received(message, false))?;
+    if let Some(patch) = header_patch(message)
+        && bytes.starts_with(&patch.written)
+    {
+        bytes.splice(..patch.written.len(), patch.whole);
+    }
+    Ok(bytes)
+}
+
 /// A broker message as a client sends it: the inverse of [`message`]
 /// (ids as strings, properties as their AMQP types, the TTL in the header,
 /// a scheduled time as `x-opt-scheduled-enqueue-time`, the body one data

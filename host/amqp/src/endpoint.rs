@@ -18,9 +18,7 @@ use fe2o3_amqp::types::definitions::{
 use fe2o3_amqp::types::messaging::{DeliveryState, Released, TargetArchetype};
 use fe2o3_amqp::types::performatives::Attach;
 use fe2o3_amqp::types::primitives::{Symbol, Value};
-use nimbus_transport::{
-    Admin, ErrorKind, SessionLock, SessionSelector, SubscriptionPath, Transport,
-};
+use nimbus_transport::{Admin, ErrorKind, SessionLock, SessionSelector, Transport};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -491,27 +489,13 @@ async fn open_receive<T: Transport + Admin>(
             ),
         ));
     }
-    let topic = publish::resolve_topic(transport, &entity.topic).await?;
-    let wanted = entity.subscription.as_deref().unwrap_or_default();
     let busy = |error: String| {
         publish::error_body(
             ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
             error,
         )
     };
-    let subscription = transport
-        .list_subscriptions(&topic)
-        .await
-        .map_err(|error| busy(error.to_string()))?
-        .into_iter()
-        .find(|s| s.name.eq_ignore_ascii_case(wanted))
-        .ok_or_else(|| {
-            refusal(
-                AmqpError::NotFound,
-                format!("the messaging entity '{written}' could not be found"),
-            )
-        })?;
-    let path = SubscriptionPath::new(topic, subscription.name.clone());
+    let (path, subscription) = publish::resolve_subscription(transport, entity).await?;
     let filter = session_filter(attach);
     if entity.sub_queue == SubQueue::DeadLetter {
         return match transport

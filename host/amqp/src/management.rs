@@ -34,6 +34,10 @@ const SET_SESSION_STATE: &str = "com.microsoft:set-session-state";
 const RENEW_SESSION_LOCK: &str = "com.microsoft:renew-session-lock";
 const RENEW_LOCK: &str = "com.microsoft:renew-lock";
 const UPDATE_DISPOSITION: &str = "com.microsoft:update-disposition";
+const PEEK: &str = "com.microsoft:peek-message";
+
+/// The most messages one peek answers: Service Bus's own page.
+const PEEK_MAX: usize = 250;
 
 /// Which entity a `$management` node belongs to.
 pub(crate) enum Managed<S> {
@@ -99,7 +103,13 @@ pub(crate) async fn serve<T: Transport + Admin>(
                 entity,
                 sessions,
                 deliveries,
-            } => subscription_answer(entity, sessions, deliveries, &grants, request).await,
+            } => {
+                let held = Held {
+                    sessions,
+                    deliveries,
+                };
+                subscription_answer(transport.as_ref(), entity, held, &grants, request).await
+            }
         };
         replies.send(envelope(correlation, answer)).await;
     }
@@ -244,13 +254,23 @@ async fn cancel<T: Transport>(
 /// Answers a request to a subscription's node: only on a session a link of
 /// this connection holds; any other is `session-lock-lost` (410), as
 /// Service Bus answers for a lock that is not the caller's.
-async fn subscription_answer<S: SessionLock>(
+/// What a connection's receive links hold.
+struct Held<'a, S> {
+    sessions: &'a HeldSessions<S>,
+    deliveries: &'a HeldDeliveries,
+}
+
+async fn subscription_answer<T: Transport + Admin>(
+    transport: &T,
     entity: &EntityAddress,
-    sessions: &HeldSessions<S>,
-    deliveries: &HeldDeliveries,
+    held: Held<'_, T::Session>,
     grants: &Grants,
     request: AmqpMessage<Body<Value>>,
 ) -> Answer {
+    let Held {
+        sessions,
+        deliveries,
+    } = held;
     let operation = request
         .application_properties
         .as_ref()
@@ -279,6 +299,7 @@ async fn subscription_answer<S: SessionLock>(
     let operation = operation.unwrap_or_default();
     match operation.as_str() {
         RENEW_LOCK => return renew_locks(deliveries, &body).await,
+        PEEK => return peek(transport, entity, &body).await,
         UPDATE_DISPOSITION => return update_disposition(deliveries, &body).await,
         GET_SESSION_STATE | SET_SESSION_STATE | RENEW_SESSION_LOCK => {}
         _ => {
@@ -288,7 +309,7 @@ async fn subscription_answer<S: SessionLock>(
                 format!(
                     "'{operation}' is not an operation this endpoint serves on a subscription's \
                      $management (it serves get-session-state, set-session-state, \
-                     renew-session-lock, renew-lock and update-disposition)"
+                     renew-session-lock, renew-lock, update-disposition and peek-message)"
                 ),
             );
         }
@@ -333,6 +354,62 @@ async fn subscription_answer<S: SessionLock>(
             Err(error) => state_error(&path, &session_id, &error.to_string(), error.kind()),
         },
     }
+}
+
+/// Answers `peek-message`: up to `message-count` messages from
+/// `from-sequence-number` on (of `session-id`'s session, when given), each
+/// whole as the broker would send it; 204 when there are none.
+async fn peek<T: Transport + Admin>(
+    transport: &T,
+    entity: &EntityAddress,
+    body: &OrderedMap<Value, Value>,
+) -> Answer {
+    let argument = |why: &str| Answer::refused(400, "com.microsoft:argument-error", why.to_owned());
+    let Some(from) = field(body, "from-sequence-number").and_then(long) else {
+        return argument("peek-message needs `from-sequence-number`, a long");
+    };
+    let Some(count) = field(body, "message-count").and_then(long) else {
+        return argument("peek-message needs `message-count`, an int");
+    };
+    let Ok(count) = usize::try_from(count) else {
+        return argument("`message-count` is negative");
+    };
+    let session = field(body, "session-id").and_then(text_value);
+    let (path, _) = match crate::publish::resolve_subscription(transport, entity).await {
+        Ok(found) => found,
+        Err(error) => {
+            return Answer::refused(404, "amqp:not-found", error.description.unwrap_or_default());
+        }
+    };
+    let queue = match entity.sub_queue {
+        crate::address::SubQueue::DeadLetter => nimbus_transport::SubQueue::DeadLetter,
+        _ => nimbus_transport::SubQueue::Main,
+    };
+    let peeked = match transport
+        .peek(&path, queue, session.as_deref(), from, count.min(PEEK_MAX))
+        .await
+    {
+        Ok(peeked) => peeked,
+        Err(error) => return Answer::refused(500, "com.microsoft:server-busy", error.to_string()),
+    };
+    if peeked.is_empty() {
+        return Answer {
+            status: 204,
+            description: "No messages to peek".to_owned(),
+            condition: Some("com.microsoft:message-not-found"),
+            body: Value::Null,
+        };
+    }
+    let mut messages = Vec::with_capacity(peeked.len());
+    for message in &peeked {
+        match convert::encode_received(message) {
+            Ok(bytes) => messages.push(map([("message", Value::Binary(bytes.into()))])),
+            Err(error) => {
+                return Answer::refused(500, "com.microsoft:server-busy", error.to_string());
+            }
+        }
+    }
+    Answer::ok(map([("messages", Value::List(messages))]))
 }
 
 /// The lock tokens of a request: an array (or list) of uuids, in RFC

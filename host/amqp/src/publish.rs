@@ -145,6 +145,44 @@ pub(crate) async fn resolve_topic<T: Admin>(
         })
 }
 
+/// The subscription `entity` names, its names resolved ignoring case, and
+/// its description.
+pub(crate) async fn resolve_subscription<T: Admin>(
+    admin: &T,
+    entity: &crate::address::EntityAddress,
+) -> Result<
+    (
+        nimbus_transport::SubscriptionPath,
+        nimbus_transport::SubscriptionDescription,
+    ),
+    AmqpErrorBody,
+> {
+    let topic = resolve_topic(admin, &entity.topic).await?;
+    let wanted = entity.subscription.as_deref().unwrap_or_default();
+    let subscription = admin
+        .list_subscriptions(&topic)
+        .await
+        .map_err(|error| {
+            error_body(
+                ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+                format!("the subscriptions of '{topic}' cannot be listed: {error}"),
+            )
+        })?
+        .into_iter()
+        .find(|s| s.name.eq_ignore_ascii_case(wanted))
+        .ok_or_else(|| {
+            error_body(
+                AmqpError::NotFound,
+                format!(
+                    "the messaging entity '{}' could not be found",
+                    entity.entity_path()
+                ),
+            )
+        })?;
+    let path = nimbus_transport::SubscriptionPath::new(topic, subscription.name.clone());
+    Ok((path, subscription))
+}
+
 fn published_error(error: &PublishError) -> AmqpErrorBody {
     let condition = match error {
         PublishError::TopicNotFound { topic } => {

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use nimbus_transport::{
     AcceptSessionError, Admin, AdminError, CancelError, DEFAULT_RULE_FILTER, DEFAULT_RULE_NAME,
-    Message, OpenReceiverError, PublishError, RuleDescription, SessionInfo, SessionSelector,
-    SubQueue, SubscriptionDescription, SubscriptionPath, SubscriptionSettings, TopicDescription,
-    TopicSettings, TransientError, Transport,
+    Message, OpenReceiverError, PublishError, ReceiveError, ReceivedMessage, RuleDescription,
+    SessionInfo, SessionSelector, SubQueue, SubscriptionDescription, SubscriptionPath,
+    SubscriptionSettings, TopicDescription, TopicSettings, TransientError, Transport,
 };
 
 use crate::broker::{self, BrokerOptions, Inner, TopicState};
@@ -94,6 +94,29 @@ impl Broker {
 impl Transport for Broker {
     type Session = BrokerSession;
     type Receiver = BrokerReceiver;
+
+    async fn peek(
+        &self,
+        path: &SubscriptionPath,
+        queue: SubQueue,
+        session_id: Option<&str>,
+        from_sequence_number: i64,
+        max: usize,
+    ) -> Result<Vec<ReceivedMessage>, ReceiveError> {
+        self.inner.healthy()?;
+        let entity = path.to_string();
+        let missing = || ReceiveError::NotFound {
+            entity: entity.clone(),
+        };
+        let topic = self.inner.topic(&path.topic).ok_or_else(missing)?;
+        let core = topic.lock();
+        let sub = core.subs.get(&path.subscription).ok_or_else(missing)?;
+        let q = match queue {
+            SubQueue::Main => &sub.main,
+            SubQueue::DeadLetter => &sub.dead_letter,
+        };
+        Ok(q.peek(session_id, from_sequence_number, max))
+    }
 
     async fn inbox_contains(&self, scope: &str, key: &str) -> Result<bool, TransientError> {
         self.inner.healthy()?;

@@ -73,6 +73,14 @@ impl Entry {
         self.commit.as_ref().is_none_or(|flag| flag.is_set())
     }
 
+    /// As a peek shows it: no lock of its own.
+    fn peeked(&self) -> ReceivedMessage {
+        self.received(
+            LockToken::from_uuid(uuid::Uuid::nil()),
+            std::time::UNIX_EPOCH,
+        )
+    }
+
     fn received(&self, token: LockToken, until: SystemTime) -> ReceivedMessage {
         ReceivedMessage {
             message: self.message.clone(),
@@ -144,6 +152,36 @@ impl Wakeups {
 }
 
 impl QueueCore {
+    /// Up to `max` committed messages from `from` on, in sequence order:
+    /// `session`'s only, or all of the queue's.
+    pub(crate) fn peek(
+        &self,
+        session: Option<&str>,
+        from: i64,
+        max: usize,
+    ) -> Vec<ReceivedMessage> {
+        let mut found: Vec<&Entry> = match session {
+            Some(id) => {
+                let key = if self.sessionful { id } else { NO_SESSION };
+                self.partitions
+                    .get(key)
+                    .into_iter()
+                    .flat_map(|p| p.entries.values())
+                    .filter(|e| self.sessionful || e.message.session_id.as_deref() == Some(id))
+                    .filter(|e| e.seq >= from && e.is_committed())
+                    .collect()
+            }
+            None => self
+                .partitions
+                .values()
+                .flat_map(|p| p.entries.values())
+                .filter(|e| e.seq >= from && e.is_committed())
+                .collect(),
+        };
+        found.sort_by_key(|e| e.seq);
+        found.into_iter().take(max).map(Entry::peeked).collect()
+    }
+
     pub(crate) fn new(sessionful: bool, expiring: bool) -> Self {
         QueueCore {
             sessionful,

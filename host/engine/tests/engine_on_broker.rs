@@ -1572,6 +1572,19 @@ impl Transport for Panicky {
     ) -> Result<bool, nimbus_transport::TransientError> {
         self.broker.inbox_contains(scope, key).await
     }
+
+    async fn peek(
+        &self,
+        path: &SubscriptionPath,
+        queue: SubQueue,
+        session_id: Option<&str>,
+        from_sequence_number: i64,
+        max: usize,
+    ) -> Result<Vec<nimbus_transport::ReceivedMessage>, nimbus_transport::ReceiveError> {
+        self.broker
+            .peek(path, queue, session_id, from_sequence_number, max)
+            .await
+    }
 }
 
 impl nimbus_transport::SessionLock for PanickySession {

@@ -76,6 +76,19 @@ impl Transport for Gated {
     async fn inbox_contains(&self, scope: &str, key: &str) -> Result<bool, TransientError> {
         self.broker.inbox_contains(scope, key).await
     }
+
+    async fn peek(
+        &self,
+        path: &SubscriptionPath,
+        queue: SubQueue,
+        session_id: Option<&str>,
+        from_sequence_number: i64,
+        max: usize,
+    ) -> Result<Vec<ReceivedMessage>, ReceiveError> {
+        self.broker
+            .peek(path, queue, session_id, from_sequence_number, max)
+            .await
+    }
 }
 
 impl SessionLock for GatedSession {

@@ -82,6 +82,7 @@ macro_rules! transport_conformance {
             closing_a_receiver_does_not_count_a_delivery,
             closing_a_session_does_not_count_a_delivery,
             a_released_message_comes_back_first_uncounted,
+            peek_shows_messages_in_order_without_locking_them,
             scheduled_message_arrives_at_its_time_and_cancel_stops_it,
             ttl_expiry_dead_letters_when_the_subscription_asks,
             ttl_expiry_drops_silently_otherwise,
@@ -813,6 +814,56 @@ pub async fn a_released_message_comes_back_first_uncounted<H: Harness>(h: H) {
     r.release(m).await.expect("release");
     let m = r.receive(ARRIVES).await.expect("receive").expect("3 again");
     assert_eq!((body(&m).as_str(), m.delivery_count), ("3", 1));
+}
+
+/// Peek shows a queue's messages in sequence order, from a sequence number
+/// on and for one session when asked, locked ones included, and changes
+/// nothing: they are received afterwards, uncounted.
+pub async fn peek_shows_messages_in_order_without_locking_them<H: Harness>(h: H) {
+    let t = h.transport();
+    let path = topic_with_sub(t, "pk", "s", SubscriptionSettings::sessions()).await;
+    let numbers = t
+        .publish(
+            "pk",
+            vec![
+                msg(Some("a"), "a1"),
+                msg(Some("b"), "b1"),
+                msg(Some("a"), "a2"),
+            ],
+        )
+        .await
+        .expect("publish");
+    let peek = |session: Option<&'static str>, from: i64, max: usize| {
+        let path = path.clone();
+        async move {
+            t.peek(&path, SubQueue::Main, session, from, max)
+                .await
+                .expect("peek")
+                .iter()
+                .map(body)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(peek(None, 0, 10).await, ["a1", "b1", "a2"]);
+    assert_eq!(peek(None, numbers[1], 10).await, ["b1", "a2"]);
+    assert_eq!(peek(None, 0, 2).await, ["a1", "b1"]);
+    assert_eq!(peek(Some("a"), 0, 10).await, ["a1", "a2"]);
+    let lock = t
+        .accept_session(&path, SessionSelector::Named("a".to_owned()), ARRIVES)
+        .await
+        .expect("accept");
+    let held = lock.receive(ARRIVES).await.expect("receive").expect("a1");
+    // A locked message is still shown.
+    assert_eq!(peek(Some("a"), 0, 10).await, ["a1", "a2"]);
+    lock.complete(held).await.expect("complete");
+    let next = lock.receive(ARRIVES).await.expect("receive").expect("a2");
+    assert_eq!((body(&next).as_str(), next.delivery_count), ("a2", 1));
+    assert!(
+        t.peek(&path, SubQueue::DeadLetter, None, 0, 10)
+            .await
+            .expect("peek dead letters")
+            .is_empty()
+    );
 }
 
 /// A scheduled message is invisible until its time; a cancelled one never

@@ -105,6 +105,20 @@ pub trait Transport: Send + Sync + 'static {
         queue: SubQueue,
     ) -> impl Future<Output = Result<Self::Receiver, OpenReceiverError>> + Send;
 
+    /// Up to `max` messages of a subscription's queue, without locking or
+    /// changing them, in sequence order from `from_sequence_number` on (and
+    /// only `session_id`'s, when given): what an operator or a client looks
+    /// at without receiving. Locked messages are included. A peeked
+    /// message's `lock_token` and `locked_until` mean nothing.
+    fn peek(
+        &self,
+        path: &SubscriptionPath,
+        queue: SubQueue,
+        session_id: Option<&str>,
+        from_sequence_number: i64,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<ReceivedMessage>, ReceiveError>> + Send;
+
     /// Whether `scope`'s inbox holds an unexpired record of `key` (written
     /// by [`Settlement::record_inbox`]).
     fn inbox_contains(
