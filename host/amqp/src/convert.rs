@@ -34,6 +34,12 @@ pub enum ConvertError {
     /// A body that is not one data section.
     #[error("the body is {0}; nimbus takes a body of one data section (bytes)")]
     Body(&'static str),
+    /// A delivery tag that is not a 16-byte lock token.
+    #[error("the delivery tag is {0} bytes; a Service Bus lock token is 16")]
+    Tag(usize),
+    /// An annotation the broker always stamps, missing.
+    #[error("the message has no {0} annotation, which Service Bus always stamps")]
+    Missing(&'static str),
     /// A message inside a batch that does not decode.
     #[error("message {index} of the batch does not decode: {why}")]
     BatchEntry {
@@ -268,6 +274,81 @@ pub fn encode_received(
         bytes.splice(..patch.written.len(), patch.whole);
     }
     Ok(bytes)
+}
+
+/// A message a client received, as the broker's [`ReceivedMessage`]: the
+/// inverse of [`received`]. `tag` is the delivery tag, the lock token in
+/// .NET order (a peeked message has none: its token is nil); `locked_until`
+/// stands where the message states none (a session's lock covers it).
+///
+/// [`ReceivedMessage`]: nimbus_transport::ReceivedMessage
+///
+/// # Errors
+///
+/// [`ConvertError`] naming what does not read.
+pub fn delivered(
+    mut amqp: AmqpMessage<Body<Value>>,
+    tag: Option<&[u8]>,
+    locked_until: SystemTime,
+) -> Result<nimbus_transport::ReceivedMessage, ConvertError> {
+    let lock_token = match tag {
+        None => uuid::Uuid::nil(),
+        Some(tag) => {
+            let bytes: [u8; 16] = tag.try_into().map_err(|_| ConvertError::Tag(tag.len()))?;
+            uuid::Uuid::from_bytes_le(bytes)
+        }
+    };
+    let annotation = |key: &str| {
+        amqp.message_annotations.as_ref().and_then(|annotations| {
+            annotations
+                .0
+                .iter()
+                .find(|(k, _)| {
+                    matches!(k, fe2o3_amqp::types::messaging::annotations::OwnedKey::Symbol(s)
+                        if s.as_str() == key)
+                })
+                .map(|(_, value)| value.clone())
+        })
+    };
+    let at = |value: Option<Value>| match value {
+        Some(Value::Timestamp(at)) => u64::try_from(at.milliseconds())
+            .ok()
+            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms))),
+        _ => None,
+    };
+    let sequence_number = match annotation("x-opt-sequence-number") {
+        Some(Value::Long(n)) => n,
+        _ => return Err(ConvertError::Missing("x-opt-sequence-number")),
+    };
+    let enqueued_time = at(annotation("x-opt-enqueued-time"))
+        .ok_or(ConvertError::Missing("x-opt-enqueued-time"))?;
+    let locked_until = at(annotation("x-opt-locked-until")).unwrap_or(locked_until);
+    let delivery_count = amqp
+        .header
+        .as_ref()
+        .map_or(0, |header| header.delivery_count)
+        .saturating_add(1);
+    let mut take = |key: &str| {
+        let application = amqp.application_properties.as_mut()?;
+        match application.0.swap_remove(key) {
+            Some(SimpleValue::String(text)) => Some(text),
+            _ => None,
+        }
+    };
+    let dead_letter_reason = take(DEAD_LETTER_REASON);
+    let dead_letter_description = take(DEAD_LETTER_DESCRIPTION);
+    // What the broker stamped is not the sender's message.
+    amqp.message_annotations = None;
+    Ok(nimbus_transport::ReceivedMessage {
+        message: message(amqp)?,
+        sequence_number,
+        enqueued_time,
+        delivery_count,
+        dead_letter_reason,
+        dead_letter_description,
+        lock_token: nimbus_transport::LockToken::from_uuid(lock_token),
+        locked_until,
+    })
 }
 
 /// A broker message as a client sends it: the inverse of [`message`]
@@ -551,7 +632,7 @@ mod tests {
         );
     }
 
-    fn delivered(delivery_count: u32) -> nimbus_transport::ReceivedMessage {
+    fn stamped(delivery_count: u32) -> nimbus_transport::ReceivedMessage {
         let mut message = Message::new(b"body".to_vec());
         message.message_id = Some("m-1".to_owned());
         message.session_id = Some("s-1".to_owned());
@@ -572,7 +653,7 @@ mod tests {
 
     #[test]
     fn a_delivered_message_carries_the_brokers_facts_in_the_types_the_sdks_cast_to() {
-        let amqp = received(&delivered(3), true);
+        let amqp = received(&stamped(3), true);
         assert_eq!(amqp.header.as_ref().map(|h| h.delivery_count), Some(2));
         let annotations = amqp.message_annotations.expect("annotations").0;
         let annotation = |key: &str| {
@@ -604,7 +685,7 @@ mod tests {
             Some("s-1")
         );
         // A session's message is under the session's lock: no lock of its own.
-        let in_session = received(&delivered(1), false)
+        let in_session = received(&stamped(1), false)
             .message_annotations
             .expect("annotations");
         assert!(in_session.0.len() == 2, "{in_session:?}");
@@ -612,7 +693,7 @@ mod tests {
 
     #[test]
     fn a_first_delivery_s_header_is_written_whole_so_its_count_of_zero_is_sent() {
-        let patch = header_patch(&delivered(1)).expect("fe2o3 leaves the 0 off");
+        let patch = header_patch(&stamped(1)).expect("fe2o3 leaves the 0 off");
         assert!(patch.whole.len() > patch.written.len());
         let read: fe2o3_amqp::types::messaging::Header =
             serde_amqp::from_slice(&patch.whole).expect("a header");
@@ -655,5 +736,24 @@ mod tests {
         );
         read.scheduled_enqueue_time = sent.scheduled_enqueue_time;
         assert_eq!(read, sent);
+    }
+
+    #[test]
+    fn a_delivered_message_reads_back_as_the_broker_sent_it() {
+        let sent = delivered_fixture();
+        let amqp = received(&sent, true);
+        let tag = sent.lock_token.as_uuid().to_bytes_le();
+        let read = super::delivered(amqp, Some(&tag), UNIX_EPOCH).unwrap();
+        assert_eq!(read, sent);
+        assert!(matches!(
+            super::delivered(received(&sent, true), Some(&[1, 2, 3, 4]), UNIX_EPOCH),
+            Err(ConvertError::Tag(4))
+        ));
+    }
+
+    fn delivered_fixture() -> nimbus_transport::ReceivedMessage {
+        let mut fixture = stamped(3);
+        fixture.dead_letter_description = Some("why".to_owned());
+        fixture
     }
 }

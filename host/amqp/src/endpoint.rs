@@ -462,6 +462,17 @@ enum Opened<T: Transport> {
     Queue(T::Receiver),
 }
 
+/// Why a receiver could not be opened, as the SDKs map it.
+fn receiver_refusal(error: &nimbus_transport::OpenReceiverError) -> AmqpErrorBody {
+    let condition = match error.kind() {
+        ErrorKind::NotFound => ErrorCondition::AmqpError(AmqpError::NotFound),
+        // A forwarding subscription: nothing stays in it to receive.
+        ErrorKind::Invalid => ErrorCondition::AmqpError(AmqpError::NotAllowed),
+        _ => ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+    };
+    publish::error_body(condition, error.to_string())
+}
+
 /// The session filter's key in a receive link's source (spec §A.7.1).
 const SESSION_FILTER: &str = "com.microsoft:session-filter";
 
@@ -503,7 +514,7 @@ async fn open_receive<T: Transport + Admin>(
             .await
         {
             Ok(receiver) => Ok(Opened::Queue(receiver)),
-            Err(error) => Err(busy(error.to_string())),
+            Err(error) => Err(receiver_refusal(&error)),
         };
     }
     match (subscription.settings.requires_session, filter) {
@@ -512,7 +523,7 @@ async fn open_receive<T: Transport + Admin>(
             .await
         {
             Ok(receiver) => Ok(Opened::Queue(receiver)),
-            Err(error) => Err(busy(error.to_string())),
+            Err(error) => Err(receiver_refusal(&error)),
         },
         (false, Some(_)) => Err(refusal(
             AmqpError::NotAllowed,

@@ -18,6 +18,7 @@ pub mod address;
 mod cbs;
 pub mod convert;
 mod endpoint;
+pub mod frame_io;
 mod held;
 mod management;
 mod publish;

@@ -211,6 +211,12 @@ async fn schedule<T: Transport>(
             let numbers = Array(sequence_numbers.into_iter().map(Value::Long).collect());
             Answer::ok(map([("sequence-numbers", Value::Array(numbers))]))
         }
+        Err(error @ nimbus_transport::PublishError::TopicNotFound { .. }) => {
+            Answer::refused(404, "amqp:not-found", error.to_string())
+        }
+        Err(error @ nimbus_transport::PublishError::InvalidMessage { .. }) => {
+            Answer::refused(400, "com.microsoft:argument-error", error.to_string())
+        }
         Err(error) => Answer::refused(500, "com.microsoft:server-busy", error.to_string()),
     }
 }

@@ -202,6 +202,8 @@ fn converted_error(error: &ConvertError) -> AmqpErrorBody {
     let condition = match error {
         ConvertError::BatchEntry { .. } => AmqpError::DecodeError,
         ConvertError::PropertyType { .. } | ConvertError::Body(_) => AmqpError::NotImplemented,
+        // Only a received message has a tag and the broker's stamps.
+        ConvertError::Tag(_) | ConvertError::Missing(_) => AmqpError::InvalidField,
     };
     error_body(condition, error.to_string())
 }

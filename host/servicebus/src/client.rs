@@ -1,14 +1,16 @@
-//! One connection to a namespace: its session, the namespace token on
-//! `$cbs` (renewed before it lapses), and a `$management` client per topic.
+//! One connection to a namespace: the namespace token on `$cbs` (renewed
+//! before it lapses), a session for requests with a `$management` client
+//! per entity, and the broker's answers to settlements read off the wire
+//! ([`Outcomes`]).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::sasl_profile::SaslProfile;
 use fe2o3_amqp::session::SessionHandle;
-use fe2o3_amqp::types::primitives::Timestamp;
+use fe2o3_amqp::types::primitives::{Timestamp, Value};
 use fe2o3_amqp::{Connection, Session};
 use fe2o3_amqp_cbs::client::CbsClient;
 use fe2o3_amqp_cbs::token::CbsToken;
@@ -20,6 +22,8 @@ use tracing::{debug, warn};
 
 use crate::connection_string::ConnectionString;
 use crate::management::{CancelScheduled, ScheduleMessages, ScheduledMessage};
+use crate::outcomes::{self, Outcomes};
+use crate::session_state::Stored;
 
 /// How long a token this client signs is valid.
 const TOKEN_LIFETIME: Duration = Duration::from_secs(60 * 60);
@@ -29,6 +33,9 @@ const TOKEN_RENEWAL_MARGIN: Duration = Duration::from_secs(10 * 60);
 
 /// The token type Service Bus takes a shared access signature as.
 const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
+
+/// The pipe between the wire reader and fe2o3.
+const PIPE_BUFFER: usize = 1024 * 1024;
 
 /// Why a connection could not be made, naming the step.
 #[derive(Debug, thiserror::Error)]
@@ -75,19 +82,32 @@ pub enum ConnectError {
     },
 }
 
-/// A connection to a namespace.
+/// A held session's stored state, shared by its lock and the client.
+pub(crate) type SharedState = Arc<StdMutex<Stored>>;
+
+/// A connection to a namespace; cheap to clone.
+#[derive(Clone)]
 pub struct ServiceBus {
-    connection_string: ConnectionString,
-    // Held so the connection stays open for the session's life.
-    _connection: Mutex<ConnectionHandle<()>>,
-    session: Mutex<SessionHandle<()>>,
-    management: Mutex<HashMap<String, MgmtClient>>,
-    renewal: tokio::task::JoinHandle<()>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-impl Drop for ServiceBus {
+pub(crate) struct Inner {
+    pub(crate) connection_string: ConnectionString,
+    connection: Mutex<ConnectionHandle<()>>,
+    session: Mutex<SessionHandle<()>>,
+    management: Mutex<HashMap<String, MgmtClient>>,
+    pub(crate) outcomes: Outcomes,
+    /// The stored state (and inbox) of each session a lock of this client
+    /// holds, by (entity, session id).
+    pub(crate) held: StdMutex<HashMap<(String, String), SharedState>>,
+    renewal: tokio::task::JoinHandle<()>,
+    pump: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
     fn drop(&mut self) {
         self.renewal.abort();
+        self.pump.abort();
     }
 }
 
@@ -104,22 +124,34 @@ impl ServiceBus {
                 host: cs.host.clone(),
             });
         }
-        let url = format!("amqp://{}:{}", cs.host, cs.port);
-        let mut connection = Connection::builder()
-            .container_id(format!("nimbus-{}", std::process::id()))
-            .sasl_profile(SaslProfile::Anonymous)
-            .open(url.as_str())
+        let open_error = |why: String| ConnectError::Open {
+            host: cs.host.clone(),
+            port: cs.port,
+            why,
+        };
+        let socket = tokio::net::TcpStream::connect((cs.host.as_str(), cs.port))
             .await
-            .map_err(|error| ConnectError::Open {
-                host: cs.host.clone(),
-                port: cs.port,
-                why: error.to_string(),
+            .map_err(|error| open_error(error.to_string()))?;
+        let _ = socket.set_nodelay(true);
+        // fe2o3 speaks to the wire reader, the wire reader to the broker.
+        let (library_side, wire_side) = tokio::io::duplex(PIPE_BUFFER);
+        let outcomes = Outcomes::default();
+        let pump = tokio::spawn(outcomes::pump(socket, wire_side, outcomes.clone()));
+        let mut connection = Connection::builder()
+            .container_id(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
+            .hostname(cs.host.as_str())
+            .sasl_profile(SaslProfile::Anonymous)
+            .open_with_stream(library_side)
+            .await
+            .map_err(|error| {
+                pump.abort();
+                open_error(error.to_string())
             })?;
         let begin = |error: fe2o3_amqp::session::error::BeginError| ConnectError::Begin {
             host: cs.host.clone(),
             why: error.to_string(),
         };
-        let mut session = Session::begin(&mut connection).await.map_err(begin)?;
+        let session = Session::begin(&mut connection).await.map_err(begin)?;
         // Tokens go on a session of their own, so a renewal never waits
         // behind the data the main session carries.
         let mut token_session = Session::begin(&mut connection).await.map_err(begin)?;
@@ -135,14 +167,17 @@ impl ServiceBus {
             .await
             .map_err(|error| token_error(error.to_string()))?;
         let renewal = tokio::spawn(renew_tokens(cbs, token_session, cs.clone()));
-        // The session used for requests is not otherwise touched here.
-        let _ = &mut session;
         Ok(ServiceBus {
-            connection_string: cs.clone(),
-            _connection: Mutex::new(connection),
-            session: Mutex::new(session),
-            management: Mutex::new(HashMap::new()),
-            renewal,
+            inner: Arc::new(Inner {
+                connection_string: cs.clone(),
+                connection: Mutex::new(connection),
+                session: Mutex::new(session),
+                management: Mutex::new(HashMap::new()),
+                outcomes,
+                held: StdMutex::default(),
+                renewal,
+                pump,
+            }),
         })
     }
 
@@ -165,7 +200,7 @@ impl ServiceBus {
         for mut message in messages {
             let message_id = message
                 .message_id
-                .get_or_insert_with(|| uuid_text(now, scheduled.len()))
+                .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
                 .clone();
             // Service Bus schedules only what has a time; now is enqueued
             // at once.
@@ -183,7 +218,7 @@ impl ServiceBus {
         let request = ScheduleMessages {
             messages: scheduled,
         };
-        match self.call(topic, request).await {
+        match self.inner.call(topic, request).await {
             Ok(numbers) => Ok(numbers.0),
             Err(CallError::Status(404, _)) => Err(PublishError::TopicNotFound {
                 topic: topic.to_owned(),
@@ -191,7 +226,7 @@ impl ServiceBus {
             Err(CallError::Status(400, why)) => Err(PublishError::InvalidMessage { reason: why }),
             Err(error) => Err(PublishError::Transient(TransientError::new(format!(
                 "publishing to '{topic}' on {}: {error}",
-                self.connection_string.host
+                self.inner.connection_string.host
             )))),
         }
     }
@@ -209,7 +244,7 @@ impl ServiceBus {
         let request = CancelScheduled {
             sequence_numbers: vec![sequence_number],
         };
-        match self.call(topic, request).await {
+        match self.inner.call(topic, request).await {
             Ok(_) => Ok(()),
             Err(CallError::Status(404 | 410, _)) => Err(CancelError::NotFound {
                 topic: topic.to_owned(),
@@ -220,22 +255,41 @@ impl ServiceBus {
             )))),
         }
     }
+}
 
-    /// Makes a request of `topic`'s `$management` node, attaching its
-    /// client on first use.
-    async fn call<Req>(&self, topic: &str, request: Req) -> Result<Req::Response, CallError>
+impl Inner {
+    /// A session of its own, for a receive link that may wait long for its
+    /// attach to be answered (next available) without holding up others.
+    pub(crate) async fn begin(&self) -> Result<SessionHandle<()>, TransientError> {
+        Session::begin(&mut *self.connection.lock().await)
+            .await
+            .map_err(|error| {
+                TransientError::new(format!(
+                    "beginning an AMQP session on {}: {error}",
+                    self.connection_string.host
+                ))
+            })
+    }
+
+    /// Makes a request of `entity`'s `$management` node (a topic, a
+    /// subscription, a dead-letter queue), attaching its client on first use.
+    pub(crate) async fn call<Req>(
+        &self,
+        entity: &str,
+        request: Req,
+    ) -> Result<Req::Response, CallError>
     where
         Req: fe2o3_amqp_management::Request,
         Req::Response: fe2o3_amqp_management::Response<Error = ManagementError>,
         for<'de> <Req::Response as fe2o3_amqp_management::Response>::Body:
             fe2o3_amqp::types::messaging::FromBody<'de> + std::fmt::Debug + Send,
     {
-        let key = topic.to_ascii_lowercase();
+        let key = entity.to_ascii_lowercase();
         let mut clients = self.management.lock().await;
         if !clients.contains_key(&key) {
             let client = MgmtClient::builder()
-                .management_node_address(format!("{topic}/$management"))
-                .client_node_addr(format!("nimbus-{}-{key}", std::process::id()))
+                .management_node_address(format!("{entity}/$management"))
+                .client_node_addr(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
                 .attach(&mut *self.session.lock().await)
                 .await
                 .map_err(|error| CallError::Link(error.to_string()))?;
@@ -257,22 +311,50 @@ impl ServiceBus {
             }
         }
     }
+
+    /// Whether a session this client holds has an unexpired inbox record.
+    pub(crate) fn inbox_contains(&self, scope: &str, key: &str) -> bool {
+        let now = SystemTime::now();
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .any(|stored| {
+                stored
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .contains(scope, key, now)
+            })
+    }
 }
 
 /// Why a `$management` request failed.
 #[derive(Debug, thiserror::Error)]
-enum CallError {
+pub(crate) enum CallError {
     #[error("answered {0}: {1}")]
     Status(u16, String),
     #[error("the $management link failed: {0}")]
     Link(String),
 }
 
-/// A fresh message id for a message that has none: what Service Bus does
-/// for a send without one.
-fn uuid_text(now: SystemTime, index: usize) -> String {
-    let nanos = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("nimbus-{nanos:x}-{index}-{:x}", std::process::id())
+impl CallError {
+    /// The answer's status, if there was one.
+    pub(crate) fn status(&self) -> Option<u16> {
+        match self {
+            CallError::Status(code, _) => Some(*code),
+            CallError::Link(_) => None,
+        }
+    }
+}
+
+/// A timestamp value as a time.
+pub(crate) fn time_of(value: Option<&Value>) -> Option<SystemTime> {
+    match value {
+        Some(Value::Timestamp(at)) => u64::try_from(at.milliseconds())
+            .ok()
+            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms))),
+        _ => None,
+    }
 }
 
 async fn put_token(
@@ -314,9 +396,3 @@ async fn renew_tokens(mut cbs: CbsClient, _session: SessionHandle<()>, cs: Conne
         }
     }
 }
-
-// The token renewal runs on its own task and must be Send.
-const _: fn() = || {
-    fn send<T: Send>() {}
-    send::<Arc<ServiceBus>>();
-};

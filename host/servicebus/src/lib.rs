@@ -6,12 +6,23 @@
 //! own tokens with the key and keeps one on `$cbs` for the namespace, and
 //! publishes through a topic's `$management` node (`schedule-message`),
 //! the one way Service Bus answers a publish with its sequence numbers and
-//! takes several messages as one (decision 0137). Receiving, sessions and
-//! settlement come next; until then this is a client, not a `Transport`.
+//! takes several messages as one (decision 0137). It is a
+//! [`Transport`](nimbus_transport::Transport): sessions and peek-lock
+//! receivers are receive links, each settlement answered by the broker
+//! (read off the wire, as fe2o3 does not wait for it), session state and
+//! renewal go through the subscription's `$management`, and a settlement's
+//! steps go in the order that makes a crash between them harmless, the
+//! inbox kept in the session's state.
 
 mod client;
 mod connection_string;
+mod link;
+mod locks;
 mod management;
+mod outcomes;
+mod session_state;
+mod transport;
 
 pub use client::{ConnectError, ServiceBus};
 pub use connection_string::{ConnectionString, ConnectionStringError};
+pub use locks::{ServiceBusReceiver, ServiceBusSession};

@@ -119,3 +119,63 @@ impl Response for Empty {
         Ok(Empty)
     }
 }
+
+/// An answer's body map, whatever the operation (an empty body reads as an
+/// empty map).
+pub(crate) struct MapAnswer(pub OrderedMap<Value, Value>);
+
+impl MapAnswer {
+    /// The value under `key` (a string key, as Service Bus writes them).
+    pub(crate) fn get(&self, key: &str) -> Option<&Value> {
+        self.0
+            .iter()
+            .find(|(k, _)| matches!(k, Value::String(k) if k == key))
+            .map(|(_, value)| value)
+    }
+}
+
+impl Response for MapAnswer {
+    const STATUS_CODE: u16 = 200;
+    type Body = Option<AmqpValue<Value>>;
+    type Error = ManagementError;
+
+    fn decode_message(message: AmqpMessage<Self::Body>) -> Result<Self, Self::Error> {
+        match message.body {
+            Some(AmqpValue(Value::Map(map))) => Ok(MapAnswer(map)),
+            Some(AmqpValue(Value::Null)) | None => Ok(MapAnswer(OrderedMap::new())),
+            Some(_) => Err(ManagementError::DecodeError(None)),
+        }
+    }
+}
+
+/// Operations whose request is a map and whose answer is read as a map.
+macro_rules! map_operation {
+    ($($name:ident => $operation:literal),* $(,)?) => {
+        $(
+            pub(crate) struct $name(pub Vec<(&'static str, Value)>);
+
+            impl Request for $name {
+                const OPERATION: &'static str = $operation;
+                type Response = MapAnswer;
+                type Body = AmqpValue<Value>;
+
+                fn encode_body(self) -> Self::Body {
+                    AmqpValue(Value::Map(
+                        self.0
+                            .into_iter()
+                            .map(|(key, value)| (Value::String(key.to_owned()), value))
+                            .collect(),
+                    ))
+                }
+            }
+        )*
+    };
+}
+
+map_operation! {
+    GetSessionState => "com.microsoft:get-session-state",
+    SetSessionState => "com.microsoft:set-session-state",
+    RenewSessionLock => "com.microsoft:renew-session-lock",
+    RenewLock => "com.microsoft:renew-lock",
+    Peek => "com.microsoft:peek-message",
+}

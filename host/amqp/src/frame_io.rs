@@ -1,0 +1,148 @@
+//! AMQP frames as units on a byte stream: read whole (protocol headers and
+//! frames), their performative told by its descriptor code, decoded by the
+//! library's own decoder, encoded as the library encodes them. What the
+//! endpoint's tap (decision 0136) and a client's tap read frames with.
+
+use bytes::{Buf, BufMut, BytesMut};
+use fe2o3_amqp::frames::amqp::{Frame, FrameBody, FrameDecoder};
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::codec::Decoder as _;
+
+/// One unit read from a peer: a protocol header or a whole frame (with its
+/// size field).
+pub enum Unit {
+    /// A protocol header (`AMQP` and its protocol id and version).
+    Header([u8; 8]),
+    /// A frame, its size field included.
+    Frame(BytesMut),
+}
+
+/// Reads headers and frames, refusing a frame over `max_frame_size`.
+pub struct UnitReader<R> {
+    io: R,
+    buffer: BytesMut,
+    max_frame_size: usize,
+}
+
+impl<R: AsyncRead + Unpin> UnitReader<R> {
+    /// Reads from `io`.
+    pub fn new(io: R, max_frame_size: usize) -> Self {
+        UnitReader {
+            io,
+            buffer: BytesMut::with_capacity(16 * 1024),
+            max_frame_size,
+        }
+    }
+
+    async fn fill(&mut self, want: usize) -> std::io::Result<bool> {
+        while self.buffer.len() < want {
+            self.buffer.reserve(want - self.buffer.len());
+            if self.io.read_buf(&mut self.buffer).await? == 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether nothing read is left over (a flush is due).
+    pub fn is_drained(&self) -> bool {
+        self.buffer.is_empty()
+    }
+
+    /// The next unit; `None` at the end of the stream.
+    ///
+    /// # Errors
+    ///
+    /// A read error, or a frame size outside 8 to the maximum.
+    ///
+    /// Cancel-safe: what was read stays buffered.
+    pub async fn next(&mut self) -> std::io::Result<Option<Unit>> {
+        if !self.fill(8).await? {
+            return Ok(None);
+        }
+        if &self.buffer[..4] == b"AMQP" {
+            let mut header = [0; 8];
+            self.buffer.copy_to_slice(&mut header);
+            return Ok(Some(Unit::Header(header)));
+        }
+        let size = u32::from_be_bytes([
+            self.buffer[0],
+            self.buffer[1],
+            self.buffer[2],
+            self.buffer[3],
+        ]) as usize;
+        if !(8..=self.max_frame_size).contains(&size) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "a frame of {size} bytes, outside 8..={}",
+                    self.max_frame_size
+                ),
+            ));
+        }
+        if !self.fill(size).await? {
+            return Ok(None);
+        }
+        Ok(Some(Unit::Frame(self.buffer.split_to(size))))
+    }
+}
+
+/// The frame's performative code, when it is an AMQP frame with a body.
+pub fn descriptor(frame: &[u8]) -> Option<u64> {
+    const FRAME_TYPE_AMQP: u8 = 0;
+    let doff = usize::from(*frame.get(4)?) * 4;
+    if frame.get(5) != Some(&FRAME_TYPE_AMQP) {
+        return None;
+    }
+    match frame.get(doff..)? {
+        // A described type: 0x00, then a small ulong or a ulong code.
+        [0x00, 0x53, code, ..] => Some(u64::from(*code)),
+        [0x00, 0x80, rest @ ..] => Some(u64::from_be_bytes(rest.get(..8)?.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+/// The frame decoded by the library's decoder; `None` when it does not
+/// decode.
+pub fn decode(frame: &BytesMut) -> Option<Frame> {
+    let mut body = BytesMut::from(&frame[4..]);
+    FrameDecoder {}.decode(&mut body).ok().flatten()
+}
+
+/// Encodes `frame` as the library would (size, doff 2, type 0, channel,
+/// performative, payload).
+///
+/// # Errors
+///
+/// When a performative does not encode.
+pub fn encode(frame: Frame, out: &mut BytesMut) -> Result<(), serde_amqp::Error> {
+    fn performative(value: &impl Serialize) -> Result<Vec<u8>, serde_amqp::Error> {
+        serde_amqp::to_vec(value)
+    }
+    let (body, payload) = match frame.body {
+        FrameBody::Open(p) => (performative(&p)?, None),
+        FrameBody::Begin(p) => (performative(&p)?, None),
+        FrameBody::Attach(p) => (performative(&p)?, None),
+        FrameBody::Flow(p) => (performative(&p)?, None),
+        FrameBody::Transfer {
+            performative: p,
+            payload,
+        } => (performative(&p)?, Some(payload)),
+        FrameBody::Disposition(p) => (performative(&p)?, None),
+        FrameBody::Detach(p) => (performative(&p)?, None),
+        FrameBody::End(p) => (performative(&p)?, None),
+        FrameBody::Close(p) => (performative(&p)?, None),
+        FrameBody::Empty => (Vec::new(), None),
+    };
+    let size = 8 + body.len() + payload.as_ref().map_or(0, |p| p.len());
+    out.put_u32(u32::try_from(size).unwrap_or(u32::MAX));
+    out.put_u8(2);
+    out.put_u8(0);
+    out.put_u16(frame.channel);
+    out.put_slice(&body);
+    if let Some(payload) = payload {
+        out.put_slice(&payload);
+    }
+    Ok(())
+}

@@ -1,0 +1,413 @@
+//! A receive link on a subscription, a session of one or its dead-letter
+//! queue: credit one delivery at a time, and each settlement answered by
+//! the broker (read off the wire by [`Outcomes`](crate::outcomes::Outcomes)).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use fe2o3_amqp::Receiver;
+use fe2o3_amqp::link::delivery::DeliveryInfo;
+use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::link::{LinkStateError, RecvError};
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::types::definitions::{
+    Error as AmqpError, ErrorCondition, Fields, ReceiverSettleMode, SenderSettleMode,
+};
+use fe2o3_amqp::types::messaging::{
+    Accepted, Body, DeliveryState, Modified, Rejected, Released, Source,
+};
+use fe2o3_amqp::types::primitives::{OrderedMap, Symbol, Value};
+use nimbus_transport::{
+    LockToken, Properties, PropertyValue, ReceiveError, ReceivedMessage, SettleError,
+    TransientError,
+};
+use tokio::sync::Mutex;
+
+use crate::client::Inner;
+
+/// How long one wait on the link lasts before the link is let go of, so a
+/// settlement is never held up behind a receive.
+const RECEIVE_SLICE: Duration = Duration::from_millis(50);
+
+/// How long a link without sessions waits, once attached, for the detach
+/// of a broker that refused it.
+const REFUSAL_WAIT: Duration = Duration::from_millis(50);
+
+/// How long a settlement waits for the broker's answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(60);
+
+/// The session filter's key (spec §A.7.1).
+pub(crate) const SESSION_FILTER: &str = "com.microsoft:session-filter";
+
+/// What a client asks done with a delivery.
+pub(crate) enum Outcome {
+    Complete,
+    Abandon(Properties),
+    DeadLetter { reason: String, description: String },
+    Release,
+}
+
+/// An open receive link.
+pub(crate) struct Link {
+    pub(crate) bus: Arc<Inner>,
+    /// `topic/Subscriptions/name`, or its dead-letter queue's path.
+    pub(crate) entity: String,
+    receiver: Mutex<Receiver>,
+    deliveries: StdMutex<HashMap<LockToken, DeliveryInfo>>,
+    credit_out: AtomicBool,
+    /// Whether a lost lock is the session's (else the message's).
+    session: Option<String>,
+    // The AMQP session the link lives on, ended when the link goes.
+    _amqp_session: Mutex<SessionHandle<()>>,
+}
+
+/// Why a receive link did not open.
+pub(crate) enum OpenFailure {
+    /// The broker detached it at once with this error.
+    Refused(AmqpError),
+    /// Anything else.
+    Transient(TransientError),
+}
+
+/// The answer of an attach: the link, and what its source and properties
+/// said (the session given; its lock's expiry).
+pub(crate) struct Opened {
+    pub(crate) link: Link,
+    pub(crate) session_id: Option<String>,
+    pub(crate) locked_until: Option<SystemTime>,
+}
+
+impl Link {
+    /// Attaches a peek-lock receiver to `entity`, asking for a session with
+    /// `filter` (a session id, or null for the next available) when given.
+    pub(crate) async fn open(
+        bus: Arc<Inner>,
+        entity: String,
+        filter: Option<Value>,
+        timeout: Duration,
+    ) -> Result<Opened, OpenFailure> {
+        let mut amqp_session = bus.begin().await.map_err(OpenFailure::Transient)?;
+        let mut source = Source::builder().address(entity.clone());
+        let asked_session = filter.is_some();
+        if let Some(filter) = filter {
+            let mut filters = OrderedMap::new();
+            filters.insert(Symbol::from(SESSION_FILTER), filter);
+            source = source.filter(filters);
+        }
+        let mut properties = Fields::new();
+        properties.insert(
+            Symbol::from("com.microsoft:timeout"),
+            Value::Uint(u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX)),
+        );
+        let attached = Receiver::builder()
+            .name(format!("nimbus-receiver-{}", uuid::Uuid::new_v4().simple()))
+            .source(source.build())
+            .target(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
+            .receiver_settle_mode(ReceiverSettleMode::Second)
+            .sender_settle_mode(SenderSettleMode::Unsettled)
+            .credit_mode(CreditMode::Manual)
+            // The broker answers with the session it gave in the filter
+            // (next available), or, refusing, without it: read below.
+            .verify_incoming_source(false)
+            .properties(properties)
+            .attach(&mut amqp_session)
+            .await;
+        let mut receiver = match attached {
+            Ok(receiver) => receiver,
+            Err(error) => {
+                return Err(OpenFailure::Transient(TransientError::new(format!(
+                    "attaching to '{entity}': {error}"
+                ))));
+            }
+        };
+        let session_id = receiver
+            .source()
+            .as_ref()
+            .and_then(|source| source.filter.as_ref())
+            .and_then(|filter| filter.get(&Symbol::from(SESSION_FILTER)))
+            .and_then(|value| match value {
+                Value::String(id) if !id.is_empty() => Some(id.clone()),
+                _ => None,
+            });
+        let locked_until = receiver.properties(|properties| {
+            properties
+                .as_ref()
+                .and_then(|p| p.get(&Symbol::from("com.microsoft:locked-until-utc")))
+                .and_then(|value| match value {
+                    Value::Long(ticks) => Some(from_ticks(*ticks)),
+                    _ => None,
+                })
+        });
+        // A broker that refuses a link answers its attach (echoing it, for
+        // Python) and detaches at once, saying why. A session given comes
+        // with its lock's expiry; a refused one without. A link without
+        // sessions has no such sign: with no credit given, nothing but that
+        // detach can come, so a short wait tells.
+        let refused = asked_session && (session_id.is_none() || locked_until.is_none());
+        let wait = match (refused, asked_session) {
+            (true, _) => Duration::from_secs(10),
+            (false, true) => Duration::ZERO,
+            (false, false) => REFUSAL_WAIT,
+        };
+        if !wait.is_zero() {
+            let why = tokio::time::timeout(wait, receiver.recv::<Body<Value>>()).await;
+            match why {
+                Err(_) if !refused => {}
+                Ok(Err(RecvError::LinkStateError(
+                    LinkStateError::RemoteClosedWithError(error)
+                    | LinkStateError::RemoteDetachedWithError(error),
+                ))) => return Err(OpenFailure::Refused(error)),
+                other => {
+                    return Err(OpenFailure::Transient(TransientError::new(format!(
+                        "'{entity}' answered the attach and then {}",
+                        match other {
+                            Ok(Ok(_)) => "sent a message it had no credit for".to_owned(),
+                            Ok(Err(error)) => error.to_string(),
+                            Err(_) => "nothing, without the session asked for".to_owned(),
+                        }
+                    ))));
+                }
+            }
+        }
+        Ok(Opened {
+            link: Link::new(bus, entity, receiver, session_id.clone(), amqp_session),
+            session_id,
+            locked_until,
+        })
+    }
+
+    fn new(
+        bus: Arc<Inner>,
+        entity: String,
+        receiver: Receiver,
+        session: Option<String>,
+        amqp_session: SessionHandle<()>,
+    ) -> Link {
+        Link {
+            bus,
+            entity,
+            receiver: Mutex::new(receiver),
+            deliveries: StdMutex::default(),
+            credit_out: AtomicBool::new(false),
+            session,
+            _amqp_session: Mutex::new(amqp_session),
+        }
+    }
+
+    fn deliveries(&self) -> std::sync::MutexGuard<'_, HashMap<LockToken, DeliveryInfo>> {
+        self.deliveries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next message, waiting up to `max_wait`; `locked_until` stands for
+    /// a message whose lock is the session's.
+    pub(crate) async fn receive(
+        &self,
+        max_wait: Duration,
+        locked_until: SystemTime,
+    ) -> Result<Option<ReceivedMessage>, ReceiveError> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            let mut receiver = self.receiver.lock().await;
+            if !self.credit_out.swap(true, Ordering::SeqCst)
+                && let Err(error) = receiver.set_credit(1).await
+            {
+                self.credit_out.store(false, Ordering::SeqCst);
+                return Err(self.link_error(&error.to_string()));
+            }
+            let slice =
+                RECEIVE_SLICE.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            match tokio::time::timeout(slice, receiver.recv::<Body<Value>>()).await {
+                Ok(Ok(delivery)) => {
+                    self.credit_out.store(false, Ordering::SeqCst);
+                    let info = DeliveryInfo::from(&delivery);
+                    let tag = delivery.delivery_tag().to_vec();
+                    let message = nimbus_amqp::convert::delivered(
+                        delivery.into_message(),
+                        Some(&tag),
+                        locked_until,
+                    )
+                    .map_err(|error| {
+                        ReceiveError::Transient(TransientError::new(format!(
+                            "a message from '{}' does not read: {error}",
+                            self.entity
+                        )))
+                    })?;
+                    self.deliveries().insert(message.lock_token, info);
+                    return Ok(Some(message));
+                }
+                Ok(Err(RecvError::LinkStateError(
+                    LinkStateError::RemoteClosedWithError(error)
+                    | LinkStateError::RemoteDetachedWithError(error),
+                ))) => return Err(self.detached(&error)),
+                Ok(Err(error)) => return Err(self.link_error(&error.to_string())),
+                Err(_) => {}
+            }
+            drop(receiver);
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn detached(&self, error: &AmqpError) -> ReceiveError {
+        match (&error.condition, &self.session) {
+            (ErrorCondition::Custom(symbol), Some(session_id))
+                if symbol.as_str() == "com.microsoft:session-lock-lost" =>
+            {
+                ReceiveError::SessionLockLost {
+                    session_id: session_id.clone(),
+                }
+            }
+            _ => self.link_error(&format!(
+                "{}: {}",
+                condition_text(&error.condition),
+                error.description.as_deref().unwrap_or_default()
+            )),
+        }
+    }
+
+    fn link_error(&self, why: &str) -> ReceiveError {
+        ReceiveError::Transient(TransientError::new(format!(
+            "the receive link on '{}' failed: {why}",
+            self.entity
+        )))
+    }
+
+    /// Settles `message` as `outcome` and waits for the broker's answer.
+    pub(crate) async fn settle(
+        &self,
+        message: &ReceivedMessage,
+        outcome: Outcome,
+    ) -> Result<(), SettleError> {
+        let message_id = message.message.message_id.clone().unwrap_or_default();
+        let lost = || match &self.session {
+            Some(session_id) => SettleError::SessionLockLost {
+                session_id: session_id.clone(),
+            },
+            None => SettleError::LockLost {
+                message_id: message_id.clone(),
+            },
+        };
+        // A token this link does not hold (settled already, or never its)
+        // is the message's lock lost, in a session too.
+        let Some(info) = self.deliveries().remove(&message.lock_token) else {
+            return Err(SettleError::LockLost {
+                message_id: message_id.clone(),
+            });
+        };
+        let state = match outcome {
+            Outcome::Complete => DeliveryState::Accepted(Accepted {}),
+            Outcome::Abandon(properties) => DeliveryState::Modified(Modified {
+                delivery_failed: Some(true),
+                undeliverable_here: Some(false),
+                message_annotations: (!properties.is_empty()).then(|| fields(&properties)),
+            }),
+            Outcome::DeadLetter {
+                reason,
+                description,
+            } => {
+                let mut info = Fields::new();
+                info.insert(
+                    Symbol::from("DeadLetterReason"),
+                    Value::String(reason.clone()),
+                );
+                info.insert(
+                    Symbol::from("DeadLetterErrorDescription"),
+                    Value::String(description),
+                );
+                DeliveryState::Rejected(Rejected {
+                    error: Some(AmqpError::new(
+                        ErrorCondition::Custom(Symbol::from("com.microsoft:dead-letter")),
+                        Some(reason),
+                        Some(info),
+                    )),
+                })
+            }
+            Outcome::Release => DeliveryState::Released(Released {}),
+        };
+        let answer = self.bus.outcomes.expect(message.lock_token);
+        let sent = {
+            let receiver = self.receiver.lock().await;
+            receiver.dispose(info.clone(), terminal(state)).await
+        };
+        if let Err(error) = sent {
+            self.bus.outcomes.forget(message.lock_token);
+            self.deliveries().insert(message.lock_token, info);
+            return Err(SettleError::Transient(TransientError::new(format!(
+                "settling '{message_id}' on '{}': {error}",
+                self.entity
+            ))));
+        }
+        match tokio::time::timeout(ANSWER_WAIT, answer).await {
+            Ok(Ok(DeliveryState::Rejected(Rejected { error: Some(error) }))) => {
+                match &error.condition {
+                    ErrorCondition::Custom(symbol) if symbol.as_str().ends_with("lock-lost") => {
+                        Err(lost())
+                    }
+                    other => Err(SettleError::Transient(TransientError::new(format!(
+                        "'{}' refused settling '{message_id}': {}: {}",
+                        self.entity,
+                        condition_text(other),
+                        error.description.unwrap_or_default()
+                    )))),
+                }
+            }
+            Ok(Ok(_applied)) => Ok(()),
+            // The link or connection went before the answer came: the lock
+            // went with it.
+            Ok(Err(_)) => Err(lost()),
+            Err(_) => Err(SettleError::Transient(TransientError::new(format!(
+                "'{}' did not answer the settlement of '{message_id}' within {ANSWER_WAIT:?}",
+                self.entity
+            )))),
+        }
+    }
+
+    /// Whether `token` is a delivery of this link not settled yet.
+    pub(crate) fn holds(&self, token: LockToken) -> bool {
+        self.deliveries().contains_key(&token)
+    }
+}
+
+fn terminal(state: DeliveryState) -> fe2o3_amqp::link::receiver::TerminalDeliveryState {
+    use fe2o3_amqp::link::receiver::TerminalDeliveryState;
+    match state {
+        DeliveryState::Accepted(accepted) => TerminalDeliveryState::Accepted(accepted),
+        DeliveryState::Rejected(rejected) => TerminalDeliveryState::Rejected(rejected),
+        DeliveryState::Modified(modified) => TerminalDeliveryState::Modified(modified),
+        _ => TerminalDeliveryState::Released(Released {}),
+    }
+}
+
+fn fields(properties: &Properties) -> Fields {
+    properties
+        .iter()
+        .map(|(name, value)| {
+            let value = match value {
+                PropertyValue::String(text) => Value::String(text.clone()),
+                PropertyValue::Int(n) => Value::Long(*n),
+                PropertyValue::Float(f) => Value::Double((*f).into()),
+                PropertyValue::Bool(flag) => Value::Bool(*flag),
+            };
+            (Symbol::from(name.as_str()), value)
+        })
+        .collect()
+}
+
+fn condition_text(condition: &ErrorCondition) -> String {
+    match condition {
+        ErrorCondition::Custom(symbol) => symbol.as_str().to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// .NET ticks (100 ns since 0001-01-01) as a time.
+pub(crate) fn from_ticks(ticks: i64) -> SystemTime {
+    const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
+    let ms = ticks.saturating_sub(TICKS_AT_UNIX_EPOCH) / 10_000;
+    std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}

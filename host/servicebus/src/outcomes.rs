@@ -1,0 +1,140 @@
+//! The broker's answers to this client's settlements, read off the wire.
+//!
+//! fe2o3-amqp's receiver sends a peek-lock disposition and does not wait
+//! for the broker's: the broker's answer (the outcome it applied, or
+//! `rejected` with `message-lock-lost`) is what says whether a settlement
+//! took effect. The connection's frames from the broker pass through here
+//! unchanged; each transfer's lock token is noted by its delivery id, and
+//! each disposition from the broker settles the waiters of the tokens it
+//! covers (decisions 0136, 0137).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use fe2o3_amqp::frames::amqp::FrameBody;
+use fe2o3_amqp::types::definitions::{DeliveryNumber, Role};
+use fe2o3_amqp::types::messaging::DeliveryState;
+use nimbus_amqp::frame_io::{Unit, UnitReader, decode, descriptor};
+use nimbus_transport::LockToken;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+/// Waiters for the broker's answer, by lock token.
+#[derive(Clone, Default)]
+pub(crate) struct Outcomes {
+    state: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The lock token of each delivery, by (broker's channel, delivery id).
+    tokens: HashMap<(u16, DeliveryNumber), LockToken>,
+    waiting: HashMap<LockToken, oneshot::Sender<DeliveryState>>,
+}
+
+impl Outcomes {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The broker's answer to the settlement of `token`, once it comes;
+    /// an error if the connection or link goes first.
+    pub(crate) fn expect(&self, token: LockToken) -> oneshot::Receiver<DeliveryState> {
+        let (answer, answered) = oneshot::channel();
+        self.state().waiting.insert(token, answer);
+        answered
+    }
+
+    /// Stops waiting for `token` (the settlement was not sent).
+    pub(crate) fn forget(&self, token: LockToken) {
+        self.state().waiting.remove(&token);
+    }
+
+    fn observe(&self, channel: u16, body: FrameBody) {
+        match body {
+            FrameBody::Transfer { performative, .. } => {
+                if let (Some(id), Some(tag)) = (performative.delivery_id, performative.delivery_tag)
+                    && let Ok(bytes) = <[u8; 16]>::try_from(tag.as_slice())
+                {
+                    self.state().tokens.insert(
+                        (channel, id),
+                        LockToken::from_uuid(uuid::Uuid::from_bytes_le(bytes)),
+                    );
+                }
+            }
+            FrameBody::Disposition(disposition) if disposition.role == Role::Sender => {
+                let span = disposition
+                    .last
+                    .unwrap_or(disposition.first)
+                    .wrapping_sub(disposition.first);
+                let mut state = self.state();
+                let ids: Vec<(u16, DeliveryNumber)> = state
+                    .tokens
+                    .keys()
+                    .filter(|(c, id)| *c == channel && id.wrapping_sub(disposition.first) <= span)
+                    .copied()
+                    .collect();
+                for key in ids {
+                    let Some(token) = state.tokens.remove(&key) else {
+                        continue;
+                    };
+                    if let (Some(waiter), Some(answer)) =
+                        (state.waiting.remove(&token), disposition.state.clone())
+                    {
+                        let _ = waiter.send(answer);
+                    }
+                }
+            }
+            FrameBody::End(_) => {
+                self.state().tokens.retain(|(c, _), _| *c != channel);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Passes bytes between `broker` and `library` until either closes,
+/// reading the broker's transfers and dispositions on the way.
+pub(crate) async fn pump<B, L>(broker: B, library: L, outcomes: Outcomes)
+where
+    B: AsyncRead + AsyncWrite + Unpin,
+    L: AsyncRead + AsyncWrite + Unpin,
+{
+    const TRANSFER: u64 = 0x14;
+    const DISPOSITION: u64 = 0x15;
+    const END: u64 = 0x17;
+    let (broker_read, mut broker_write) = tokio::io::split(broker);
+    let (mut library_read, mut library_write) = tokio::io::split(library);
+    let from_broker = async {
+        let mut reader = UnitReader::new(broker_read, usize::MAX);
+        while let Some(unit) = reader.next().await? {
+            match unit {
+                Unit::Header(header) => library_write.write_all(&header).await?,
+                Unit::Frame(frame) => {
+                    if descriptor(&frame)
+                        .is_some_and(|code| [TRANSFER, DISPOSITION, END].contains(&code))
+                        && let Some(decoded) = decode(&frame)
+                    {
+                        outcomes.observe(decoded.channel, decoded.body);
+                    }
+                    library_write.write_all(&frame).await?;
+                }
+            }
+            if reader.is_drained() {
+                library_write.flush().await?;
+            }
+        }
+        library_write.shutdown().await
+    };
+    let to_broker = async {
+        tokio::io::copy(&mut library_read, &mut broker_write).await?;
+        broker_write.shutdown().await
+    };
+    let result: std::io::Result<()> = tokio::select! {
+        result = from_broker => result,
+        result = to_broker => result,
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "the connection's frames stopped");
+    }
+}
