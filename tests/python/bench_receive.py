@@ -9,8 +9,8 @@ last complete) and the publish-to-complete latency's median and p99 in ms.
         --topic bench --subscription sessions [--events 2000] [--sessions 16] [--receivers 16] \
         [--window 64]
 
-`host/amqp/benches/roundtrip.rs` runs it beside the same loop in process
-(`cargo bench -p nimbus-amqp --bench roundtrip`)."""
+`host/servicebus/benches/roundtrip.rs` runs it beside the same loop in process
+(`cargo bench -p nimbus-servicebus --bench roundtrip`)."""
 
 import argparse
 import json

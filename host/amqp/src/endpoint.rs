@@ -131,7 +131,15 @@ async fn accept(
             return std::future::pending().await;
         };
         match listener.accept().await {
-            Ok((stream, peer)) => return (stream, peer, slot),
+            Ok((stream, peer)) => {
+                // Answers are small frames written back to back (a
+                // disposition, then a response): Nagle would hold the second
+                // for the client's delayed ACK, 40 ms a request.
+                if let Err(error) = stream.set_nodelay(true) {
+                    debug!(%error, %peer, "TCP_NODELAY could not be set");
+                }
+                return (stream, peer, slot);
+            }
             Err(error) => {
                 warn!(%error, "accepting an AMQP connection failed");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -1,16 +1,18 @@
-//! Publish -> receive -> complete, in process and through the AMQP port,
-//! side by side on one embedded broker (issue 29).
+//! Publish -> receive -> complete, in process and through the AMQP port
+//! (with the Rust transport and with Python's SDK), side by side on one
+//! embedded broker (issue 29).
 //!
 //! In process: one task publishes `BENCH_EVENTS` messages, one at a time,
 //! over `SESSIONS` sessions of a session subscription, at most `WINDOW` not
 //! completed yet, while `RECEIVERS` tasks
 //! take the next available session, receive and complete. Through the port:
-//! the same loop by Microsoft's Python SDK (`tests/python/bench_receive.py`)
-//! against this broker's endpoint. Each prints messages per second (first
+//! the same loop by this crate's transport over AMQP, and by Microsoft's
+//! Python SDK (`tests/python/bench_receive.py`), against this broker's
+//! endpoint. Each prints messages per second (first
 //! publish to last complete) and the publish-to-complete latency's median
 //! and p99; then the ratio.
 //!
-//!     cargo bench -p nimbus-amqp --bench roundtrip
+//!     cargo bench -p nimbus-servicebus --bench roundtrip
 //!
 //! The Python environment is `scripts/python-env.sh`'s (`NIMBUS_PYTHON`
 //! names its interpreter); without it the AMQP half is skipped, said so.
@@ -23,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use nimbus_amqp::{Endpoint, SharedAccessKey};
 use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_servicebus::{ConnectionString, ServiceBus};
 use nimbus_transport::{
     Admin, Message, SessionLock, SessionSelector, SubscriptionPath, SubscriptionSettings,
     TopicSettings, Transport,
@@ -62,7 +65,7 @@ fn main() {
                 .await
                 .expect("the broker opens"),
         );
-        for topic in ["inproc", "amqp"] {
+        for topic in ["inproc", "rust", "amqp"] {
             broker
                 .create_topic(topic, TopicSettings::default())
                 .await
@@ -78,15 +81,9 @@ fn main() {
         broker
     });
 
-    let inproc = runtime.block_on(in_process(Arc::clone(&broker), events));
+    let inproc = runtime.block_on(round(Arc::clone(&broker), "inproc", events));
     report("in process (Rust, Transport trait)", &inproc);
 
-    let Some(python) = python() else {
-        println!(
-            "through the AMQP port: skipped (no Python environment: run scripts/python-env.sh)"
-        );
-        return;
-    };
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("a port");
@@ -100,6 +97,31 @@ fn main() {
     let serving = runtime.spawn(endpoint.serve(listener, async {
         let _ = stopped.await;
     }));
+
+    let cs: ConnectionString = format!(
+        "Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};\
+         UseDevelopmentEmulator=true;"
+    )
+    .parse()
+    .expect("a connection string");
+    let rust = runtime.block_on(async {
+        let bus = Arc::new(ServiceBus::connect(&cs).await.expect("connects"));
+        round(bus, "rust", events).await
+    });
+    report("through the AMQP port (Rust, nimbus-servicebus)", &rust);
+    println!(
+        "ratio Rust over AMQP/in process: throughput {:.3}, p99 {:.1}x",
+        rust.per_second / inproc.per_second,
+        rust.p99_ms / inproc.p99_ms
+    );
+
+    let Some(python) = python() else {
+        println!(
+            "through the AMQP port with Python: skipped (no Python environment: run \
+             scripts/python-env.sh)"
+        );
+        return;
+    };
     let cpu_before = process_cpu_seconds();
     let script =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/bench_receive.py");
@@ -153,8 +175,11 @@ fn report(what: &str, figures: &Figures) {
     );
 }
 
-async fn in_process(broker: Arc<Broker>, events: usize) -> Figures {
-    let path = SubscriptionPath::new("inproc", "sessions");
+/// The closed loop on `transport`, over topic `topic`'s session
+/// subscription.
+async fn round<T: Transport>(transport: Arc<T>, topic: &'static str, events: usize) -> Figures {
+    let broker = transport;
+    let path = SubscriptionPath::new(topic, "sessions");
     let sent: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let done: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let started = Instant::now();
@@ -200,10 +225,7 @@ async fn in_process(broker: Arc<Broker>, events: usize) -> Figures {
         sent.lock()
             .expect("not poisoned")
             .insert(id, Instant::now());
-        broker
-            .publish("inproc", vec![message])
-            .await
-            .expect("publish");
+        broker.publish(topic, vec![message]).await.expect("publish");
     }
     for receiver in receivers {
         receiver.await.expect("a receiver");
