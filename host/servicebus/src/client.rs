@@ -82,6 +82,12 @@ pub enum ConnectError {
     },
 }
 
+/// An entity's `$management` client, while no request has it out.
+type ManagementSlot = Arc<Mutex<Option<MgmtClient>>>;
+
+/// How long a `$management` request waits for its answer.
+const CALL_WAIT: Duration = Duration::from_secs(30);
+
 /// A held session's stored state, shared by its lock and the client.
 pub(crate) type SharedState = Arc<StdMutex<Stored>>;
 
@@ -95,7 +101,7 @@ pub(crate) struct Inner {
     pub(crate) connection_string: ConnectionString,
     connection: Mutex<ConnectionHandle<()>>,
     session: Mutex<SessionHandle<()>>,
-    management: Mutex<HashMap<String, MgmtClient>>,
+    management: StdMutex<HashMap<String, ManagementSlot>>,
     pub(crate) outcomes: Outcomes,
     /// The stored state (and inbox) of each session a lock of this client
     /// holds, by (entity, session id).
@@ -172,7 +178,7 @@ impl ServiceBus {
                 connection_string: cs.clone(),
                 connection: Mutex::new(connection),
                 session: Mutex::new(session),
-                management: Mutex::new(HashMap::new()),
+                management: StdMutex::default(),
                 outcomes,
                 held: StdMutex::default(),
                 renewal,
@@ -285,30 +291,45 @@ impl Inner {
             fe2o3_amqp::types::messaging::FromBody<'de> + std::fmt::Debug + Send,
     {
         let key = entity.to_ascii_lowercase();
-        let mut clients = self.management.lock().await;
-        if !clients.contains_key(&key) {
-            let client = MgmtClient::builder()
+        // One client per entity, each used by one request at a time: an
+        // answer is the next delivery on its link.
+        let slot = Arc::clone(
+            self.management
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(key)
+                .or_default(),
+        );
+        let mut slot = slot.lock().await;
+        let mut client = match slot.take() {
+            Some(client) => client,
+            None => MgmtClient::builder()
                 .management_node_address(format!("{entity}/$management"))
                 .client_node_addr(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
                 .attach(&mut *self.session.lock().await)
                 .await
-                .map_err(|error| CallError::Link(error.to_string()))?;
-            clients.insert(key.clone(), client);
-        }
-        let Some(client) = clients.get_mut(&key) else {
-            return Err(CallError::Link("the management client vanished".to_owned()));
+                .map_err(|error| CallError::Link(error.to_string()))?,
         };
-        match client.call(request).await {
-            Ok(response) => Ok(response),
-            Err(ManagementError::Status(status)) => Err(CallError::Status(
-                status.code.0.get(),
-                status.description.unwrap_or_default(),
-            )),
-            Err(error) => {
-                // A broken link is attached again on the next request.
-                clients.remove(&key);
-                Err(CallError::Link(error.to_string()))
+        // The client is out of its slot while the request is out: should
+        // this call be dropped midway, or its answer not come, the client
+        // goes with it, and its late answer cannot be read as the next
+        // request's.
+        match tokio::time::timeout(CALL_WAIT, client.call(request)).await {
+            Ok(Ok(response)) => {
+                *slot = Some(client);
+                Ok(response)
             }
+            Ok(Err(ManagementError::Status(status))) => {
+                *slot = Some(client);
+                Err(CallError::Status(
+                    status.code.0.get(),
+                    status.description.unwrap_or_default(),
+                ))
+            }
+            Ok(Err(error)) => Err(CallError::Link(error.to_string())),
+            Err(_) => Err(CallError::Link(format!(
+                "{entity}/$management did not answer within {CALL_WAIT:?}"
+            ))),
         }
     }
 

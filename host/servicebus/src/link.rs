@@ -225,24 +225,42 @@ impl Link {
                     self.credit_out.store(false, Ordering::SeqCst);
                     let info = DeliveryInfo::from(&delivery);
                     let tag = delivery.delivery_tag().to_vec();
-                    let message = nimbus_amqp::convert::delivered(
+                    match nimbus_amqp::convert::delivered(
                         delivery.into_message(),
                         Some(&tag),
                         locked_until,
-                    )
-                    .map_err(|error| {
-                        ReceiveError::Transient(TransientError::new(format!(
-                            "a message from '{}' does not read: {error}",
-                            self.entity
-                        )))
-                    })?;
-                    self.deliveries().insert(message.lock_token, info);
-                    return Ok(Some(message));
+                    ) {
+                        Ok(message) => {
+                            self.deliveries().insert(message.lock_token, info);
+                            return Ok(Some(message));
+                        }
+                        // A message the broker's model cannot hold (a
+                        // property of another type, a body that is not
+                        // bytes) goes to the dead-letter queue saying why,
+                        // rather than block its session or be lost.
+                        Err(error) => self.dead_letter_unreadable(&receiver, info, &error).await,
+                    }
                 }
                 Ok(Err(RecvError::LinkStateError(
                     LinkStateError::RemoteClosedWithError(error)
                     | LinkStateError::RemoteDetachedWithError(error),
                 ))) => return Err(self.detached(&error)),
+                Ok(Err(
+                    error @ RecvError::LinkStateError(
+                        LinkStateError::RemoteClosed
+                        | LinkStateError::RemoteDetached
+                        | LinkStateError::SessionStopped(_),
+                    ),
+                )) => {
+                    // Detached without a reason: for a session, its lock
+                    // went with the link.
+                    return Err(match &self.session {
+                        Some(session_id) => ReceiveError::SessionLockLost {
+                            session_id: session_id.clone(),
+                        },
+                        None => self.link_error(&error.to_string()),
+                    });
+                }
                 Ok(Err(error)) => return Err(self.link_error(&error.to_string())),
                 Err(_) => {}
             }
@@ -253,8 +271,47 @@ impl Link {
         }
     }
 
+    /// Dead-letters a delivery that does not read, naming why.
+    async fn dead_letter_unreadable(
+        &self,
+        receiver: &Receiver,
+        info: DeliveryInfo,
+        error: &nimbus_amqp::convert::ConvertError,
+    ) {
+        tracing::warn!(entity = %self.entity, %error, "a message that does not read is dead-lettered");
+        let mut fields = Fields::new();
+        fields.insert(
+            Symbol::from("DeadLetterReason"),
+            Value::String("MessageUnreadable".to_owned()),
+        );
+        fields.insert(
+            Symbol::from("DeadLetterErrorDescription"),
+            Value::String(error.to_string()),
+        );
+        let rejected = Rejected {
+            error: Some(AmqpError::new(
+                ErrorCondition::Custom(Symbol::from("com.microsoft:dead-letter")),
+                Some("MessageUnreadable".to_owned()),
+                Some(fields),
+            )),
+        };
+        if let Err(error) = receiver
+            .dispose(info, terminal(DeliveryState::Rejected(rejected)))
+            .await
+        {
+            tracing::warn!(entity = %self.entity, %error, "dead-lettering a message that does not read failed");
+        }
+    }
+
     fn detached(&self, error: &AmqpError) -> ReceiveError {
+        let forced = matches!(
+            error.condition,
+            ErrorCondition::LinkError(fe2o3_amqp::types::definitions::LinkError::DetachForced)
+        );
         match (&error.condition, &self.session) {
+            (_, Some(session_id)) if forced => ReceiveError::SessionLockLost {
+                session_id: session_id.clone(),
+            },
             (ErrorCondition::Custom(symbol), Some(session_id))
                 if symbol.as_str() == "com.microsoft:session-lock-lost" =>
             {
@@ -342,7 +399,11 @@ impl Link {
                 self.entity
             ))));
         }
-        match tokio::time::timeout(ANSWER_WAIT, answer).await {
+        let answered = tokio::time::timeout(ANSWER_WAIT, answer).await;
+        if answered.is_err() {
+            self.bus.outcomes.forget(message.lock_token);
+        }
+        match answered {
             Ok(Ok(DeliveryState::Rejected(Rejected { error: Some(error) }))) => {
                 match &error.condition {
                     ErrorCondition::Custom(symbol) if symbol.as_str().ends_with("lock-lost") => {

@@ -39,15 +39,23 @@ impl std::fmt::Debug for ServiceBusSession {
 
 impl Drop for ServiceBusSession {
     fn drop(&mut self) {
-        self.bus
+        let key = (
+            self.link.entity.to_ascii_lowercase(),
+            self.session_id.clone(),
+        );
+        let mut held = self
+            .bus
             .inner
             .held
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&(
-                self.link.entity.to_ascii_lowercase(),
-                self.session_id.clone(),
-            ));
+            .unwrap_or_else(PoisonError::into_inner);
+        // Only this lock's: a newer lock on the same session keeps its own.
+        if held
+            .get(&key)
+            .is_some_and(|stored| Arc::ptr_eq(stored, &self.stored))
+        {
+            held.remove(&key);
+        }
     }
 }
 
@@ -88,12 +96,6 @@ fn state_error(entity: &str, session_id: &str, error: &CallError) -> SessionStat
 }
 
 impl ServiceBusSession {
-    fn lost(&self) -> SettleError {
-        SettleError::SessionLockLost {
-            session_id: self.session_id.clone(),
-        }
-    }
-
     fn stored(&self) -> Stored {
         self.stored
             .lock()
@@ -140,6 +142,11 @@ impl SessionLock for ServiceBusSession {
     }
 
     async fn get_state(&self) -> Result<Option<Vec<u8>>, SessionStateError> {
+        if self.locked_until() <= SystemTime::now() {
+            return Err(SessionStateError::SessionLockLost {
+                session_id: self.session_id.clone(),
+            });
+        }
         Ok(self.stored().engine)
     }
 
@@ -193,26 +200,18 @@ impl SessionLock for ServiceBusSession {
         if let Some((message, _)) = &parts.outcome
             && !self.link.holds(message.lock_token)
         {
-            return Err(self.lost());
+            // Settled already, or never this lock's: the message's lock.
+            return Err(SettleError::LockLost {
+                message_id: message.message.message_id.clone().unwrap_or_default(),
+            });
         }
         let mut sequence_numbers = Vec::new();
         for (topic, message) in parts.publishes {
-            let numbers =
-                self.bus
-                    .publish(&topic, vec![message])
-                    .await
-                    .map_err(|error| match error {
-                        nimbus_transport::PublishError::TopicNotFound { topic } => {
-                            SettleError::TopicNotFound { topic }
-                        }
-                        nimbus_transport::PublishError::InvalidMessage { reason } => {
-                            SettleError::Invalid { reason }
-                        }
-                        nimbus_transport::PublishError::Transient(error) => {
-                            SettleError::Transient(error)
-                        }
-                        other => SettleError::Transient(TransientError::new(other.to_string())),
-                    })?;
+            let numbers = self
+                .bus
+                .publish(&topic, vec![message])
+                .await
+                .map_err(settle_error)?;
             sequence_numbers.extend(numbers);
         }
         if parts.session_state.is_some() || !parts.inbox.is_empty() {
@@ -243,6 +242,21 @@ impl SessionLock for ServiceBusSession {
 
     async fn release(&self, message: ReceivedMessage) -> Result<(), SettleError> {
         self.link.settle(&message, Outcome::Release).await
+    }
+}
+
+/// A publish's error as a settlement's: a missing topic or a refused
+/// message is not worth retrying, the rest is.
+fn settle_error(error: nimbus_transport::PublishError) -> SettleError {
+    match error {
+        nimbus_transport::PublishError::TopicNotFound { topic } => {
+            SettleError::TopicNotFound { topic }
+        }
+        nimbus_transport::PublishError::InvalidMessage { reason } => {
+            SettleError::Invalid { reason }
+        }
+        nimbus_transport::PublishError::Transient(error) => SettleError::Transient(error),
+        other => SettleError::Transient(TransientError::new(other.to_string())),
     }
 }
 
@@ -339,7 +353,7 @@ impl Receiver for ServiceBusReceiver {
                 .bus
                 .publish(&topic, vec![message])
                 .await
-                .map_err(|error| SettleError::Transient(TransientError::new(error.to_string())))?;
+                .map_err(settle_error)?;
             sequence_numbers.extend(numbers);
         }
         if let Some((message, disposition)) = parts.outcome {
@@ -377,7 +391,7 @@ impl Receiver for ServiceBusReceiver {
         self.bus
             .publish(&self.topic, vec![message.message.clone()])
             .await
-            .map_err(|error| SettleError::Transient(TransientError::new(error.to_string())))?;
+            .map_err(settle_error)?;
         self.link.settle(&message, Outcome::Complete).await
     }
 }

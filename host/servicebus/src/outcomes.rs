@@ -19,6 +19,11 @@ use nimbus_transport::LockToken;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
+/// The largest frame taken from a broker: Service Bus's largest message
+/// (100 MB on Premium) fits in frames far smaller; a size beyond this is a
+/// broken stream, not a frame.
+const MAX_FRAME_FROM_BROKER: usize = 128 * 1024 * 1024;
+
 /// Waiters for the broker's answer, by lock token.
 #[derive(Clone, Default)]
 pub(crate) struct Outcomes {
@@ -52,7 +57,8 @@ impl Outcomes {
 
     fn observe(&self, channel: u16, body: FrameBody) {
         match body {
-            FrameBody::Transfer { performative, .. } => {
+            // A pre-settled transfer (a `$management` answer) gets no answer.
+            FrameBody::Transfer { performative, .. } if performative.settled != Some(true) => {
                 if let (Some(id), Some(tag)) = (performative.delivery_id, performative.delivery_tag)
                     && let Ok(bytes) = <[u8; 16]>::try_from(tag.as_slice())
                 {
@@ -86,7 +92,19 @@ impl Outcomes {
                 }
             }
             FrameBody::End(_) => {
-                self.state().tokens.retain(|(c, _), _| *c != channel);
+                // The session's links are gone, and with them any answer
+                // still awaited there: its waiter is told (lock lost).
+                let mut state = self.state();
+                let gone: Vec<LockToken> = state
+                    .tokens
+                    .iter()
+                    .filter(|((c, _), _)| *c == channel)
+                    .map(|(_, token)| *token)
+                    .collect();
+                state.tokens.retain(|(c, _), _| *c != channel);
+                for token in gone {
+                    state.waiting.remove(&token);
+                }
             }
             _ => {}
         }
@@ -106,7 +124,7 @@ where
     let (broker_read, mut broker_write) = tokio::io::split(broker);
     let (mut library_read, mut library_write) = tokio::io::split(library);
     let from_broker = async {
-        let mut reader = UnitReader::new(broker_read, usize::MAX);
+        let mut reader = UnitReader::new(broker_read, MAX_FRAME_FROM_BROKER);
         while let Some(unit) = reader.next().await? {
             match unit {
                 Unit::Header(header) => library_write.write_all(&header).await?,
@@ -134,6 +152,8 @@ where
         result = from_broker => result,
         result = to_broker => result,
     };
+    // No answer can come any more: every waiter is told.
+    outcomes.state().waiting.clear();
     if let Err(error) = result {
         tracing::debug!(%error, "the connection's frames stopped");
     }

@@ -16,6 +16,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const MAGIC: &[u8] = b"nimbus-state/1\n";
 const NO_STATE: u32 = u32::MAX;
 
+/// The most inbox records a session keeps: the newest, about 100 bytes
+/// each. The inbox guards against a redelivery of a message just handled
+/// (a crash between a settlement's steps); a duplicate older than the last
+/// thousand of its session is not recognised.
+pub(crate) const MAX_RECORDS: usize = 1000;
+
 /// One inbox record: a message of this session already handled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct InboxRecord {
@@ -88,13 +94,16 @@ impl Stored {
     /// The bytes to store; `None` when there is nothing (the state is
     /// cleared).
     pub(crate) fn write(&self) -> Option<Vec<u8>> {
-        if self.inbox.is_empty() {
+        // An engine state that happens to open with the mark is wrapped, so
+        // it is not read back as ours.
+        let like_ours = self
+            .engine
+            .as_ref()
+            .is_some_and(|state| state.starts_with(MAGIC));
+        if self.inbox.is_empty() && !like_ours {
             // Nothing of ours to keep: the engine's state as it is, which a
             // .NET reader of the same session also reads.
-            return self
-                .engine
-                .clone()
-                .filter(|state| !state.starts_with(MAGIC));
+            return self.engine.clone();
         }
         let mut out = MAGIC.to_vec();
         match &self.engine {
@@ -124,9 +133,15 @@ impl Stored {
         Some(out)
     }
 
-    /// Drops records that have expired by `now`.
+    /// Drops records that have expired by `now`, and the oldest beyond
+    /// [`MAX_RECORDS`]: the state is one value Service Bus caps at its
+    /// message size (256 KB on Standard), rewritten on every settlement.
     pub(crate) fn forget_expired(&mut self, now: SystemTime) {
         self.inbox.retain(|record| record.expires_at > now);
+        if self.inbox.len() > MAX_RECORDS {
+            let excess = self.inbox.len() - MAX_RECORDS;
+            self.inbox.drain(..excess);
+        }
     }
 
     pub(crate) fn contains(&self, scope: &str, key: &str, now: SystemTime) -> bool {
@@ -173,5 +188,26 @@ mod tests {
             Stored::read(no_engine.write().as_deref()).expect("reads"),
             no_engine
         );
+    }
+
+    #[test]
+    fn the_inbox_keeps_the_newest_records_and_an_engine_state_like_ours_is_kept() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut stored = Stored::default();
+        for n in 0..MAX_RECORDS + 5 {
+            stored.inbox.push(InboxRecord {
+                scope: "s".to_owned(),
+                key: format!("k{n}"),
+                expires_at: now + Duration::from_secs(60),
+            });
+        }
+        stored.forget_expired(now);
+        assert_eq!(stored.inbox.len(), MAX_RECORDS);
+        assert!(!stored.contains("s", "k4", now) && stored.contains("s", "k5", now));
+        let odd = Stored {
+            engine: Some([MAGIC, b"engine"].concat()),
+            inbox: Vec::new(),
+        };
+        assert_eq!(Stored::read(odd.write().as_deref()).expect("reads"), odd);
     }
 }

@@ -19,6 +19,9 @@ use crate::management::{MapAnswer, Peek};
 /// 65 s.
 const MAX_SESSION_WAIT: Duration = Duration::from_secs(65);
 
+/// How often a named session held elsewhere is asked for again.
+const NAMED_RETRY: Duration = Duration::from_millis(250);
+
 fn subscription_entity(path: &SubscriptionPath) -> String {
     format!("{}/Subscriptions/{}", path.topic, path.subscription)
 }
@@ -62,9 +65,27 @@ impl Transport for ServiceBus {
             SessionSelector::Named(id) => (Value::String(id.clone()), timeout),
             _ => (Value::Null, timeout.min(MAX_SESSION_WAIT)),
         };
-        let opened = match Link::open(Arc::clone(&self.inner), entity.clone(), Some(filter), wait)
-            .await
-        {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let opened = loop {
+            let attempt = Link::open(
+                Arc::clone(&self.inner),
+                entity.clone(),
+                Some(filter.clone()),
+                wait,
+            )
+            .await;
+            // Service Bus refuses a named session held elsewhere at once; the
+            // contract waits up to `timeout` for its release.
+            if let Err(OpenFailure::Refused(error)) = &attempt
+                && condition(error) == "com.microsoft:session-cannot-be-locked"
+                && tokio::time::Instant::now() + NAMED_RETRY < deadline
+            {
+                tokio::time::sleep(NAMED_RETRY).await;
+                continue;
+            }
+            break attempt;
+        };
+        let opened = match opened {
             Ok(opened) => opened,
             Err(OpenFailure::Refused(error)) => {
                 let why = error.description.clone().unwrap_or_default();
