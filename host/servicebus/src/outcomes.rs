@@ -32,9 +32,13 @@ pub(crate) struct Outcomes {
 
 #[derive(Default)]
 struct State {
-    /// The lock token of each delivery, by (broker's channel, delivery id).
-    tokens: HashMap<(u16, DeliveryNumber), LockToken>,
+    /// The link and lock token of each delivery, by (broker's channel,
+    /// delivery id).
+    tokens: HashMap<(u16, DeliveryNumber), (u32, LockToken)>,
     waiting: HashMap<LockToken, oneshot::Sender<DeliveryState>>,
+    /// Deliveries of links the broker detached, by the channel they were
+    /// on: a settlement of one gets no answer, so it is not waited for.
+    gone: HashMap<LockToken, u16>,
 }
 
 impl Outcomes {
@@ -46,7 +50,12 @@ impl Outcomes {
     /// an error if the connection or link goes first.
     pub(crate) fn expect(&self, token: LockToken) -> oneshot::Receiver<DeliveryState> {
         let (answer, answered) = oneshot::channel();
-        self.state().waiting.insert(token, answer);
+        let mut state = self.state();
+        // Its link is gone: the answer is "lost" at once (the sender is
+        // dropped).
+        if !state.gone.contains_key(&token) {
+            state.waiting.insert(token, answer);
+        }
         answered
     }
 
@@ -64,7 +73,10 @@ impl Outcomes {
                 {
                     self.state().tokens.insert(
                         (channel, id),
-                        LockToken::from_uuid(uuid::Uuid::from_bytes_le(bytes)),
+                        (
+                            performative.handle.0,
+                            LockToken::from_uuid(uuid::Uuid::from_bytes_le(bytes)),
+                        ),
                     );
                 }
             }
@@ -81,13 +93,30 @@ impl Outcomes {
                     .copied()
                     .collect();
                 for key in ids {
-                    let Some(token) = state.tokens.remove(&key) else {
+                    let Some((_, token)) = state.tokens.remove(&key) else {
                         continue;
                     };
                     if let (Some(waiter), Some(answer)) =
                         (state.waiting.remove(&token), disposition.state.clone())
                     {
                         let _ = waiter.send(answer);
+                    }
+                }
+            }
+            FrameBody::Detach(detach) => {
+                // The broker ended a link (its session lock lapsed, most
+                // often): its deliveries cannot be settled any more.
+                let mut state = self.state();
+                let gone: Vec<(u16, DeliveryNumber)> = state
+                    .tokens
+                    .iter()
+                    .filter(|((c, _), (handle, _))| *c == channel && *handle == detach.handle.0)
+                    .map(|(key, _)| *key)
+                    .collect();
+                for key in gone {
+                    if let Some((_, token)) = state.tokens.remove(&key) {
+                        state.waiting.remove(&token);
+                        state.gone.insert(token, channel);
                     }
                 }
             }
@@ -99,9 +128,10 @@ impl Outcomes {
                     .tokens
                     .iter()
                     .filter(|((c, _), _)| *c == channel)
-                    .map(|(_, token)| *token)
+                    .map(|(_, (_, token))| *token)
                     .collect();
                 state.tokens.retain(|(c, _), _| *c != channel);
+                state.gone.retain(|_, c| *c != channel);
                 for token in gone {
                     state.waiting.remove(&token);
                 }
@@ -120,6 +150,7 @@ where
 {
     const TRANSFER: u64 = 0x14;
     const DISPOSITION: u64 = 0x15;
+    const DETACH: u64 = 0x16;
     const END: u64 = 0x17;
     let (broker_read, mut broker_write) = tokio::io::split(broker);
     let (mut library_read, mut library_write) = tokio::io::split(library);
@@ -130,7 +161,7 @@ where
                 Unit::Header(header) => library_write.write_all(&header).await?,
                 Unit::Frame(frame) => {
                     if descriptor(&frame)
-                        .is_some_and(|code| [TRANSFER, DISPOSITION, END].contains(&code))
+                        .is_some_and(|code| [TRANSFER, DISPOSITION, DETACH, END].contains(&code))
                         && let Some(decoded) = decode(&frame)
                     {
                         outcomes.observe(decoded.channel, decoded.body);
