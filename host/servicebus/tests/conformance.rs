@@ -14,9 +14,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use nimbus_amqp::{Endpoint, SharedAccessKey};
-use nimbus_broker::{Broker, BrokerOptions};
-use nimbus_servicebus::{ConnectionString, ServiceBus, ServiceBusReceiver, ServiceBusSession};
+use nimbus_broker::Broker;
+use nimbus_servicebus::{ServiceBus, ServiceBusReceiver, ServiceBusSession};
 use nimbus_transport::conformance::Harness;
 use nimbus_transport::{
     AcceptSessionError, Admin, AdminError, CancelError, Message, OpenReceiverError, PublishError,
@@ -25,8 +24,9 @@ use nimbus_transport::{
     TopicSettings, TransientError, Transport,
 };
 
-const KEY_NAME: &str = "RootManageSharedAccessKey";
-const KEY: &str = "conformance";
+mod common;
+
+use common::Served;
 
 /// The AMQP transport for the data plane, the broker for topology.
 struct Through {
@@ -36,39 +36,20 @@ struct Through {
 
 struct OverAmqp {
     through: Through,
-    _stop: tokio::sync::oneshot::Sender<()>,
-    _dir: tempfile::TempDir,
+    _served: Served,
 }
 
 async fn harness() -> OverAmqp {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Arc::new(
-        Broker::open(BrokerOptions::new(dir.path().join("b")))
-            .await
-            .unwrap(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let endpoint = Endpoint::new(
-        Arc::clone(&broker),
-        vec![SharedAccessKey::new(KEY_NAME, KEY)],
-        1 << 20,
-    );
-    tokio::spawn(endpoint.serve(listener, async {
-        let _ = stopped.await;
-    }));
-    let cs: ConnectionString = format!(
-        "Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};\
-         UseDevelopmentEmulator=true;"
-    )
-    .parse()
-    .unwrap();
-    let bus = ServiceBus::connect(&cs).await.unwrap();
+    let served = Served::start().await;
+    let bus = ServiceBus::connect(&served.connection_string())
+        .await
+        .unwrap();
     OverAmqp {
-        through: Through { bus, admin: broker },
-        _stop: stop,
-        _dir: dir,
+        through: Through {
+            bus,
+            admin: Arc::clone(&served.broker),
+        },
+        _served: served,
     }
 }
 

@@ -9,35 +9,26 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use nimbus_amqp::{Endpoint, SharedAccessKey};
-use nimbus_broker::{Broker, BrokerOptions};
-use nimbus_servicebus::{ConnectionString, ServiceBus};
+use nimbus_broker::Broker;
+use nimbus_servicebus::ServiceBus;
 use nimbus_transport::{
     Admin, Message, Receiver, SessionLock, SessionSelector, Settlement, SubQueue, SubscriptionPath,
     SubscriptionSettings, TopicSettings, Transport,
 };
 
-const KEY_NAME: &str = "RootManageSharedAccessKey";
-const KEY: &str = "crash windows";
+mod common;
+
+use common::Served;
+
 const WAIT: Duration = Duration::from_secs(10);
 
-struct Host {
-    broker: Arc<Broker>,
-    cs: ConnectionString,
-    _stop: tokio::sync::oneshot::Sender<()>,
-    _dir: tempfile::TempDir,
-}
-
-async fn host() -> Host {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Arc::new(
-        Broker::open(BrokerOptions::new(dir.path().join("b")))
-            .await
-            .unwrap(),
-    );
+/// An endpoint with topic `in` (a session subscription, one message `m-1`)
+/// and topic `out` (duplicate detection, one plain subscription).
+async fn host() -> Served {
+    let served = Served::start().await;
+    let broker = &served.broker;
     broker
         .create_topic("in", TopicSettings::default())
         .await
@@ -60,33 +51,11 @@ async fn host() -> Host {
         )
         .await
         .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let endpoint = Endpoint::new(
-        Arc::clone(&broker),
-        vec![SharedAccessKey::new(KEY_NAME, KEY)],
-        1 << 20,
-    );
-    tokio::spawn(endpoint.serve(listener, async {
-        let _ = stopped.await;
-    }));
-    let cs = format!(
-        "Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY};\
-         UseDevelopmentEmulator=true;"
-    )
-    .parse()
-    .unwrap();
     broker
         .publish("in", vec![event("order-1", "m-1")])
         .await
         .unwrap();
-    Host {
-        broker,
-        cs,
-        _stop: stop,
-        _dir: dir,
-    }
+    served
 }
 
 fn event(session: &str, id: &str) -> Message {
@@ -125,7 +94,9 @@ async fn out_bodies(broker: &Broker) -> Vec<String> {
 async fn a_crash_after_the_publishes_redelivers_and_the_replay_publishes_nothing_twice() {
     let host = host().await;
     {
-        let crashed = ServiceBus::connect(&host.cs).await.unwrap();
+        let crashed = ServiceBus::connect(&host.connection_string())
+            .await
+            .unwrap();
         let lock = crashed
             .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
             .await
@@ -137,7 +108,9 @@ async fn a_crash_after_the_publishes_redelivers_and_the_replay_publishes_nothing
         drop(m);
         // The host dies here: its connection goes with it.
     }
-    let bus = ServiceBus::connect(&host.cs).await.unwrap();
+    let bus = ServiceBus::connect(&host.connection_string())
+        .await
+        .unwrap();
     let lock = bus
         .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
         .await
@@ -174,7 +147,9 @@ async fn a_crash_after_the_state_redelivers_and_the_inbox_says_it_was_handled() 
     let host = host().await;
     let expires = SystemTime::now() + Duration::from_secs(3600);
     {
-        let crashed = ServiceBus::connect(&host.cs).await.unwrap();
+        let crashed = ServiceBus::connect(&host.connection_string())
+            .await
+            .unwrap();
         let lock = crashed
             .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
             .await
@@ -192,7 +167,9 @@ async fn a_crash_after_the_state_redelivers_and_the_inbox_says_it_was_handled() 
         .unwrap();
         drop(m);
     }
-    let bus = ServiceBus::connect(&host.cs).await.unwrap();
+    let bus = ServiceBus::connect(&host.connection_string())
+        .await
+        .unwrap();
     let lock = bus
         .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
         .await
@@ -214,7 +191,9 @@ async fn a_crash_after_the_state_redelivers_and_the_inbox_says_it_was_handled() 
 async fn a_settlement_that_completes_leaves_nothing_to_redeliver() {
     let host = host().await;
     {
-        let bus = ServiceBus::connect(&host.cs).await.unwrap();
+        let bus = ServiceBus::connect(&host.connection_string())
+            .await
+            .unwrap();
         let lock = bus
             .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
             .await
@@ -228,7 +207,9 @@ async fn a_settlement_that_completes_leaves_nothing_to_redeliver() {
         .await
         .unwrap();
     }
-    let bus = ServiceBus::connect(&host.cs).await.unwrap();
+    let bus = ServiceBus::connect(&host.connection_string())
+        .await
+        .unwrap();
     let lock = bus
         .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
         .await

@@ -6,71 +6,35 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use nimbus_amqp::{Endpoint, SharedAccessKey};
-use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_servicebus::{ConnectError, ConnectionString, ServiceBus};
 use nimbus_transport::{
     Admin, CancelError, Message, PropertyValue, PublishError, SessionLock, SessionSelector,
     SubscriptionPath, SubscriptionSettings, TopicSettings, Transport,
 };
 
-const KEY_NAME: &str = "RootManageSharedAccessKey";
-const KEY: &str = "the endpoint's key";
+mod common;
 
-struct Endpointed {
-    broker: Arc<Broker>,
-    port: u16,
-    _stop: tokio::sync::oneshot::Sender<()>,
-    _dir: tempfile::TempDir,
-}
+use common::Served;
 
-async fn endpoint() -> Endpointed {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Arc::new(
-        Broker::open(BrokerOptions::new(dir.path().join("b")))
-            .await
-            .unwrap(),
-    );
-    broker
+/// An endpoint with topic `orders` and its session subscription `billing`.
+async fn endpoint() -> Served {
+    let served = Served::start().await;
+    served
+        .broker
         .create_topic("orders", TopicSettings::default())
         .await
         .unwrap();
-    broker
+    served
+        .broker
         .create_subscription(
             &SubscriptionPath::new("orders", "billing"),
             SubscriptionSettings::sessions(),
         )
         .await
         .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let endpoint = Endpoint::new(
-        Arc::clone(&broker),
-        vec![SharedAccessKey::new(KEY_NAME, KEY)],
-        1 << 20,
-    );
-    tokio::spawn(endpoint.serve(listener, async {
-        let _ = stopped.await;
-    }));
-    Endpointed {
-        broker,
-        port,
-        _stop: stop,
-        _dir: dir,
-    }
-}
-
-fn connection_string(port: u16, key: &str) -> ConnectionString {
-    format!(
-        "Endpoint=sb://localhost:{port};SharedAccessKeyName={KEY_NAME};SharedAccessKey={key};\
-         UseDevelopmentEmulator=true;"
-    )
-    .parse()
-    .unwrap()
+    served
 }
 
 fn event(session: &str, id: &str) -> Message {
@@ -92,7 +56,7 @@ fn event(session: &str, id: &str) -> Message {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_client_publishes_is_in_the_broker_as_it_was_sent() {
     let host = endpoint().await;
-    let client = ServiceBus::connect(&connection_string(host.port, KEY))
+    let client = ServiceBus::connect(&host.connection_string())
         .await
         .unwrap();
     let numbers = client
@@ -129,7 +93,7 @@ async fn what_the_client_publishes_is_in_the_broker_as_it_was_sent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_message_is_cancelled_once() {
     let host = endpoint().await;
-    let client = ServiceBus::connect(&connection_string(host.port, KEY))
+    let client = ServiceBus::connect(&host.connection_string())
         .await
         .unwrap();
     let mut later = event("order-2", "later");
@@ -147,7 +111,7 @@ async fn a_scheduled_message_is_cancelled_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_named() {
     let host = endpoint().await;
-    let client = ServiceBus::connect(&connection_string(host.port, KEY))
+    let client = ServiceBus::connect(&host.connection_string())
         .await
         .unwrap();
     assert!(matches!(
@@ -155,7 +119,7 @@ async fn refusals_are_named() {
         Err(PublishError::TopicNotFound { topic }) if topic == "nowhere"
     ));
 
-    let wrong = ServiceBus::connect(&connection_string(host.port, "not the key")).await;
+    let wrong = ServiceBus::connect(&host.connection_string_with("not the key")).await;
     let Err(error @ ConnectError::Token { .. }) = wrong else {
         panic!("a wrong key is refused at connect");
     };

@@ -1,0 +1,66 @@
+//! An embedded broker on a temp dir with nimbus's AMQP endpoint serving it
+//! on a loopback port: what the transport's tests connect to.
+
+#![allow(clippy::unwrap_used, dead_code, reason = "test support")]
+
+use std::sync::Arc;
+
+use nimbus_amqp::{Endpoint, SharedAccessKey};
+use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_servicebus::ConnectionString;
+
+pub(crate) const KEY_NAME: &str = "RootManageSharedAccessKey";
+pub(crate) const KEY: &str = "the endpoint's key";
+
+/// A broker served over AMQP until dropped.
+pub(crate) struct Served {
+    pub(crate) broker: Arc<Broker>,
+    pub(crate) port: u16,
+    _stop: tokio::sync::oneshot::Sender<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Served {
+    /// An empty broker, served.
+    pub(crate) async fn start() -> Served {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = Arc::new(
+            Broker::open(BrokerOptions::new(dir.path().join("broker")))
+                .await
+                .unwrap(),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let endpoint = Endpoint::new(
+            Arc::clone(&broker),
+            vec![SharedAccessKey::new(KEY_NAME, KEY)],
+            1 << 20,
+        );
+        tokio::spawn(endpoint.serve(listener, async {
+            let _ = stopped.await;
+        }));
+        Served {
+            broker,
+            port,
+            _stop: stop,
+            _dir: dir,
+        }
+    }
+
+    /// The connection string of this endpoint, signed with `key`.
+    pub(crate) fn connection_string_with(&self, key: &str) -> ConnectionString {
+        format!(
+            "Endpoint=sb://localhost:{};SharedAccessKeyName={KEY_NAME};SharedAccessKey={key};\
+             UseDevelopmentEmulator=true;",
+            self.port
+        )
+        .parse()
+        .unwrap()
+    }
+
+    /// The connection string of this endpoint.
+    pub(crate) fn connection_string(&self) -> ConnectionString {
+        self.connection_string_with(KEY)
+    }
+}
