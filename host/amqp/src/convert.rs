@@ -357,21 +357,11 @@ pub fn delivered(
 /// section).
 pub fn outgoing(message: &Message) -> AmqpMessage<Body<Value>> {
     use fe2o3_amqp::types::messaging::{
-        ApplicationProperties, Batch, Data, Header, MessageAnnotations, Properties,
+        ApplicationProperties, Batch, Data, Header, MessageAnnotations,
     };
     use fe2o3_amqp::types::primitives::{Binary, Symbol};
 
-    let properties = Properties {
-        message_id: message.message_id.clone().map(MessageId::String),
-        correlation_id: message.correlation_id.clone().map(MessageId::String),
-        group_id: message.session_id.clone(),
-        reply_to: message.reply_to.clone(),
-        reply_to_group_id: message.reply_to_session_id.clone(),
-        to: message.to.clone(),
-        subject: message.subject.clone(),
-        content_type: message.content_type.clone().map(Into::into),
-        ..Properties::default()
-    };
+    let properties = amqp_properties(message);
     let mut application = ApplicationProperties::builder();
     for (name, value) in &message.properties {
         application = application.insert(name.clone(), simple(value));
@@ -410,6 +400,22 @@ pub fn encode(message: AmqpMessage<Body<Value>>) -> Result<Vec<u8>, serde_amqp::
     serde_amqp::to_vec(&Serializable(message))
 }
 
+/// A message's ids, session and addressing as AMQP properties (ids as
+/// strings).
+fn amqp_properties(message: &Message) -> fe2o3_amqp::types::messaging::Properties {
+    fe2o3_amqp::types::messaging::Properties {
+        message_id: message.message_id.clone().map(MessageId::String),
+        correlation_id: message.correlation_id.clone().map(MessageId::String),
+        group_id: message.session_id.clone(),
+        reply_to: message.reply_to.clone(),
+        reply_to_group_id: message.reply_to_session_id.clone(),
+        to: message.to.clone(),
+        subject: message.subject.clone(),
+        content_type: message.content_type.clone().map(Into::into),
+        ..Default::default()
+    }
+}
+
 fn simple(value: &PropertyValue) -> SimpleValue {
     match value {
         PropertyValue::String(text) => SimpleValue::String(text.clone()),
@@ -433,24 +439,12 @@ pub fn received(
     received: &nimbus_transport::ReceivedMessage,
     locked_alone: bool,
 ) -> AmqpMessage<Body<Value>> {
-    use fe2o3_amqp::types::messaging::{
-        ApplicationProperties, Batch, Data, MessageAnnotations, Properties,
-    };
+    use fe2o3_amqp::types::messaging::{ApplicationProperties, Batch, Data, MessageAnnotations};
     use fe2o3_amqp::types::primitives::Binary;
 
     let message = &received.message;
     let header = header(received);
-    let properties = Properties {
-        message_id: message.message_id.clone().map(MessageId::String),
-        correlation_id: message.correlation_id.clone().map(MessageId::String),
-        group_id: message.session_id.clone(),
-        reply_to: message.reply_to.clone(),
-        reply_to_group_id: message.reply_to_session_id.clone(),
-        to: message.to.clone(),
-        subject: message.subject.clone(),
-        content_type: message.content_type.clone().map(Into::into),
-        ..Properties::default()
-    };
+    let properties = amqp_properties(message);
 
     let mut annotations = MessageAnnotations::builder()
         .insert(

@@ -432,6 +432,20 @@ impl Link {
     pub(crate) fn holds(&self, token: LockToken) -> bool {
         self.deliveries().contains_key(&token)
     }
+
+    /// Lock lost unless the message an outcome is for is one of this
+    /// link's not settled yet (settled already, or never this link's).
+    pub(crate) fn still_held<D>(
+        &self,
+        outcome: Option<&(ReceivedMessage, D)>,
+    ) -> Result<(), SettleError> {
+        match outcome {
+            Some((message, _)) if !self.holds(message.lock_token) => Err(SettleError::LockLost {
+                message_id: message.message.message_id.clone().unwrap_or_default(),
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn terminal(state: DeliveryState) -> fe2o3_amqp::link::receiver::TerminalDeliveryState {

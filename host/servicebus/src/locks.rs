@@ -197,23 +197,8 @@ impl SessionLock for ServiceBusSession {
     /// published stays published.
     async fn settle(&self, settlement: Settlement) -> Result<SettleReceipt, SettleError> {
         let parts = settlement.into_parts();
-        if let Some((message, _)) = &parts.outcome
-            && !self.link.holds(message.lock_token)
-        {
-            // Settled already, or never this lock's: the message's lock.
-            return Err(SettleError::LockLost {
-                message_id: message.message.message_id.clone().unwrap_or_default(),
-            });
-        }
-        let mut sequence_numbers = Vec::new();
-        for (topic, message) in parts.publishes {
-            let numbers = self
-                .bus
-                .publish(&topic, vec![message])
-                .await
-                .map_err(settle_error)?;
-            sequence_numbers.extend(numbers);
-        }
+        self.link.still_held(parts.outcome.as_ref())?;
+        let sequence_numbers = publish_all(&self.bus, parts.publishes).await?;
         if parts.session_state.is_some() || !parts.inbox.is_empty() {
             let mut stored = self.stored();
             if let Some(state) = parts.session_state {
@@ -243,6 +228,23 @@ impl SessionLock for ServiceBusSession {
     async fn release(&self, message: ReceivedMessage) -> Result<(), SettleError> {
         self.link.settle(&message, Outcome::Release).await
     }
+}
+
+/// Publishes a settlement's messages, in order, each on its own (Service
+/// Bus has no unit across topics); their sequence numbers.
+async fn publish_all(
+    bus: &ServiceBus,
+    publishes: Vec<(String, nimbus_transport::Message)>,
+) -> Result<Vec<i64>, SettleError> {
+    let mut sequence_numbers = Vec::new();
+    for (topic, message) in publishes {
+        sequence_numbers.extend(
+            bus.publish(&topic, vec![message])
+                .await
+                .map_err(settle_error)?,
+        );
+    }
+    Ok(sequence_numbers)
 }
 
 /// A publish's error as a settlement's: a missing topic or a refused
@@ -340,22 +342,8 @@ impl Receiver for ServiceBusReceiver {
                 reason: "a receiver without a session has no session state or inbox".to_owned(),
             });
         }
-        if let Some((message, _)) = &parts.outcome
-            && !self.link.holds(message.lock_token)
-        {
-            return Err(SettleError::LockLost {
-                message_id: message.message.message_id.clone().unwrap_or_default(),
-            });
-        }
-        let mut sequence_numbers = Vec::new();
-        for (topic, message) in parts.publishes {
-            let numbers = self
-                .bus
-                .publish(&topic, vec![message])
-                .await
-                .map_err(settle_error)?;
-            sequence_numbers.extend(numbers);
-        }
+        self.link.still_held(parts.outcome.as_ref())?;
+        let sequence_numbers = publish_all(&self.bus, parts.publishes).await?;
         if let Some((message, disposition)) = parts.outcome {
             self.link.settle(&message, outcome(disposition)).await?;
         }
