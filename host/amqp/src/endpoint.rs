@@ -242,8 +242,28 @@ async fn session_links<T: Transport + Admin>(
     // answers go on, shared by the request links of the same node.
     let mut replies: HashMap<String, Arc<ReplyLink>> = HashMap::new();
     let mut links = JoinSet::new();
-    while let Some(attach) = session.next_incoming_attach().await {
+    // A receive attach may wait a minute for a session (next available):
+    // it waits in a task of its own, and comes back here to be answered,
+    // so the session's other attaches are not held up behind it.
+    let mut opening = JoinSet::new();
+    let (opened_tx, mut opened_rx) = tokio::sync::mpsc::unbounded_channel();
+    loop {
+        let attach = tokio::select! {
+            // Cancel-safe: a channel receive.
+            attach = session.next_incoming_attach() => match attach {
+                Some(attach) => attach,
+                None => break,
+            },
+            Some((attach, opened)) = opened_rx.recv() => {
+                let holders = (&held, &deliveries);
+                if let Some(task) = attach_receive(opened, attach, &mut session, &tap, holders).await {
+                    links.spawn(task);
+                }
+                continue;
+            }
+        };
         while links.try_join_next().is_some() {}
+        while opening.try_join_next().is_some() {}
         let (address, client_sends) = match attach.role {
             Role::Sender => (target_address(&attach), true),
             Role::Receiver => (source_address(&attach), false),
@@ -253,11 +273,14 @@ async fn session_links<T: Transport + Admin>(
             Err(error) => Err(refusal(AmqpError::NotFound, error.to_string())),
         };
         if let Ok(Route::Receive { entity }) = &route {
-            let opened = open_receive(shared.transport.as_ref(), &grants, entity, &attach).await;
-            let holders = (&held, &deliveries);
-            if let Some(task) = attach_receive(opened, attach, &mut session, &tap, holders).await {
-                links.spawn(task);
-            }
+            let (shared, grants, entity) =
+                (Arc::clone(&shared), Arc::clone(&grants), entity.clone());
+            let opened_tx = opened_tx.clone();
+            opening.spawn(async move {
+                let opened =
+                    open_receive(shared.transport.as_ref(), &grants, &entity, &attach).await;
+                let _ = opened_tx.send((attach, opened));
+            });
             continue;
         }
         let acceptor = match &route {
@@ -344,6 +367,7 @@ async fn session_links<T: Transport + Admin>(
             }
         }
     }
+    opening.abort_all();
     links.abort_all();
     let _ = session.end().await;
 }
