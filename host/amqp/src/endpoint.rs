@@ -68,13 +68,15 @@ impl Drop for AbortOnDrop {
 
 /// An AMQP endpoint over a broker.
 pub struct Endpoint<T> {
-    shared: Arc<Shared<T>>,
+    shared: Shared<T>,
+    max_connections: usize,
 }
 
 struct Shared<T> {
     transport: Arc<T>,
     keys: Arc<[SharedAccessKey]>,
     max_message_size: u64,
+    handshake_timeout: std::time::Duration,
 }
 
 impl<T: Transport + Admin> Endpoint<T> {
@@ -82,12 +84,28 @@ impl<T: Transport + Admin> Endpoint<T> {
     /// one of `keys`, and messages of up to `max_message_size` bytes.
     pub fn new(transport: Arc<T>, keys: Vec<SharedAccessKey>, max_message_size: u64) -> Self {
         Endpoint {
-            shared: Arc::new(Shared {
+            shared: Shared {
                 transport,
                 keys: keys.into(),
                 max_message_size,
-            }),
+                handshake_timeout: HANDSHAKE_TIMEOUT,
+            },
+            max_connections: MAX_CONNECTIONS,
         }
+    }
+
+    /// How long a new connection may take to finish its handshake (30 s
+    /// unless set).
+    pub fn with_handshake_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.shared.handshake_timeout = timeout;
+        self
+    }
+
+    /// How many connections are served at once (1,024 unless set); one
+    /// more waits, unanswered, until one ends.
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
+        self
     }
 
     /// Serves connections on `listener` until `shutdown` resolves; then
@@ -96,7 +114,8 @@ impl<T: Transport + Admin> Endpoint<T> {
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
         let mut shutdown = pin!(shutdown);
         let mut connections = JoinSet::new();
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.max_connections));
+        let shared = Arc::new(self.shared);
         loop {
             let (stream, peer, slot) = tokio::select! {
                 () = &mut shutdown => break,
@@ -106,7 +125,7 @@ impl<T: Transport + Admin> Endpoint<T> {
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
             debug!(%peer, "AMQP connection");
-            let shared = Arc::clone(&self.shared);
+            let shared = Arc::clone(&shared);
             connections.spawn(async move {
                 connection(stream, shared).await;
                 drop(slot);
@@ -167,7 +186,7 @@ async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<
     ));
     let _stop_pump = AbortOnDrop(pump);
     let mut connection = match tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
+        shared.handshake_timeout,
         acceptor.accept(library_side),
     )
     .await
@@ -183,7 +202,8 @@ async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<
         Err(_) => {
             info!(
                 ?peer,
-                "an AMQP connection sent no protocol header and SASL within {HANDSHAKE_TIMEOUT:?}; closed"
+                "an AMQP connection sent no protocol header and SASL within {:?}; closed",
+                shared.handshake_timeout
             );
             return;
         }
