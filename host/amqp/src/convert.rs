@@ -81,12 +81,7 @@ pub fn message(amqp: AmqpMessage<Body<Value>>) -> Result<Message, ConvertError> 
                 matches!(key, fe2o3_amqp::types::messaging::annotations::OwnedKey::Symbol(s)
                     if s.as_str() == SCHEDULED_ENQUEUE_TIME)
             })
-            .and_then(|(_, value)| match value {
-                Value::Timestamp(at) => u64::try_from(at.milliseconds())
-                    .ok()
-                    .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms))),
-                _ => None,
-            })
+            .and_then(|(_, value)| time_of(Some(value)))
             .filter(|at| *at > SystemTime::now());
     }
     if let Some(application) = amqp.application_properties {
@@ -247,6 +242,35 @@ pub(crate) struct HeaderPatch {
     pub whole: Vec<u8>,
 }
 
+/// An AMQP timestamp as a time (`None` for anything else, or a time
+/// before 1970).
+pub fn time_of(value: Option<&Value>) -> Option<SystemTime> {
+    match value {
+        Some(Value::Timestamp(at)) => u64::try_from(at.milliseconds())
+            .ok()
+            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms))),
+        _ => None,
+    }
+}
+
+/// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
+const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
+
+/// `at` in .NET ticks, as `com.microsoft:locked-until-utc` carries it.
+pub fn ticks(at: SystemTime) -> i64 {
+    let ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| {
+        i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 10_000)
+    });
+    ms.saturating_mul(10_000)
+        .saturating_add(TICKS_AT_UNIX_EPOCH)
+}
+
+/// .NET ticks as a time (to the millisecond): the inverse of [`ticks`].
+pub fn from_ticks(ticks: i64) -> SystemTime {
+    let ms = ticks.saturating_sub(TICKS_AT_UNIX_EPOCH) / 10_000;
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
 /// `at` as an AMQP timestamp (ms since the Unix epoch).
 pub(crate) fn timestamp(at: SystemTime) -> Value {
     let ms = at
@@ -310,12 +334,7 @@ pub fn delivered(
                 .map(|(_, value)| value.clone())
         })
     };
-    let at = |value: Option<Value>| match value {
-        Some(Value::Timestamp(at)) => u64::try_from(at.milliseconds())
-            .ok()
-            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms))),
-        _ => None,
-    };
+    let at = |value: Option<Value>| time_of(value.as_ref());
     let sequence_number = match annotation("x-opt-sequence-number") {
         Some(Value::Long(n)) => n,
         _ => return Err(ConvertError::Missing("x-opt-sequence-number")),
@@ -749,5 +768,14 @@ mod tests {
         let mut fixture = stamped(3);
         fixture.dead_letter_description = Some("why".to_owned());
         fixture
+    }
+
+    #[test]
+    fn ticks_count_from_the_dotnet_epoch_and_read_back() {
+        assert_eq!(ticks(UNIX_EPOCH), TICKS_AT_UNIX_EPOCH);
+        // 2026-12-06T00:00:00Z, as .NET's DateTime.Ticks gives it.
+        let at = UNIX_EPOCH + Duration::from_secs(1_796_515_200);
+        assert_eq!(ticks(at), 639_321_120_000_000_000);
+        assert_eq!(from_ticks(ticks(at)), at);
     }
 }

@@ -701,7 +701,7 @@ async fn attach_receive<T: Transport + Admin>(
         }
         properties.insert(
             Symbol::from("com.microsoft:locked-until-utc"),
-            Value::Long(receive::ticks(lock.locked_until())),
+            Value::Long(crate::convert::ticks(lock.locked_until())),
         );
     }
     let mode = if attach.snd_settle_mode == SenderSettleMode::Settled {

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use fe2o3_amqp::Sendable;
 use fe2o3_amqp::link::Sender;
@@ -36,18 +36,6 @@ const FETCH_WAIT: Duration = Duration::from_secs(5);
 /// How long a delivery may wait for the library to send it; past that the
 /// client has taken its credit back (a drain), and the message is released.
 const SEND_WAIT: Duration = Duration::from_secs(2);
-
-/// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
-const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
-
-/// `at` in .NET ticks, as `com.microsoft:locked-until-utc` carries it.
-pub(crate) fn ticks(at: SystemTime) -> i64 {
-    let ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| {
-        i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 10_000)
-    });
-    ms.saturating_mul(10_000)
-        .saturating_add(TICKS_AT_UNIX_EPOCH)
-}
 
 /// What a receive link holds: a session lock or a peek-lock receiver.
 pub(crate) trait Held: Send + Sync + 'static {
@@ -657,17 +645,4 @@ fn receive_error(error: &ReceiveError) -> fe2o3_amqp::types::definitions::Error 
         _ => ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
     };
     error_body(condition, error.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ticks_count_from_the_dotnet_epoch() {
-        assert_eq!(ticks(UNIX_EPOCH), TICKS_AT_UNIX_EPOCH);
-        // 2026-12-06T00:00:00Z, as .NET's DateTime.Ticks gives it.
-        let at = UNIX_EPOCH + Duration::from_secs(1_796_515_200);
-        assert_eq!(ticks(at), 639_321_120_000_000_000);
-    }
 }

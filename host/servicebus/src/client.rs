@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::sasl_profile::SaslProfile;
 use fe2o3_amqp::session::SessionHandle;
-use fe2o3_amqp::types::primitives::{Timestamp, Value};
+use fe2o3_amqp::types::primitives::Timestamp;
 use fe2o3_amqp::{Connection, Session};
 use fe2o3_amqp_cbs::client::CbsClient;
 use fe2o3_amqp_cbs::token::CbsToken;
@@ -365,16 +365,6 @@ impl CallError {
             CallError::Status(code, _) => Some(*code),
             CallError::Link(_) => None,
         }
-    }
-}
-
-/// A timestamp value as a time.
-pub(crate) fn time_of(value: Option<&Value>) -> Option<SystemTime> {
-    match value {
-        Some(Value::Timestamp(at)) => u64::try_from(at.milliseconds())
-            .ok()
-            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms))),
-        _ => None,
     }
 }
 

@@ -136,7 +136,7 @@ impl Link {
                 .as_ref()
                 .and_then(|p| p.get(&Symbol::from("com.microsoft:locked-until-utc")))
                 .and_then(|value| match value {
-                    Value::Long(ticks) => Some(from_ticks(*ticks)),
+                    Value::Long(ticks) => Some(nimbus_amqp::convert::from_ticks(*ticks)),
                     _ => None,
                 })
         });
@@ -478,11 +478,4 @@ fn condition_text(condition: &ErrorCondition) -> String {
         ErrorCondition::Custom(symbol) => symbol.as_str().to_owned(),
         other => format!("{other:?}"),
     }
-}
-
-/// .NET ticks (100 ns since 0001-01-01) as a time.
-pub(crate) fn from_ticks(ticks: i64) -> SystemTime {
-    const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
-    let ms = ticks.saturating_sub(TICKS_AT_UNIX_EPOCH) / 10_000;
-    std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }

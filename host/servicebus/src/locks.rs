@@ -12,7 +12,9 @@ use nimbus_transport::{
 };
 
 use crate::ServiceBus;
-use crate::client::{CallError, time_of};
+use nimbus_amqp::convert::time_of;
+
+use crate::client::CallError;
 use crate::link::{Link, Outcome};
 use crate::management::{GetSessionState, RenewLock, RenewSessionLock, SetSessionState};
 use crate::session_state::{InboxRecord, Stored};

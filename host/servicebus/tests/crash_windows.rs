@@ -12,7 +12,7 @@
 use std::time::{Duration, SystemTime};
 
 use nimbus_broker::Broker;
-use nimbus_servicebus::ServiceBus;
+use nimbus_servicebus::{ServiceBus, ServiceBusSession};
 use nimbus_transport::{
     Admin, Message, Receiver, SessionLock, SessionSelector, Settlement, SubQueue, SubscriptionPath,
     SubscriptionSettings, TopicSettings, Transport,
@@ -77,6 +77,18 @@ fn session() -> SubscriptionPath {
     SubscriptionPath::new("in", "s")
 }
 
+/// A new client (a host starting) and its lock on session `order-1`.
+async fn hold_order_1(host: &Served) -> (ServiceBus, ServiceBusSession) {
+    let bus = ServiceBus::connect(&host.connection_string())
+        .await
+        .unwrap();
+    let lock = bus
+        .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
+        .await
+        .unwrap();
+    (bus, lock)
+}
+
 async fn out_bodies(broker: &Broker) -> Vec<String> {
     let receiver = broker
         .receiver(&SubscriptionPath::new("out", "all"), SubQueue::Main)
@@ -94,13 +106,7 @@ async fn out_bodies(broker: &Broker) -> Vec<String> {
 async fn a_crash_after_the_publishes_redelivers_and_the_replay_publishes_nothing_twice() {
     let host = host().await;
     {
-        let crashed = ServiceBus::connect(&host.connection_string())
-            .await
-            .unwrap();
-        let lock = crashed
-            .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
-            .await
-            .unwrap();
+        let (_crashed, lock) = hold_order_1(&host).await;
         let m = lock.receive(WAIT).await.unwrap().expect("m-1");
         lock.settle(Settlement::new().publish("out", follow_up()))
             .await
@@ -108,13 +114,7 @@ async fn a_crash_after_the_publishes_redelivers_and_the_replay_publishes_nothing
         drop(m);
         // The host dies here: its connection goes with it.
     }
-    let bus = ServiceBus::connect(&host.connection_string())
-        .await
-        .unwrap();
-    let lock = bus
-        .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
-        .await
-        .unwrap();
+    let (bus, lock) = hold_order_1(&host).await;
     let again = lock.receive(WAIT).await.unwrap().expect("m-1 again");
     assert_eq!(again.message.message_id.as_deref(), Some("m-1"));
     // Not recorded as handled: the engine handles it again...
@@ -147,13 +147,7 @@ async fn a_crash_after_the_state_redelivers_and_the_inbox_says_it_was_handled() 
     let host = host().await;
     let expires = SystemTime::now() + Duration::from_secs(3600);
     {
-        let crashed = ServiceBus::connect(&host.connection_string())
-            .await
-            .unwrap();
-        let lock = crashed
-            .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
-            .await
-            .unwrap();
+        let (_crashed, lock) = hold_order_1(&host).await;
         let m = lock.receive(WAIT).await.unwrap().expect("m-1");
         lock.settle(Settlement::new().publish("out", follow_up()))
             .await
@@ -167,13 +161,7 @@ async fn a_crash_after_the_state_redelivers_and_the_inbox_says_it_was_handled() 
         .unwrap();
         drop(m);
     }
-    let bus = ServiceBus::connect(&host.connection_string())
-        .await
-        .unwrap();
-    let lock = bus
-        .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
-        .await
-        .unwrap();
+    let (bus, lock) = hold_order_1(&host).await;
     let again = lock.receive(WAIT).await.unwrap().expect("m-1 again");
     // The state and the inbox were written as one: both say m-1 is done,
     // so the engine completes it without running the handler.
@@ -191,13 +179,7 @@ async fn a_crash_after_the_state_redelivers_and_the_inbox_says_it_was_handled() 
 async fn a_settlement_that_completes_leaves_nothing_to_redeliver() {
     let host = host().await;
     {
-        let bus = ServiceBus::connect(&host.connection_string())
-            .await
-            .unwrap();
-        let lock = bus
-            .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
-            .await
-            .unwrap();
+        let (_bus, lock) = hold_order_1(&host).await;
         let m = lock.receive(WAIT).await.unwrap().expect("m-1");
         lock.settle(
             Settlement::complete(m)
@@ -207,13 +189,7 @@ async fn a_settlement_that_completes_leaves_nothing_to_redeliver() {
         .await
         .unwrap();
     }
-    let bus = ServiceBus::connect(&host.connection_string())
-        .await
-        .unwrap();
-    let lock = bus
-        .accept_session(&session(), SessionSelector::Named("order-1".into()), WAIT)
-        .await
-        .unwrap();
+    let (_bus, lock) = hold_order_1(&host).await;
     assert!(
         lock.receive(Duration::from_millis(300))
             .await
