@@ -305,6 +305,11 @@ pub fn encode_received(
 /// .NET order (a peeked message has none: its token is nil); `locked_until`
 /// stands where the message states none (a session's lock covers it).
 ///
+/// Only a message `from_dead_letter_queue` has its `DeadLetterReason` and
+/// `DeadLetterErrorDescription` properties read as the broker's reason for
+/// dead-lettering it: on any other they are the sender's (a NimBus
+/// dead-letter notification carries them for the Resolver).
+///
 /// [`ReceivedMessage`]: nimbus_transport::ReceivedMessage
 ///
 /// # Errors
@@ -314,6 +319,7 @@ pub fn delivered(
     mut amqp: AmqpMessage<Body<Value>>,
     tag: Option<&[u8]>,
     locked_until: SystemTime,
+    from_dead_letter_queue: bool,
 ) -> Result<nimbus_transport::ReceivedMessage, ConvertError> {
     let lock_token = match tag {
         None => uuid::Uuid::nil(),
@@ -348,6 +354,9 @@ pub fn delivered(
         .map_or(0, |header| header.delivery_count)
         .saturating_add(1);
     let mut take = |key: &str| {
+        if !from_dead_letter_queue {
+            return None;
+        }
         let application = amqp.application_properties.as_mut()?;
         match application.0.swap_remove(key) {
             Some(SimpleValue::String(text)) => Some(text),
@@ -756,12 +765,39 @@ mod tests {
         let sent = delivered_fixture();
         let amqp = received(&sent, true);
         let tag = sent.lock_token.as_uuid().to_bytes_le();
-        let read = super::delivered(amqp, Some(&tag), UNIX_EPOCH).unwrap();
+        let read = super::delivered(amqp, Some(&tag), UNIX_EPOCH, true).unwrap();
         assert_eq!(read, sent);
         assert!(matches!(
-            super::delivered(received(&sent, true), Some(&[1, 2, 3, 4]), UNIX_EPOCH),
+            super::delivered(received(&sent, true), Some(&[1, 2, 3, 4]), UNIX_EPOCH, true),
             Err(ConvertError::Tag(4))
         ));
+    }
+
+    /// A NimBus dead-letter notification on its way to the Resolver
+    /// carries `DeadLetterReason` and `DeadLetterErrorDescription` as its
+    /// own properties: read from a subscription, they stay the message's.
+    #[test]
+    fn dead_letter_properties_are_the_brokers_only_from_a_dead_letter_queue() {
+        let mut sent = stamped(1);
+        sent.dead_letter_reason = None;
+        sent.dead_letter_description = None;
+        for (name, text) in [
+            ("DeadLetterReason", "Permanent failure"),
+            ("DeadLetterErrorDescription", "order o-9 has no lines"),
+        ] {
+            sent.message
+                .properties
+                .insert(name.to_owned(), PropertyValue::String(text.to_owned()));
+        }
+        let tag = sent.lock_token.as_uuid().to_bytes_le();
+        let read = super::delivered(received(&sent, true), Some(&tag), UNIX_EPOCH, false).unwrap();
+        assert_eq!(read, sent);
+        let dead = super::delivered(received(&sent, true), Some(&tag), UNIX_EPOCH, true).unwrap();
+        assert_eq!(
+            dead.dead_letter_reason.as_deref(),
+            Some("Permanent failure")
+        );
+        assert!(!dead.message.properties.contains_key("DeadLetterReason"));
     }
 
     fn delivered_fixture() -> nimbus_transport::ReceivedMessage {

@@ -292,6 +292,12 @@ async fn session_links<T: Transport + Admin>(
             Ok(node) => route(node, client_sends),
             Err(error) => Err(refusal(AmqpError::NotFound, error.to_string())),
         };
+        let route = match route {
+            Ok(found) => entity_exists(shared.transport.as_ref(), &found)
+                .await
+                .map(|()| found),
+            refused => refused,
+        };
         if let Ok(Route::Receive { entity }) = &route {
             let (shared, grants, entity) =
                 (Arc::clone(&shared), Arc::clone(&grants), entity.clone());
@@ -474,6 +480,25 @@ fn route(node: Node, client_sends: bool) -> Result<Route, AmqpErrorBody> {
                 entity.queue_path()
             ),
         )),
+    }
+}
+
+/// Refuses a link to a topic or subscription the broker does not have, at
+/// attach, as Service Bus does: a client learns it is missing before it
+/// sends (and a transport can ask whether it exists). Receive links are
+/// checked where they open.
+async fn entity_exists<T: Admin>(broker: &T, route: &Route) -> Result<(), AmqpErrorBody> {
+    match route {
+        Route::Publish { topic } => publish::resolve_topic(broker, topic).await.map(drop),
+        Route::ManagementRequests { entity } if entity.subscription.is_some() => {
+            publish::resolve_subscription(broker, entity)
+                .await
+                .map(drop)
+        }
+        Route::ManagementRequests { entity } => publish::resolve_topic(broker, &entity.topic)
+            .await
+            .map(drop),
+        _ => Ok(()),
     }
 }
 
@@ -709,6 +734,23 @@ async fn attach_receive<T: Transport + Admin>(
     } else {
         ReceiveMode::PeekLock
     };
+    // Held before the attach is answered: a client asks for the session's
+    // state as soon as it has the answer, and `$management` serves only
+    // sessions held on this connection. Released from the connection's
+    // sessions when the link's task ends (an abort included), or here if
+    // the attach fails.
+    let release = match &opened {
+        Opened::Session { lock, path } => {
+            let id = lock.session_id().to_owned();
+            held.insert(path, &id, Arc::clone(lock));
+            Some(ReleaseSession {
+                held: Arc::clone(held),
+                path: path.clone(),
+                id,
+            })
+        }
+        Opened::Queue(_) => None,
+    };
     let accepted = LinkAcceptor::builder()
         .properties(properties)
         .build()
@@ -725,16 +767,7 @@ async fn attach_receive<T: Transport + Admin>(
     let deliveries = Arc::clone(deliveries);
     Some(match opened {
         Opened::Session { lock, path } => {
-            let id = lock.session_id().to_owned();
-            info!(entity = %path, session = %id, "a client accepted a session over AMQP");
-            held.insert(&path, &id, Arc::clone(&lock));
-            // Released from the connection's sessions when the link's task
-            // ends, an abort included: a clean close releases the session.
-            let release = ReleaseSession {
-                held: Arc::clone(held),
-                path,
-                id,
-            };
+            info!(entity = %path, session = %lock.session_id(), "a client accepted a session over AMQP");
             Box::pin(async move {
                 let _release = release;
                 let held = Arc::new(SessionHeld(lock));

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use nimbus_broker::{Broker, BrokerOptions, Durability, ManualClock};
 use nimbus_transport::provision::{
-    Endpoint, Mutation, ProvisionError, Topology, TopologyError, forwarding_rule, provision, prune,
+    Endpoint, Mutation, ProvisionError, Requirement, Topology, TopologyError, forwarding_rule,
+    provision, prune, requirements,
 };
 use nimbus_transport::{
     Admin, ErrorKind, Message, PropertyValue, ReceivedMessage, Receiver, RuleDescription,
@@ -312,6 +313,68 @@ async fn full_topology_for_three_endpoints() {
         22
     );
     assert_eq!(report.mutations.len(), 4 + 22, "{:?}", report.mutations);
+}
+
+/// A transport that cannot create entities checks each one
+/// `requirements` lists: it must list exactly what `provision` makes, each
+/// subscription with the settings and rules it was made with.
+#[tokio::test]
+async fn requirements_list_exactly_what_provision_makes() {
+    let f = broker().await;
+    let topology = shop()
+        .producer_topic("publisher")
+        .lock_duration(Duration::from_secs(20));
+    provision(&f.broker, &topology).await.unwrap();
+    let needed = requirements(&topology).unwrap();
+
+    let mut topics = BTreeSet::new();
+    let mut subscriptions = BTreeSet::new();
+    for requirement in &needed {
+        match requirement {
+            Requirement::Topic { name } => {
+                assert!(f.broker.get_topic(name).await.unwrap().is_some(), "{name}");
+                topics.insert(name.clone());
+            }
+            Requirement::Subscription {
+                path,
+                settings,
+                rules,
+            } => {
+                let made = f.broker.get_subscription(path).await.unwrap().unwrap();
+                assert_eq!(&made.settings, settings, "{path}");
+                assert_eq!(&f.broker.list_rules(path).await.unwrap(), rules, "{path}");
+                subscriptions.insert(path.to_string());
+            }
+            other => panic!("unexpected requirement {other:?}"),
+        }
+    }
+    let made_topics: BTreeSet<String> = f
+        .broker
+        .list_topics()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(topics, made_topics);
+    let mut made_subscriptions = BTreeSet::new();
+    for topic in &made_topics {
+        for subscription in f.broker.list_subscriptions(topic).await.unwrap() {
+            made_subscriptions.insert(path(topic, &subscription.name).to_string());
+        }
+    }
+    assert_eq!(subscriptions, made_subscriptions);
+    let shown = needed
+        .iter()
+        .map(ToString::to_string)
+        .find(|line| line.starts_with("subscription orders/orders"))
+        .unwrap();
+    assert!(
+        shown.contains("requires sessions")
+            && shown.contains("lock duration 20s")
+            && shown.contains("[retry: user.To = 'Retry' / SET user.To = 'orders'"),
+        "{shown}"
+    );
 }
 
 #[tokio::test]

@@ -235,6 +235,16 @@ impl<T: Transport + Admin> Manager<T> {
                     .collect(),
             )),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            // Service Bus over AMQP lists no subscriptions: the endpoint's
+            // own queues, whose names are known, are still read.
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                tracing::debug!(
+                    topic,
+                    error = %e,
+                    "the forwarders' dead-letter queues are not read: they cannot be listed"
+                );
+                Ok(Some(Vec::new()))
+            }
             Err(source) => Err(ManagerError::ListForwarders {
                 topic: topic.to_owned(),
                 source,

@@ -13,7 +13,9 @@ use nimbus_transport::provision::Topology;
 use serde::Deserialize;
 
 mod amqp;
+mod servicebus;
 pub use amqp::{AmqpConfig, AmqpKey};
+pub use servicebus::{BrokerKind, CONNECTION_STRING_ENV};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -159,6 +161,17 @@ impl Default for ApiConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
+    /// `"embedded"` (the broker in the data directory) or `"servicebus"`
+    /// (a namespace, with `connection_string`).
+    #[serde(default)]
+    pub kind: BrokerKind,
+    /// With `kind = "servicebus"`: the namespace's connection string
+    /// (`NIMBUS_SERVICEBUS_CONNECTION_STRING` replaces it).
+    #[serde(
+        default,
+        deserialize_with = "servicebus::deserialize_connection_string"
+    )]
+    pub connection_string: Option<nimbus_servicebus::ConnectionString>,
     /// `"fsync"` (an acknowledged write survives power loss) or `"os"`
     /// (survives a killed process, not a crashed machine).
     #[serde(default)]
@@ -196,6 +209,8 @@ fn default_max_delivery_count() -> u32 {
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
+            kind: BrokerKind::default(),
+            connection_string: None,
             durability: DurabilityConfig::default(),
             lock_duration: default_lock_duration(),
             max_delivery_count: default_max_delivery_count(),
@@ -524,6 +539,18 @@ impl ValidConfig {
         if let Some(token) = crate::api::ApiToken::from_env().map_err(invalid)? {
             self.config.api.token = Some(token);
         }
+        if let Some(connection) = servicebus::connection_string_from_env().map_err(invalid)? {
+            self.config.broker.connection_string = Some(connection);
+        }
+        if self.config.broker.kind == BrokerKind::ServiceBus
+            && self.config.broker.connection_string.is_none()
+        {
+            return Err(invalid(format!(
+                "broker.connection_string: broker.kind is \"servicebus\" and no connection \
+                 string is given; set it (or {CONNECTION_STRING_ENV}) to the namespace's \
+                 `Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...`"
+            )));
+        }
         let listen = self.config.api.listen;
         if !listen.ip().is_loopback() && self.config.api.token.is_none() {
             return Err(invalid(format!(
@@ -666,6 +693,22 @@ impl Config {
             }
         }
         problems.extend(self.amqp.problems());
+        if self.broker.kind == BrokerKind::Embedded && self.broker.connection_string.is_some() {
+            problems.push(
+                "broker.connection_string: given, but broker.kind is \"embedded\"; set \
+                 kind = \"servicebus\" to run on the namespace, or remove it"
+                    .to_owned(),
+            );
+        }
+        if self.broker.kind == BrokerKind::ServiceBus
+            && let Some(listen) = self.amqp.listen
+        {
+            problems.push(format!(
+                "amqp.listen: the AMQP endpoint ({listen}) serves the embedded broker, and with \
+                 broker.kind = \"servicebus\" the host has none; remove [amqp] listen, or run \
+                 the endpoint on a host with the embedded broker"
+            ));
+        }
         if self.broker.max_delivery_count == 0 {
             problems.push("broker.max_delivery_count: must be at least 1".to_owned());
         }
@@ -1076,6 +1119,78 @@ mod tests {
         assert!(guarded.with_environment(path).is_ok());
         let local = parse("").unwrap();
         assert!(local.with_environment(path).is_ok());
+    }
+
+    const NAMESPACE: &str = "Endpoint=sb://localhost:5672;SharedAccessKeyName=Root;\
+                             SharedAccessKey=s3cret-key-value;UseDevelopmentEmulator=true;";
+
+    #[test]
+    fn a_host_on_service_bus_needs_a_connection_string_and_no_amqp_endpoint() {
+        let path = Path::new("/etc/nimbus.toml");
+        let on_namespace = parse(&format!(
+            "[broker]\nkind = \"servicebus\"\nconnection_string = \"{NAMESPACE}\"\n"
+        ))
+        .unwrap();
+        assert_eq!(on_namespace.config.broker.kind, BrokerKind::ServiceBus);
+        let connection = on_namespace
+            .config
+            .broker
+            .connection_string
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (connection.host.as_str(), connection.port),
+            ("localhost", 5672)
+        );
+        assert!(!format!("{on_namespace:?}").contains("s3cret"));
+        assert!(on_namespace.with_environment(path).is_ok());
+
+        // Only meaningful without a connection string in the environment.
+        if std::env::var_os(CONNECTION_STRING_ENV).is_none() {
+            let err = parse("[broker]\nkind = \"servicebus\"\n")
+                .unwrap()
+                .with_environment(path)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("broker.connection_string: broker.kind is \"servicebus\"")
+                    && err.contains(CONNECTION_STRING_ENV),
+                "{err}"
+            );
+        }
+
+        let bad = parse("[broker]\nkind = \"servicebus\"\nconnection_string = \"Endpoint=x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(bad.contains("broker.connection_string:"), "{bad}");
+        let kind = parse("[broker]\nkind = \"azure\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            kind.contains("broker.kind") && kind.contains("servicebus"),
+            "{kind}"
+        );
+
+        let both = parse(&format!(
+            "[broker]\nkind = \"servicebus\"\nconnection_string = \"{NAMESPACE}\"\n\
+             [amqp]\nlisten = \"127.0.0.1:5672\"\n[[amqp.keys]]\nname = \"k\"\nkey = \"v\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            both.contains(
+                "amqp.listen: the AMQP endpoint (127.0.0.1:5672) serves the embedded broker"
+            ),
+            "{both}"
+        );
+        let unused = parse(&format!("[broker]\nconnection_string = \"{NAMESPACE}\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unused.contains("broker.connection_string: given, but broker.kind is \"embedded\"")
+                && !unused.contains("s3cret"),
+            "{unused}"
+        );
     }
 
     #[test]

@@ -11,13 +11,15 @@ use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_engine::{Policies, ProcessorSettings, Retrying};
 use nimbus_resolver::SqliteResolverStore;
 use nimbus_sandbox::{Limits, Registry, Sandbox, SandboxConfig, Snapshot, WatchGuard};
+use nimbus_servicebus::ServiceBus;
 use nimbus_transport::provision::{self, Topology};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::config::{Retention, ValidConfig};
+use crate::bus::Bus;
+use crate::config::{BrokerKind, Retention, ValidConfig};
 use crate::data_lock::DataLock;
 use crate::handlers::SandboxHandlers;
 use crate::metrics::Metrics;
@@ -36,7 +38,7 @@ pub const BROKER_DIR: &str = "broker";
 /// A running host.
 pub struct Host {
     config: ValidConfig,
-    broker: Arc<Broker>,
+    bus: Arc<Bus>,
     registry: Arc<Registry>,
     resolver: Arc<SqliteResolverStore>,
     metrics: Arc<Metrics>,
@@ -79,8 +81,9 @@ impl Host {
         // path would start with no handlers, unregister every endpoint the
         // real one served, and publishes would reach nothing.
         let broker_dir = host.data_dir.join(BROKER_DIR);
+        let resolver_path = host.data_dir.join("resolver.db");
         anyhow::ensure!(
-            host.handlers_dir.is_dir() || !broker_dir.exists(),
+            host.handlers_dir.is_dir() || !(broker_dir.exists() || resolver_path.exists()),
             "[host] handlers_dir: {} does not exist, but a host has run on the data directory \
              {} before: starting without handlers would unregister every endpoint it served. \
              Fix the path, or create the directory if an empty one is meant",
@@ -93,16 +96,7 @@ impl Host {
                 host.handlers_dir.display()
             )
         })?;
-        let broker = Arc::new(
-            Broker::open(
-                BrokerOptions::new(&broker_dir)
-                    .durability(config.config.broker.durability.into())
-                    .max_request_bytes(config.broker_max_request_bytes),
-            )
-            .await
-            .with_context(|| format!("opening the broker in {}", broker_dir.display()))?,
-        );
-        let resolver_path = host.data_dir.join("resolver.db");
+        let bus = Arc::new(open_bus(&config, &broker_dir).await?);
         let resolver = Arc::new(
             SqliteResolverStore::open_with(&resolver_path, wiring::resolver_durability(&config))
                 .with_context(|| {
@@ -132,7 +126,7 @@ impl Host {
         let tasks = TaskTracker::new();
         let host = Host {
             config,
-            broker,
+            bus,
             registry,
             resolver,
             metrics: Arc::new(Metrics::default()),
@@ -148,7 +142,7 @@ impl Host {
         supervisor
             .sync(host.registry.snapshot())
             .await
-            .context("provisioning the topology")?;
+            .context("setting up the topology the handlers need")?;
         host.spawn_resolver();
         host.spawn_retention();
         host.spawn_supervisor(supervisor);
@@ -165,9 +159,14 @@ impl Host {
         &self.pauses
     }
 
-    /// The embedded broker.
-    pub fn broker(&self) -> &Arc<Broker> {
-        &self.broker
+    /// The embedded broker, when the host runs on it (`[broker] kind`).
+    pub fn broker(&self) -> Option<&Arc<Broker>> {
+        self.bus.embedded()
+    }
+
+    /// What the host runs on.
+    pub fn bus(&self) -> &Arc<Bus> {
+        &self.bus
     }
 
     /// The handler registry.
@@ -220,7 +219,7 @@ impl Host {
                 "shutdown grace elapsed with {cut_off} handler call(s) still running; unsettled deliveries will be redelivered"
             );
         }
-        if let Err(e) = self.broker.flush().await {
+        if let Err(e) = self.bus.flush().await {
             warn!(error = %e, "flushing the broker on shutdown failed");
         }
         info!("nimbus host stopped");
@@ -229,7 +228,7 @@ impl Host {
     fn spawn_resolver(&self) {
         wiring::spawn_resolver(
             &self.tasks,
-            &self.broker,
+            &self.bus,
             self.resolver.clone(),
             Arc::clone(&self.metrics),
             &self.config,
@@ -241,8 +240,19 @@ impl Host {
     /// keeps everything.
     fn spawn_retention(&self) {
         if let Retention::For(keep_for) = self.config.config.resolver.retention {
+            if self.bus.embedded().is_none() {
+                // Pruning keeps the records of blocked sessions' events,
+                // and which sessions are blocked is listed only by the
+                // namespace's management API.
+                warn!(
+                    "[resolver] retention: nothing is pruned on Service Bus (the blocked \
+                     sessions whose records must stay cannot be listed over AMQP); the \
+                     Resolver store keeps every event"
+                );
+                return;
+            }
             self.tasks.spawn(nimbus_resolver::run_retention(
-                Arc::clone(&self.broker),
+                Arc::clone(&self.bus),
                 Arc::clone(&self.resolver),
                 keep_for,
                 self.shutdown.clone(),
@@ -279,7 +289,7 @@ impl Host {
 /// Keeps the broker topology and the running endpoints in step with the
 /// handlers the registry serves.
 struct Supervisor {
-    broker: Arc<Broker>,
+    bus: Arc<Bus>,
     registry: Arc<Registry>,
     config: ValidConfig,
     policies: Arc<Policies>,
@@ -295,7 +305,7 @@ struct Supervisor {
 impl Supervisor {
     fn new(host: &Host) -> Supervisor {
         Supervisor {
-            broker: Arc::clone(&host.broker),
+            bus: Arc::clone(&host.bus),
             registry: Arc::clone(&host.registry),
             config: host.config.clone(),
             policies: Arc::new(wiring::policies(&host.config)),
@@ -323,38 +333,13 @@ impl Supervisor {
         topology
     }
 
-    /// Provisions what the snapshot needs, prunes forwarding for event types
-    /// no longer handled, and starts endpoints not yet running.
-    ///
-    /// An endpoint with a handler file that has never loaded (broken at
-    /// start-up, so no earlier version serves) keeps its forwarding as it
-    /// was: that handler's event types are unknown, and pruning would have
-    /// the broker drop its events until it is fixed. They wait in the
-    /// endpoint's queue instead.
+    /// Provisions what the snapshot needs (on Service Bus: checks it is
+    /// there), and starts endpoints not yet running.
     async fn sync(&self, snapshot: Arc<Snapshot>) -> anyhow::Result<()> {
         let topology = self.topology(&snapshot);
-        let report = provision::provision(&*self.broker, &topology)
-            .await
-            .context("provisioning")?;
-        let unknown = snapshot.endpoints_not_loading();
-        for endpoint in &unknown {
-            warn!(
-                endpoint,
-                "a handler of this endpoint does not load; its forwarding is kept as it was \
-                 (the handler's event types are unknown until it loads), so its events are not \
-                 dropped: they wait in the endpoint's queue while no handler of it runs, and \
-                 fail (HandlerNotLoaded), blocking their sessions, while others do; fix it, then \
-                 resubmit those"
-            );
-        }
-        let pruned = provision::prune(&*self.broker, &topology, &unknown)
-            .await
-            .context("pruning forwarding for removed event types")?;
-        for mutation in report.mutations.iter().chain(&pruned.mutations) {
-            info!(%mutation, "topology updated");
-        }
-        for drift in &report.drift {
-            warn!(%drift, "a subscription's settings differ from the configuration; left as it is");
+        match &*self.bus {
+            Bus::Embedded(broker) => provision_embedded(broker, &topology, &snapshot).await?,
+            Bus::ServiceBus(namespace) => self.check_namespace(namespace, &topology).await?,
         }
         let mut running = self.running.lock().await;
         for endpoint in snapshot.endpoints() {
@@ -363,6 +348,42 @@ impl Supervisor {
             }
         }
         Ok(())
+    }
+
+    /// On Service Bus the namespace's entities are made outside nimbus
+    /// (decision 0138): refuses, naming each one, when any the handlers
+    /// need is missing, so no endpoint starts to fail on it.
+    async fn check_namespace(
+        &self,
+        namespace: &ServiceBus,
+        topology: &Topology,
+    ) -> anyhow::Result<()> {
+        let missing = self
+            .bus
+            .missing(topology)
+            .await
+            .context("checking the namespace's topics and subscriptions")?;
+        if missing.is_empty() {
+            info!(
+                namespace = %namespace.host(),
+                "every topic and subscription the handlers need is on the namespace (their \
+                 settings and forwarding rules are not checked over AMQP)"
+            );
+            return Ok(());
+        }
+        let list: Vec<String> = missing.iter().map(|m| format!("  - {m}")).collect();
+        anyhow::bail!(
+            "the Service Bus namespace {} lacks {} of the topics and subscriptions the handlers \
+             need, and nimbus cannot create them over AMQP (it does not call the namespace's \
+             management API yet). Create them (Azure portal, Bicep, `az servicebus`), topics \
+             first, then start again:\n{}\nTurn on duplicate detection on every topic (a window \
+             of 10 minutes or more): where Service Bus cannot settle in one step, a message \
+             handled again after a crash republishes its follow-ups with the same ids, and \
+             duplicate detection drops them (decision 0137).",
+            namespace.host(),
+            missing.len(),
+            list.join("\n")
+        )
     }
 
     fn start_endpoint(&self, name: &str) {
@@ -387,10 +408,80 @@ impl Supervisor {
         info!(endpoint = name, "endpoint started");
         wiring::spawn_endpoint(
             &self.tasks,
-            &self.broker,
+            &self.bus,
             Arc::new(endpoint),
             self.processor,
             &self.shutdown,
         );
     }
+}
+
+/// Opens what `[broker] kind` names: the broker in `broker_dir`, or a
+/// connection to the namespace.
+async fn open_bus(config: &ValidConfig, broker_dir: &std::path::Path) -> anyhow::Result<Bus> {
+    let broker = &config.config.broker;
+    match broker.kind {
+        BrokerKind::Embedded => {
+            let opened = Broker::open(
+                BrokerOptions::new(broker_dir)
+                    .durability(broker.durability.into())
+                    .max_request_bytes(config.broker_max_request_bytes),
+            )
+            .await
+            .with_context(|| format!("opening the broker in {}", broker_dir.display()))?;
+            Ok(Bus::Embedded(Arc::new(opened)))
+        }
+        BrokerKind::ServiceBus => {
+            let Some(connection_string) = &broker.connection_string else {
+                anyhow::bail!(
+                    "broker.connection_string: broker.kind is \"servicebus\" and no connection \
+                     string is given"
+                );
+            };
+            let namespace = ServiceBus::connect(connection_string)
+                .await
+                .context("connecting to the Service Bus namespace (broker.connection_string)")?;
+            info!(namespace = %namespace.host(), "connected to the Service Bus namespace");
+            Ok(Bus::ServiceBus(namespace))
+        }
+    }
+}
+
+/// Provisions the embedded broker for `topology` and prunes forwarding for
+/// event types no longer handled.
+///
+/// An endpoint with a handler file that has never loaded (broken at
+/// start-up, so no earlier version serves) keeps its forwarding as it was:
+/// that handler's event types are unknown, and pruning would have the
+/// broker drop its events until it is fixed. They wait in the endpoint's
+/// queue instead.
+async fn provision_embedded(
+    broker: &Broker,
+    topology: &Topology,
+    snapshot: &Snapshot,
+) -> anyhow::Result<()> {
+    let report = provision::provision(broker, topology)
+        .await
+        .context("provisioning")?;
+    let unknown = snapshot.endpoints_not_loading();
+    for endpoint in &unknown {
+        warn!(
+            endpoint,
+            "a handler of this endpoint does not load; its forwarding is kept as it was \
+             (the handler's event types are unknown until it loads), so its events are not \
+             dropped: they wait in the endpoint's queue while no handler of it runs, and \
+             fail (HandlerNotLoaded), blocking their sessions, while others do; fix it, then \
+             resubmit those"
+        );
+    }
+    let pruned = provision::prune(broker, topology, &unknown)
+        .await
+        .context("pruning forwarding for removed event types")?;
+    for mutation in report.mutations.iter().chain(&pruned.mutations) {
+        info!(%mutation, "topology updated");
+    }
+    for drift in &report.drift {
+        warn!(%drift, "a subscription's settings differ from the configuration; left as it is");
+    }
+    Ok(())
 }

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod bus;
 pub mod config;
 mod data_lock;
 pub mod handlers;
@@ -19,6 +20,7 @@ mod pauses;
 mod wiring;
 
 pub use api::{ApiError, ApiState, router, serve};
+pub use bus::Bus;
 pub use config::{Config, ConfigError, ValidConfig};
 pub use data_lock::{DataLock, DataLockError, Holder};
 pub use handlers::SandboxHandlers;

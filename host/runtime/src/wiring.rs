@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use nimbus_broker::Broker;
 use nimbus_engine::{Endpoint, Handlers, Policies, ProcessorSettings, Retrying, TransientBackoff};
 use nimbus_resolver::{ResolverSettings, ResolverStore, StoreDurability};
+use nimbus_transport::Transport;
 use nimbus_transport::provision::Topology;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -93,22 +93,22 @@ pub(crate) fn endpoint(
 }
 
 /// Spawns the endpoint's session processor and its replayer on `tasks`.
-pub(crate) fn spawn_endpoint(
+pub(crate) fn spawn_endpoint<T: Transport>(
     tasks: &TaskTracker,
-    broker: &Arc<Broker>,
+    transport: &Arc<T>,
     endpoint: Arc<Endpoint>,
     settings: ProcessorSettings,
     shutdown: &CancellationToken,
 ) {
     let name = endpoint.name.clone();
     tasks.spawn(nimbus_engine::run_endpoint(
-        Arc::clone(broker),
+        Arc::clone(transport),
         endpoint,
         settings,
         shutdown.clone(),
     ));
     tasks.spawn(nimbus_engine::run_replayer(
-        Arc::clone(broker),
+        Arc::clone(transport),
         name,
         shutdown.clone(),
     ));
@@ -116,9 +116,9 @@ pub(crate) fn spawn_endpoint(
 
 /// Spawns the Resolver's consumer, recording into `store` and counting
 /// what it records into `metrics`, on `tasks`.
-pub(crate) fn spawn_resolver(
+pub(crate) fn spawn_resolver<T: Transport>(
     tasks: &TaskTracker,
-    broker: &Arc<Broker>,
+    transport: &Arc<T>,
     store: Arc<dyn ResolverStore>,
     metrics: Arc<Metrics>,
     config: &ValidConfig,
@@ -130,7 +130,7 @@ pub(crate) fn spawn_resolver(
         session_max_hold: config.config.engine.session_max_hold,
         ..ResolverSettings::default()
     };
-    let transport = Arc::clone(broker);
+    let transport = Arc::clone(transport);
     let shutdown = shutdown.clone();
     tasks.spawn(async move {
         if let Err(e) = nimbus_resolver::run_resolver(transport, store, settings, shutdown).await {

@@ -156,7 +156,7 @@ async fn crash_child_host() {
                 index,
             };
             publish(
-                host.broker(),
+                host.broker().unwrap(),
                 "Echo",
                 &key.session_id(),
                 &key.message_id(),
@@ -374,7 +374,7 @@ async fn every_event_reaches_one_terminal_status_in_order_across_sigkills() {
 
     // Provision once and put a tap on the endpoint topic for the traces.
     let host = start_host(root, MAX_DELIVERY_COUNT).await;
-    let tap = create_tap(host.broker(), ENDPOINT, "Trace").await;
+    let tap = create_tap(host.broker().unwrap(), ENDPOINT, "Trace").await;
     host.shutdown().await;
 
     let mut published = BTreeSet::new();
@@ -477,7 +477,7 @@ async fn every_event_reaches_one_terminal_status_in_order_across_sigkills() {
     }
 
     // Per session: completions in publish order, each exactly once.
-    let traces = drain_tap(host.broker(), &tap).await;
+    let traces = drain_tap(host.broker().unwrap(), &tap).await;
     let mut per_session: BTreeMap<u32, Vec<EventKey>> = BTreeMap::new();
     for trace in &traces {
         let payload: Value =

@@ -18,7 +18,7 @@ async fn a_handler_dropped_in_for_a_new_event_type_is_routed_its_events_while_th
     let handlers = root.path().join("handlers");
     install(&handlers, "billing", "orders", "orders");
     let host = start_host(root.path(), 10).await;
-    let broker = host.broker().clone();
+    let broker = host.broker().unwrap().clone();
 
     // No endpoint consumes `Noop` yet: nothing forwards it.
     let forwarder = SubscriptionPath::new(DEFAULT_PRODUCER, "shipping");
@@ -97,7 +97,7 @@ async fn events_for_a_handler_that_does_not_load_at_start_up_wait_until_it_is_fi
     let component = install(&handlers, "shipping", "noop", "noop");
     let host = start_host(root.path(), 10).await;
     publish(
-        &host.broker().clone(),
+        &host.broker().unwrap().clone(),
         "Noop",
         "s-1",
         "before",
@@ -116,7 +116,7 @@ async fn events_for_a_handler_that_does_not_load_at_start_up_wait_until_it_is_fi
 
     std::fs::write(&component, b"not a component").unwrap();
     let host = start_host(root.path(), 10).await;
-    let broker = host.broker().clone();
+    let broker = host.broker().unwrap().clone();
     let status = host.registry().snapshot();
     let broken = status.handlers().next().expect("the handler is listed");
     assert!(

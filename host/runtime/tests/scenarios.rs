@@ -81,7 +81,7 @@ fn shared() -> &'static Shared {
                 (NOTIFY, "CustomerNotified"),
                 (SWAP, "SwapServed"),
             ] {
-                let path = create_tap(host.broker(), topic, event_type).await;
+                let path = create_tap(host.broker().unwrap(), topic, event_type).await;
                 taps.insert(
                     (topic.to_owned(), event_type.to_owned()),
                     (path, Vec::new()),
@@ -112,7 +112,7 @@ async fn tapped(topic: &str, event_type: &str) -> Vec<NimbusMessage> {
     let (path, seen) = taps
         .get_mut(&(topic.to_owned(), event_type.to_owned()))
         .expect("a tap for this topic and event type");
-    let new = drain_tap(shared.host.broker(), path).await;
+    let new = drain_tap(shared.host.broker().unwrap(), path).await;
     seen.extend(new);
     seen.clone()
 }
@@ -163,7 +163,7 @@ fn fails(error_type: &str) -> Value {
 }
 
 async fn echo(host: &Host, session: &str, message_id: &str, script: Value) {
-    publish(host.broker(), "Echo", session, message_id, &script).await;
+    publish(host.broker().unwrap(), "Echo", session, message_id, &script).await;
 }
 
 async fn status(host: &Host, session: &str, message_id: &str, status: Status) -> EventRecord {
@@ -364,7 +364,7 @@ fn rs05_a_failed_resubmission_matching_a_retry_rule_is_retried_with_a_fresh_budg
         let failed = record(&**host.resolver(), ECHO, s, "rs-5-e1").expect("recorded");
         assert_eq!(failed.status, Status::Failed);
         assert_eq!(failed.retry_count, 2);
-        let state = session_state(host.broker(), ECHO, s).await;
+        let state = session_state(host.broker().unwrap(), ECHO, s).await;
         assert_eq!(
             state.blocked_by(),
             Some(spent.event_id.as_str()),
@@ -417,7 +417,7 @@ fn rs05_a_failed_resubmission_carrying_a_spent_retry_count_still_gets_a_fresh_bu
         let mut resubmission = build::resubmission_request(&event, ECHO, None);
         resubmission.message_id = Some("rs-6-resubmission".to_owned());
         resubmission.retry_count = 2;
-        send(host.broker(), ECHO, &resubmission).await;
+        send(host.broker().unwrap(), ECHO, &resubmission).await;
         // Fresh budget (F14): the resubmission's failure is retried twice,
         // with RetryCount 1 then 2, whatever RetryCount it arrived with.
         let counts = wait_error_responses(host, &spent, 6).await;
@@ -441,8 +441,8 @@ fn rs04_a_resubmission_no_handler_serves_any_more_is_unsupported_and_the_block_s
         let s = "rs-4";
         let store = &**host.resolver();
         // `panicker` fails every `Panic` event: e1 blocks, e2 is parked.
-        publish(host.broker(), "Panic", s, "rs-4-e1", &json!({})).await;
-        publish(host.broker(), "Panic", s, "rs-4-e2", &json!({})).await;
+        publish(host.broker().unwrap(), "Panic", s, "rs-4-e1", &json!({})).await;
+        publish(host.broker().unwrap(), "Panic", s, "rs-4-e2", &json!({})).await;
         let failed = wait_status(store, RETIRED, s, "rs-4-e1", Status::Failed).await;
         assert_eq!(failed.error_type.as_deref(), Some("Panic"));
         wait_status(store, RETIRED, s, "rs-4-e2", Status::Deferred).await;
@@ -463,7 +463,7 @@ fn rs04_a_resubmission_no_handler_serves_any_more_is_unsupported_and_the_block_s
             1
         );
         assert_eq!(count_in_history(host, &unsupported, "ErrorResponse"), 1);
-        let state = session_state(host.broker(), RETIRED, s).await;
+        let state = session_state(host.broker().unwrap(), RETIRED, s).await;
         assert_eq!(
             state.blocked_by(),
             Some(failed.event_id.as_str()),
@@ -541,7 +541,7 @@ fn sk_a_parked_event_the_operator_skipped_stays_skipped_and_never_runs() {
         let skipped = status(host, s, "sk-2-e3", Status::Skipped).await;
         assert_eq!(count_in_history(host, &skipped, "SkipResponse"), 1);
         assert_eq!(count_in_history(host, &skipped, "ResolutionResponse"), 0);
-        let state = session_state(host.broker(), ECHO, s).await;
+        let state = session_state(host.broker().unwrap(), ECHO, s).await;
         assert_eq!(
             state,
             nimbus_wire::SessionState::default(),
@@ -584,7 +584,7 @@ fn rs_a_parked_event_resubmitted_out_of_turn_runs_once_not_again_on_replay() {
         status(host, s, "rs-6-e4", Status::Completed).await;
         let once = status(host, s, "rs-6-e3", Status::Completed).await;
         assert_eq!(count_in_history(host, &once, "ResolutionResponse"), 1);
-        let state = session_state(host.broker(), ECHO, s).await;
+        let state = session_state(host.broker().unwrap(), ECHO, s).await;
         assert_eq!(state, nimbus_wire::SessionState::default());
     });
 }
@@ -653,7 +653,7 @@ fn rb01_a_redelivery_of_the_blocking_event_is_completed_silently_and_the_block_s
             ))),
             ..NimbusMessage::default()
         };
-        send(host.broker(), ECHO, &redelivery).await;
+        send(host.broker().unwrap(), ECHO, &redelivery).await;
         // Session order: once a later event is parked, the redelivery was
         // handled before it.
         echo(host, s, "rb-1-e2", traced("rb-1-e2", ok())).await;
@@ -669,11 +669,11 @@ fn rb01_a_redelivery_of_the_blocking_event_is_completed_silently_and_the_block_s
             0,
             "the redelivered blocker was not parked behind itself"
         );
-        let state = session_state(host.broker(), ECHO, s).await;
+        let state = session_state(host.broker().unwrap(), ECHO, s).await;
         assert_eq!(state.blocked_by(), Some(blocker.event_id.as_str()));
         assert_eq!(state.deferred_count, 1, "only e2 is parked: {state:?}");
         assert_eq!(
-            parked_message_ids(host.broker(), ECHO, s).await,
+            parked_message_ids(host.broker().unwrap(), ECHO, s).await,
             vec!["rb-1-e2".to_owned()],
             "the Deferred subscription holds e2 only"
         );
@@ -936,7 +936,7 @@ fn un_an_event_no_handler_serves_is_unsupported_and_does_not_block() {
             ))),
             ..NimbusMessage::default()
         };
-        send(host.broker(), ECHO, &unknown).await;
+        send(host.broker().unwrap(), ECHO, &unknown).await;
         echo(host, s, "un-1-e2", traced("un-1-e2", ok())).await;
         let unsupported = status(host, s, "un-1-e1", Status::Unsupported).await;
         assert_eq!(unsupported.event_id, "un-1-event");
@@ -974,7 +974,7 @@ fn hb_a_heartbeat_on_a_blocked_session_is_answered_by_the_host_and_not_parked() 
             ))),
             ..NimbusMessage::default()
         };
-        send(host.broker(), ECHO, &probe).await;
+        send(host.broker().unwrap(), ECHO, &probe).await;
         eventually("the heartbeat is answered", || {
             host.resolver()
                 .heartbeats()
@@ -1142,8 +1142,15 @@ fn a_handler_fixed_mid_stream_completes_the_resubmitted_event_on_the_new_version
     on_host(|host| async move {
         let s = "swap-1";
         let v1 = digest_of(host, SWAP, "Swap");
-        publish(host.broker(), "Swap", s, "swap-1-e1", &json!({"Bug": true})).await;
-        publish(host.broker(), "Swap", s, "swap-1-e2", &json!({})).await;
+        publish(
+            host.broker().unwrap(),
+            "Swap",
+            s,
+            "swap-1-e1",
+            &json!({"Bug": true}),
+        )
+        .await;
+        publish(host.broker().unwrap(), "Swap", s, "swap-1-e2", &json!({})).await;
         let store = &**host.resolver();
         let failed = wait_status(store, SWAP, s, "swap-1-e1", Status::Failed).await;
         assert_eq!(failed.error_type.as_deref(), Some("SwapV1Bug"));
@@ -1186,7 +1193,14 @@ fn a_completed_handler_publishes_its_follow_up_with_the_event_session_and_correl
     on_host(|host| async move {
         let s = "fu-1";
         let shipped = json!({"OrderId": "o-77", "Customer": "acme", "Carrier": "DHL", "TrackingNumber": "TN-1"});
-        publish(host.broker(), "OrderShipped", s, "fu-1-e1", &shipped).await;
+        publish(
+            host.broker().unwrap(),
+            "OrderShipped",
+            s,
+            "fu-1-e1",
+            &shipped,
+        )
+        .await;
         let done = wait_status(&**host.resolver(), NOTIFY, s, "fu-1-e1", Status::Completed).await;
         let expected_id = format!("{}:customer-notified", done.event_id);
         let mut notices = Vec::new();
@@ -1248,7 +1262,14 @@ fn a_handler_that_fails_after_publishing_publishes_nothing() {
 fn ef02_an_event_type_consumed_by_two_endpoints_reaches_both_with_their_own_event_ids() {
     on_host(|host| async move {
         let s = "ef-2";
-        publish(host.broker(), "Noop", s, "ef-2-e1", &json!({"Any": [1, 2]})).await;
+        publish(
+            host.broker().unwrap(),
+            "Noop",
+            s,
+            "ef-2-e1",
+            &json!({"Any": [1, 2]}),
+        )
+        .await;
         let store = &**host.resolver();
         let alpha = wait_status(store, ALPHA, s, "ef-2-e1", Status::Completed).await;
         let beta = wait_status(store, BETA, s, "ef-2-e1", Status::Completed).await;

@@ -187,6 +187,11 @@ impl ServiceBus {
         })
     }
 
+    /// The namespace's host name, as the connection string gives it.
+    pub fn host(&self) -> &str {
+        &self.inner.connection_string.host
+    }
+
     /// Publishes `messages` to `topic` as one unit through the topic's
     /// `$management` node, each at its scheduled time or now; returns their
     /// sequence numbers, in order.
@@ -290,25 +295,13 @@ impl Inner {
         for<'de> <Req::Response as fe2o3_amqp_management::Response>::Body:
             fe2o3_amqp::types::messaging::FromBody<'de> + std::fmt::Debug + Send,
     {
-        let key = entity.to_ascii_lowercase();
         // One client per entity, each used by one request at a time: an
         // answer is the next delivery on its link.
-        let slot = Arc::clone(
-            self.management
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(key)
-                .or_default(),
-        );
+        let slot = self.slot(entity);
         let mut slot = slot.lock().await;
         let mut client = match slot.take() {
             Some(client) => client,
-            None => MgmtClient::builder()
-                .management_node_address(format!("{entity}/$management"))
-                .client_node_addr(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
-                .attach(&mut *self.session.lock().await)
-                .await
-                .map_err(|error| CallError::Link(error.to_string()))?,
+            None => self.attach_management(entity).await?,
         };
         // The client is out of its slot while the request is out: should
         // this call be dropped midway, or its answer not come, the client
@@ -326,11 +319,40 @@ impl Inner {
                     status.description.unwrap_or_default(),
                 ))
             }
-            Ok(Err(error)) => Err(CallError::Link(error.to_string())),
+            // A link refused after its attach was answered (as nimbus's
+            // endpoint refuses one to a missing entity) fails the request.
+            Ok(Err(error)) => Err(match request_refused_as_missing(&error) {
+                Some(why) => CallError::Status(404, why),
+                None => CallError::Link(error.to_string()),
+            }),
             Err(_) => Err(CallError::Link(format!(
                 "{entity}/$management did not answer within {CALL_WAIT:?}"
             ))),
         }
+    }
+
+    fn slot(&self, entity: &str) -> ManagementSlot {
+        Arc::clone(
+            self.management
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(entity.to_ascii_lowercase())
+                .or_default(),
+        )
+    }
+
+    /// A `$management` client for `entity`; a refusal naming the entity
+    /// missing reads as a 404, as a request to it would.
+    async fn attach_management(&self, entity: &str) -> Result<MgmtClient, CallError> {
+        MgmtClient::builder()
+            .management_node_address(format!("{entity}/$management"))
+            .client_node_addr(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
+            .attach(&mut *self.session.lock().await)
+            .await
+            .map_err(|error| match refused_as_missing(&error) {
+                Some(why) => CallError::Status(404, why),
+                None => CallError::Link(error.to_string()),
+            })
     }
 
     /// Whether a session this client holds has an unexpired inbox record.
@@ -366,6 +388,45 @@ impl CallError {
             CallError::Link(_) => None,
         }
     }
+}
+
+/// The broker's words when it refused a link at attach because its entity
+/// does not exist (Service Bus's way).
+fn refused_as_missing(error: &fe2o3_amqp_management::error::AttachError) -> Option<String> {
+    use fe2o3_amqp::link::{ReceiverAttachError, SenderAttachError};
+    use fe2o3_amqp_management::error::AttachError;
+    match error {
+        AttachError::Sender(SenderAttachError::RemoteClosedWithError(refusal))
+        | AttachError::Receiver(ReceiverAttachError::RemoteClosedWithError(refusal)) => {
+            not_found(refusal)
+        }
+        _ => None,
+    }
+}
+
+/// The same, when the refusal came as a detach right after the attach was
+/// answered (nimbus's endpoint's way): the request on the link fails.
+fn request_refused_as_missing(error: &ManagementError) -> Option<String> {
+    use fe2o3_amqp::link::{DetachError, LinkStateError, SendError};
+    match error {
+        ManagementError::Send(
+            SendError::LinkStateError(
+                LinkStateError::RemoteClosedWithError(refusal)
+                | LinkStateError::RemoteDetachedWithError(refusal),
+            )
+            | SendError::Detached(
+                DetachError::RemoteClosedWithError(refusal)
+                | DetachError::RemoteDetachedWithError(refusal),
+            ),
+        ) => not_found(refusal),
+        _ => None,
+    }
+}
+
+fn not_found(refusal: &fe2o3_amqp::types::definitions::Error) -> Option<String> {
+    use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
+    (refusal.condition == ErrorCondition::AmqpError(AmqpError::NotFound))
+        .then(|| refusal.description.clone().unwrap_or_default())
 }
 
 async fn put_token(

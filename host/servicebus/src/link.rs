@@ -26,6 +26,7 @@ use nimbus_transport::{
 use tokio::sync::Mutex;
 
 use crate::client::Inner;
+use crate::transport::DEAD_LETTER_SUFFIX;
 
 /// How long one wait on the link lasts before the link is let go of, so a
 /// settlement is never held up behind a receive.
@@ -229,6 +230,7 @@ impl Link {
                         delivery.into_message(),
                         Some(&tag),
                         locked_until,
+                        self.entity.ends_with(DEAD_LETTER_SUFFIX),
                     ) {
                         Ok(message) => {
                             self.deliveries().insert(message.lock_token, info);

@@ -11,9 +11,10 @@ use nimbus_transport::{
 };
 
 use crate::ServiceBus;
+use crate::client::CallError;
 use crate::link::{Link, OpenFailure};
 use crate::locks::{ServiceBusReceiver, ServiceBusSession, read_state};
-use crate::management::{MapAnswer, Peek};
+use crate::management::{CancelScheduled, MapAnswer, Peek};
 
 /// The longest a next-available attach may wait: Service Bus caps it at
 /// 65 s.
@@ -22,13 +23,62 @@ const MAX_SESSION_WAIT: Duration = Duration::from_secs(65);
 /// How often a named session held elsewhere is asked for again.
 const NAMED_RETRY: Duration = Duration::from_millis(250);
 
+/// What a dead-letter queue's address adds to its subscription's.
+pub(crate) const DEAD_LETTER_SUFFIX: &str = "/$DeadLetterQueue";
+
 fn subscription_entity(path: &SubscriptionPath) -> String {
     format!("{}/Subscriptions/{}", path.topic, path.subscription)
 }
 
+impl ServiceBus {
+    /// Whether the namespace has `topic`. Without the namespace's
+    /// management API this client cannot create entities, but it can tell
+    /// which are missing: Service Bus refuses a link to one. The probe is a
+    /// cancel of no scheduled messages, which changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// A transient error when the namespace did not answer.
+    pub async fn topic_exists(&self, topic: &str) -> Result<bool, TransientError> {
+        let nothing = CancelScheduled {
+            sequence_numbers: Vec::new(),
+        };
+        match self.inner.call(topic, nothing).await {
+            Ok(_) => Ok(true),
+            Err(CallError::Status(404, _)) => Ok(false),
+            // Its node answered, so the topic is there.
+            Err(CallError::Status(..)) => Ok(true),
+            Err(error) => Err(TransientError::new(format!(
+                "asking {} whether topic '{topic}' exists: {error}",
+                self.inner.connection_string.host
+            ))),
+        }
+    }
+
+    /// Whether the namespace has the subscription at `path` (a peek past
+    /// its last message, which changes nothing).
+    ///
+    /// # Errors
+    ///
+    /// A transient error when the namespace did not answer.
+    pub async fn subscription_exists(
+        &self,
+        path: &SubscriptionPath,
+    ) -> Result<bool, TransientError> {
+        match self.peek(path, SubQueue::Main, None, i64::MAX, 1).await {
+            Ok(_) => Ok(true),
+            Err(ReceiveError::NotFound { .. }) => Ok(false),
+            Err(error) => Err(TransientError::new(format!(
+                "asking {} whether subscription {path} exists: {error}",
+                self.inner.connection_string.host
+            ))),
+        }
+    }
+}
+
 fn queue_entity(path: &SubscriptionPath, queue: SubQueue) -> String {
     match queue {
-        SubQueue::DeadLetter => format!("{}/$DeadLetterQueue", subscription_entity(path)),
+        SubQueue::DeadLetter => format!("{}{DEAD_LETTER_SUFFIX}", subscription_entity(path)),
         _ => subscription_entity(path),
     }
 }
@@ -233,8 +283,13 @@ impl Transport for ServiceBus {
                 let amqp =
                     <fe2o3_amqp::types::messaging::Body<Value>>::decode_message_from_reader(reader)
                         .map_err(|error| unreadable(error.to_string()))?;
-                nimbus_amqp::convert::delivered(amqp, None, std::time::UNIX_EPOCH)
-                    .map_err(|error| unreadable(error.to_string()))
+                nimbus_amqp::convert::delivered(
+                    amqp,
+                    None,
+                    std::time::UNIX_EPOCH,
+                    queue == SubQueue::DeadLetter,
+                )
+                .map_err(|error| unreadable(error.to_string()))
             })
             .collect()
     }

@@ -114,10 +114,11 @@ async fn refusals_are_named() {
     let client = ServiceBus::connect(&host.connection_string())
         .await
         .unwrap();
-    assert!(matches!(
-        client.publish("nowhere", vec![event("s", "x")]).await,
-        Err(PublishError::TopicNotFound { topic }) if topic == "nowhere"
-    ));
+    let missing = client.publish("nowhere", vec![event("s", "x")]).await;
+    assert!(
+        matches!(&missing, Err(PublishError::TopicNotFound { topic }) if topic == "nowhere"),
+        "{missing:?}"
+    );
 
     let wrong = ServiceBus::connect(&host.connection_string_with("not the key")).await;
     let Err(error @ ConnectError::Token { .. }) = wrong else {
@@ -136,4 +137,39 @@ async fn refusals_are_named() {
         ServiceBus::connect(&namespace).await,
         Err(ConnectError::TlsNotBuilt { .. })
     ));
+}
+
+/// The client cannot create entities, so the host asks which are missing:
+/// the endpoint refuses a link to one it does not have, as Service Bus
+/// does, and an entity made afterwards is found (names ignore case).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn which_entities_exist_is_answered_by_the_broker() {
+    let host = endpoint().await;
+    let client = ServiceBus::connect(&host.connection_string())
+        .await
+        .unwrap();
+    assert!(client.topic_exists("orders").await.unwrap());
+    assert!(client.topic_exists("ORDERS").await.unwrap());
+    assert!(!client.topic_exists("shipping").await.unwrap());
+    let billing = SubscriptionPath::new("orders", "billing");
+    let audit = SubscriptionPath::new("orders", "audit");
+    assert!(client.subscription_exists(&billing).await.unwrap());
+    assert!(!client.subscription_exists(&audit).await.unwrap());
+    assert!(
+        !client
+            .subscription_exists(&SubscriptionPath::new("shipping", "billing"))
+            .await
+            .unwrap()
+    );
+
+    host.broker
+        .create_subscription(&audit, SubscriptionSettings::default())
+        .await
+        .unwrap();
+    assert!(client.subscription_exists(&audit).await.unwrap());
+    // The refused links left the connection usable.
+    client
+        .publish("orders", vec![event("s", "after")])
+        .await
+        .unwrap();
 }

@@ -30,6 +30,8 @@ pub enum ErrorKind {
     /// The transport failed (storage, network); the operation did not take
     /// effect and may be retried.
     Transient,
+    /// The transport cannot do this at all; retrying will not help.
+    Unsupported,
 }
 
 impl fmt::Display for ErrorKind {
@@ -43,6 +45,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::AlreadyExists => "already exists",
             ErrorKind::Invalid => "invalid request",
             ErrorKind::Transient => "transient failure",
+            ErrorKind::Unsupported => "not supported by this transport",
         };
         f.write_str(text)
     }
@@ -297,6 +300,16 @@ pub enum AdminError {
         /// What is wrong.
         reason: String,
     },
+    /// This transport cannot do it at all (not a failure that passes):
+    /// Service Bus manages its entities through a management API the
+    /// AMQP transport does not speak.
+    #[error("{operation} is not available: {reason}")]
+    Unsupported {
+        /// The operation, e.g. `listing sessions`.
+        operation: &'static str,
+        /// Why, and what to use instead.
+        reason: String,
+    },
     /// The transport failed.
     #[error(transparent)]
     Transient(#[from] TransientError),
@@ -435,6 +448,7 @@ impl AdminError {
                 ErrorKind::Invalid
             }
             AdminError::Transient(_) => ErrorKind::Transient,
+            AdminError::Unsupported { .. } => ErrorKind::Unsupported,
         }
     }
 }

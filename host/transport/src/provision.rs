@@ -788,6 +788,104 @@ pub async fn provision<A: Admin>(
     Ok(applier.report)
 }
 
+/// One entity a namespace must hold for a topology: what
+/// [`requirements`] lists for a transport that cannot create entities.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Requirement {
+    /// A topic.
+    Topic {
+        /// Its name.
+        name: String,
+    },
+    /// A subscription, with the settings and rules it must have.
+    Subscription {
+        /// Where it is.
+        path: SubscriptionPath,
+        /// Its settings.
+        settings: SubscriptionSettings,
+        /// Every rule it must have; no `$Default` unless listed.
+        rules: Vec<RuleDescription>,
+    },
+}
+
+impl fmt::Display for Requirement {
+    /// What an operator creating it by hand (portal, Bicep, `az`) needs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Requirement::Topic { name } => write!(f, "topic {name}"),
+            Requirement::Subscription {
+                path,
+                settings,
+                rules,
+            } => {
+                write!(f, "subscription {path}")?;
+                if settings.requires_session {
+                    f.write_str(", requires sessions")?;
+                }
+                if let Some(target) = &settings.forward_to {
+                    write!(f, ", forwards to {target}")?;
+                }
+                write!(
+                    f,
+                    ", lock duration {}s, max delivery count {}",
+                    settings.lock_duration.as_secs(),
+                    settings.max_delivery_count
+                )?;
+                if settings.dead_letter_on_expiry {
+                    f.write_str(", dead-letters on expiry")?;
+                }
+                if let Some(ttl) = settings.default_message_ttl {
+                    write!(f, ", message TTL {}s", ttl.as_secs())?;
+                }
+                f.write_str("; rules:")?;
+                for rule in rules {
+                    write!(f, " [{}: {}", rule.name, rule.filter)?;
+                    if let Some(action) = &rule.action {
+                        write!(f, " / {action}")?;
+                    }
+                    f.write_str("]")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Every topic and subscription `topology` needs, topics first: what
+/// [`provision`] would create, for a transport that cannot (Service Bus
+/// reached over AMQP alone, where entities are made through the
+/// namespace's management API or by an operator).
+///
+/// # Errors
+///
+/// [`TopologyError`] for a bad description.
+pub fn requirements(topology: &Topology) -> Result<Vec<Requirement>, TopologyError> {
+    topology.validate()?;
+    let mut needed = vec![Requirement::Topic {
+        name: RESOLVER.to_owned(),
+    }];
+    needed.extend(
+        topology
+            .all_producer_topics()
+            .into_iter()
+            .map(|topic| Requirement::Topic {
+                name: topic.to_owned(),
+            }),
+    );
+    needed.extend(
+        topology
+            .expected()
+            .into_iter()
+            .map(|expected| Requirement::Subscription {
+                path: expected.path,
+                settings: expected.settings,
+                rules: expected.rules,
+            }),
+    );
+    Ok(needed)
+}
+
 /// Removes forwarding the topology no longer asks for: on every producer
 /// topic, rules of forwarders for event types their consumer no longer
 /// consumes, and whole forwarders to endpoints that consume nothing or are

@@ -128,8 +128,12 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
             let bound = listener
                 .local_addr()
                 .context("reading the AMQP endpoint's bound address")?;
+            // Validation refuses `[amqp] listen` with broker.kind = "servicebus".
+            let broker = host
+                .broker()
+                .context("[amqp] listen serves the embedded broker, and this host has none")?;
             let endpoint = nimbus_amqp::Endpoint::new(
-                std::sync::Arc::clone(host.broker()),
+                std::sync::Arc::clone(broker),
                 amqp_keys,
                 max_message_bytes,
             );
@@ -158,10 +162,17 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     let amqp_line = amqp_address
         .map(|a| format!("AMQP:     amqp://{a}\n"))
         .unwrap_or_default();
+    let bus_line = match host.bus().as_ref() {
+        nimbus_runtime::Bus::Embedded(_) => String::new(),
+        nimbus_runtime::Bus::ServiceBus(namespace) => {
+            format!("bus:      Service Bus namespace {}\n", namespace.host())
+        }
+    };
     let banner = format!(
         "nimbus {VERSION} running ({source})\n\
          API:      http://{address}\n\
          {amqp_line}\
+         {bus_line}\
          data:     {}\n\
          handlers: {}\n\
          Stop with Ctrl-C or SIGTERM: in-flight deliveries finish first.\n",

@@ -31,9 +31,17 @@ pub(crate) async fn known_endpoints(state: &ApiState) -> Result<Vec<String>, Api
         .endpoints()
         .map(str::to_owned)
         .collect();
-    let on_the_broker = nimbus_transport::provision::endpoint_topics(&*state.broker)
-        .await
-        .map_err(|e| ApiError::internal(format!("listing the broker's endpoints: {e}")))?;
+    let on_the_broker = match nimbus_transport::provision::endpoint_topics(&*state.bus).await {
+        Ok(endpoints) => endpoints,
+        // On Service Bus the namespace's topics are not listed over AMQP:
+        // the endpoints known are the handlers'.
+        Err(nimbus_transport::AdminError::Unsupported { .. }) => Vec::new(),
+        Err(e) => {
+            return Err(ApiError::internal(format!(
+                "listing the broker's endpoints: {e}"
+            )));
+        }
+    };
     endpoints.extend(on_the_broker);
     Ok(endpoints.into_iter().collect())
 }

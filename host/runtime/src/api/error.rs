@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use nimbus_manager::ManagerError;
+use nimbus_transport::AdminError;
 
 /// What the body of an internal error says: nothing internal.
 const INTERNAL_MESSAGE: &str = "internal error in the nimbus host; the host log has the cause";
@@ -56,6 +57,15 @@ impl ApiError {
         }
     }
 
+    /// 501 Not Implemented: what the bus the host runs on cannot do (an
+    /// entity listing on Service Bus), naming it.
+    pub fn not_implemented(message: impl Into<String>) -> ApiError {
+        ApiError::Client {
+            status: StatusCode::NOT_IMPLEMENTED,
+            message: message.into(),
+        }
+    }
+
     /// 503 Service Unavailable naming why (logged and returned).
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError::Unavailable(message.into())
@@ -92,6 +102,14 @@ impl From<ManagerError> for ApiError {
             | ManagerError::SeenInThisPass { .. }
             | ManagerError::MissingCoordinate { .. }
             | ManagerError::MissingPayload { .. } => ApiError::conflict(message),
+            ManagerError::ReadEndpoint {
+                source: AdminError::Unsupported { .. },
+                ..
+            }
+            | ManagerError::ListForwarders {
+                source: AdminError::Unsupported { .. },
+                ..
+            } => ApiError::not_implemented(message),
             _ => ApiError::internal(message),
         }
     }
@@ -139,7 +157,8 @@ pub(crate) fn internal_cause(response: &Response) -> Option<&str> {
 }
 
 /// Logs every 5xx with the request and its cause; 4xx are the caller's
-/// business and logged at debug only.
+/// business, and 501 (what the bus cannot do) says why in its answer:
+/// both logged at debug only.
 pub(crate) async fn log_internal_errors(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -157,7 +176,10 @@ pub(crate) async fn log_internal_errors(request: Request, next: Next) -> Respons
         }
         .into_response();
     }
-    if status.is_server_error() {
+    if status == StatusCode::NOT_IMPLEMENTED {
+        // What the bus cannot do, named in the answer: nothing failed.
+        tracing::debug!(%method, %path, %status, "API request not served on this bus");
+    } else if status.is_server_error() {
         let cause = response
             .extensions()
             .get::<InternalCause>()

@@ -161,9 +161,10 @@ async fn check_endpoint_exists(state: &ApiState, endpoint: &str) -> Result<(), A
         return Ok(());
     }
     let path = SubscriptionPath::new(endpoint, endpoint);
-    match state.broker.get_subscription(&path).await {
+    match state.bus.get_subscription(&path).await {
         Ok(Some(_)) => return Ok(()),
-        Ok(None) | Err(AdminError::NotFound { .. }) => {}
+        // Not listed on Service Bus: the records decide.
+        Ok(None) | Err(AdminError::NotFound { .. } | AdminError::Unsupported { .. }) => {}
         Err(other) => {
             return Err(ApiError::internal(format!(
                 "looking up the subscription {path}: {other}"
@@ -293,9 +294,10 @@ impl EndpointView {
             return Ok(());
         };
         let path = SubscriptionPath::new(record.endpoint.as_str(), record.endpoint.as_str());
-        let sessions = match state.broker.list_sessions(&path).await {
+        let sessions = match state.bus.list_sessions(&path).await {
             Ok(sessions) => sessions,
-            Err(AdminError::NotFound { .. }) => return Ok(()),
+            // Not listed on Service Bus: the detail goes without it.
+            Err(AdminError::NotFound { .. } | AdminError::Unsupported { .. }) => return Ok(()),
             Err(e) => {
                 return Err(ApiError::internal(format!(
                     "listing the sessions of {path}: {e}"

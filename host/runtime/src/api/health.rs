@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
+use crate::bus::Bus;
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use nimbus_broker::Broker;
 use tracing::warn;
 
 use crate::api::error::internal_cause;
@@ -22,7 +22,7 @@ use crate::api::{ApiError, ApiState};
 /// The reason is the broker's: whether it goes on by itself once writes
 /// work (a full disk) or needs the host restarted (a failure for good).
 pub(crate) async fn health(State(state): State<ApiState>) -> Response {
-    match state.broker.write_failure() {
+    match state.bus.write_failure() {
         None => {
             Json(serde_json::json!({ "status": "ok", "version": crate::VERSION })).into_response()
         }
@@ -42,7 +42,7 @@ pub(crate) async fn health(State(state): State<ApiState>) -> Response {
 /// says so: the cause is the disk, which the operator can act on, not an
 /// internal error to dig out of the log.
 pub(crate) async fn unavailable_while_unwritable(
-    State(broker): State<Arc<Broker>>,
+    State(bus): State<Arc<Bus>>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -51,7 +51,7 @@ pub(crate) async fn unavailable_while_unwritable(
     if response.status() != StatusCode::INTERNAL_SERVER_ERROR {
         return response;
     }
-    match broker.write_failure() {
+    match bus.write_failure() {
         Some(reason) => {
             // The 503 is logged with the disk as its cause; the error the
             // route met is kept here, in case it was something else.

@@ -17,6 +17,9 @@ use crate::metrics::{CONTENT_TYPE, Text};
 /// One endpoint's gauges.
 #[derive(Debug, Default)]
 struct Depths {
+    /// Whether the broker's gauges were read: Service Bus does not list
+    /// its subscriptions and sessions over AMQP (Azure Monitor has them).
+    from_broker: bool,
     active: u64,
     dead_letter: u64,
     blocked_sessions: u64,
@@ -25,21 +28,25 @@ struct Depths {
     paused: u64,
 }
 
-/// A gauge of [`Depths`]: its name, help and reading.
-type Gauge = (&'static str, &'static str, fn(&Depths) -> u64);
+/// A gauge of [`Depths`]: its name, help and reading, if there is one.
+type Gauge = (&'static str, &'static str, fn(&Depths) -> Option<u64>);
 
 async fn depths(state: &ApiState, endpoint: &str) -> Result<Depths, ApiError> {
     let path = SubscriptionPath::new(endpoint, endpoint);
-    let mut depths = Depths::default();
-    let subscriptions = state
-        .broker
-        .list_subscriptions(endpoint)
-        .await
-        .or_else(|e| match e {
-            AdminError::NotFound { .. } => Ok(Vec::new()),
-            e => Err(e),
-        })
-        .map_err(|e| ApiError::internal(format!("listing the subscriptions of {endpoint}: {e}")))?;
+    let mut depths = Depths {
+        from_broker: true,
+        ..Depths::default()
+    };
+    let subscriptions = match state.bus.list_subscriptions(endpoint).await {
+        Ok(subscriptions) => subscriptions,
+        Err(AdminError::NotFound { .. }) => Vec::new(),
+        Err(AdminError::Unsupported { .. }) => return Ok(Depths::default()),
+        Err(e) => {
+            return Err(ApiError::internal(format!(
+                "listing the subscriptions of {endpoint}: {e}"
+            )));
+        }
+    };
     // Every dead-letter queue `nimbus dlq list` reads: a Resolver copy, a
     // parked event dead-lettered elsewhere, or a publish that no forwarder
     // could forward (it reached no endpoint, so this gauge is all that
@@ -69,7 +76,7 @@ async fn depths(state: &ApiState, endpoint: &str) -> Result<Depths, ApiError> {
     if endpoint == nimbus_wire::addr::RESOLVER {
         return Ok(depths);
     }
-    let sessions = match state.broker.list_sessions(&path).await {
+    let sessions = match state.bus.list_sessions(&path).await {
         Ok(sessions) => sessions,
         Err(AdminError::NotFound { .. }) => Vec::new(),
         Err(e) => {
@@ -112,38 +119,40 @@ pub(crate) async fn metrics(State(state): State<ApiState>) -> Result<impl IntoRe
         (
             "nimbus_active_messages",
             "Messages waiting or locked in the endpoint's subscription (endpoint=\"Resolver\": the Resolver's backlog).",
-            |d| d.active,
+            |d| d.from_broker.then_some(d.active),
         ),
         (
             "nimbus_dead_letter_messages",
             "Messages in the endpoint's dead-letter queues (its own, Resolver, Deferred, DeferredProcessor; endpoint=\"Resolver\": what the Resolver could not record).",
-            |d| d.dead_letter,
+            |d| d.from_broker.then_some(d.dead_letter),
         ),
         (
             "nimbus_blocked_sessions",
             "Sessions blocked by a failed or pending event.",
-            |d| d.blocked_sessions,
+            |d| d.from_broker.then_some(d.blocked_sessions),
         ),
         (
             "nimbus_parked_events",
             "Events parked (deferred) behind a session's block.",
-            |d| d.parked,
+            |d| d.from_broker.then_some(d.parked),
         ),
         (
             "nimbus_retrying_events",
             "Events this host is delivering again after a transient failure (none is reported to the Resolver, whose status does not show it).",
-            |d| d.retrying,
+            |d| Some(d.retrying),
         ),
         (
             "nimbus_endpoint_paused",
             "1 while an operator has paused the endpoint (`nimbus pause`): it runs nothing, and its events wait.",
-            |d| d.paused,
+            |d| Some(d.paused),
         ),
     ];
     for (name, help, value) in gauges {
         text.family(name, help, "gauge");
         for (endpoint, depths) in &endpoints {
-            text.sample(name, &[("endpoint", endpoint)], value(depths));
+            if let Some(value) = value(depths) {
+                text.sample(name, &[("endpoint", endpoint)], value);
+            }
         }
     }
 

@@ -61,7 +61,7 @@ pub const MAX_LIMIT: usize = 1000;
 pub fn router(state: ApiState) -> Router {
     let guard = std::sync::Arc::clone(&state.guard);
     let request_timeout = state.request_timeout;
-    let broker = std::sync::Arc::clone(&state.broker);
+    let bus = std::sync::Arc::clone(&state.bus);
     Router::new()
         .route("/health", get(health::health))
         .route("/api/publish", post(publish::publish))
@@ -95,7 +95,7 @@ pub fn router(state: ApiState) -> Router {
             timeout::limit,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            broker,
+            bus,
             health::unavailable_while_unwritable,
         ))
         .layer(axum::middleware::from_fn_with_state(guard, guard::check))

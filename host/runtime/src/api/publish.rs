@@ -158,7 +158,7 @@ pub(crate) async fn publish(
         }
     }
     state
-        .broker
+        .bus
         .publish(&published.topic, vec![message.to_transport()])
         .await
         .map_err(|e| match e {
@@ -189,9 +189,10 @@ async fn forwards(
     event_type: &str,
 ) -> Result<bool, ApiError> {
     let forwarder = SubscriptionPath::new(topic, forwarder_name(topic, endpoint).as_str());
-    match state.broker.list_rules(&forwarder).await {
+    match state.bus.list_rules(&forwarder).await {
         Ok(rules) => Ok(rules.iter().any(|rule| rule.name == event_type)),
-        Err(AdminError::NotFound { .. }) => Ok(false),
+        // Rules are not listed on Service Bus: nothing is known to wait.
+        Err(AdminError::NotFound { .. } | AdminError::Unsupported { .. }) => Ok(false),
         Err(e) => Err(ApiError::internal(format!(
             "reading the rules of {forwarder}: {e}"
         ))),

@@ -97,16 +97,15 @@ pub(crate) async fn list(
     let mut sessions = Vec::new();
     for endpoint in endpoints {
         let path = SubscriptionPath::new(endpoint.as_str(), endpoint.as_str());
-        let listed = state
-            .broker
-            .list_sessions(&path)
-            .await
-            .map_err(|e| match e {
-                AdminError::NotFound { .. } => ApiError::not_found(format!(
-                    "no endpoint '{endpoint}' (no subscription {path})"
-                )),
-                other => ApiError::internal(format!("listing the sessions of {path}: {other}")),
-            })?;
+        let listed = state.bus.list_sessions(&path).await.map_err(|e| match e {
+            AdminError::NotFound { .. } => {
+                ApiError::not_found(format!("no endpoint '{endpoint}' (no subscription {path})"))
+            }
+            unsupported @ AdminError::Unsupported { .. } => {
+                ApiError::not_implemented(unsupported.to_string())
+            }
+            other => ApiError::internal(format!("listing the sessions of {path}: {other}")),
+        })?;
         sessions.extend(
             listed
                 .into_iter()

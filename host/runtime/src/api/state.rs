@@ -5,19 +5,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nimbus_broker::Broker;
 use nimbus_manager::Manager;
 use nimbus_resolver::{ResolverStore, SqliteResolverStore};
 use nimbus_sandbox::Registry;
 
 use crate::api::guard::Guard;
+use crate::bus::Bus;
 use crate::config::{ApiConfig, Retention};
 use crate::host::{DEFAULT_PRODUCER, Host};
 
 /// The state every route handler gets; cheap to clone.
 #[derive(Clone)]
 pub struct ApiState {
-    pub(crate) broker: Arc<Broker>,
+    /// What the host runs on.
+    pub(crate) bus: Arc<Bus>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) store: Arc<SqliteResolverStore>,
     /// What the Resolver recorded, counted.
@@ -26,7 +27,7 @@ pub struct ApiState {
     pub(crate) retrying: Arc<nimbus_engine::Retrying>,
     /// The endpoints an operator paused.
     pub(crate) pauses: Arc<crate::Pauses>,
-    pub(crate) manager: Arc<Manager<Broker>>,
+    pub(crate) manager: Arc<Manager<Bus>>,
     /// Producer topics named in the configuration (plus the default one);
     /// endpoint topics are producers too, looked up live.
     pub(crate) producers: Arc<BTreeSet<String>>,
@@ -63,13 +64,13 @@ impl ApiState {
             .collect();
         producers.insert(DEFAULT_PRODUCER.to_owned());
         ApiState {
-            broker: Arc::clone(host.broker()),
+            bus: Arc::clone(host.bus()),
             registry: Arc::clone(host.registry()),
             store: Arc::clone(host.resolver()),
             metrics: Arc::clone(host.metrics()),
             retrying: Arc::clone(host.retrying()),
             pauses: Arc::clone(host.pauses()),
-            manager: Arc::new(Manager::new(Arc::clone(host.broker()), store)),
+            manager: Arc::new(Manager::new(Arc::clone(host.bus()), store)),
             producers: Arc::new(producers),
             retention: host.config().config.resolver.retention,
             guard: Arc::new(Guard::new(

@@ -992,7 +992,11 @@ async fn metrics_count_outcomes_and_show_blocked_sessions_and_handlers() {
     let mut junk = nimbus_transport::Message::new(b"not json".to_vec());
     junk.session_id = Some("s-junk".to_owned());
     junk.message_id = Some("junk-1".to_owned());
-    host.broker().publish("Resolver", vec![junk]).await.unwrap();
+    host.broker()
+        .unwrap()
+        .publish("Resolver", vec![junk])
+        .await
+        .unwrap();
 
     let wanted = [
         "nimbus_dead_letter_messages{endpoint=\"Resolver\"}",
@@ -1084,7 +1088,7 @@ async fn dead_letter_a_parked_copy(host: &Host, session: &str) {
             .properties
             .insert(name.to_owned(), PropertyValue::String(value.to_owned()));
     }
-    let broker = host.broker();
+    let broker = host.broker().unwrap();
     broker.publish("billing", vec![parked]).await.unwrap();
     let lock = broker
         .accept_session(
@@ -1136,10 +1140,16 @@ async fn published_user_properties_travel_typed() {
     let api = Api(router(ApiState::new(&host)));
     let tap = SubscriptionPath::new("publisher", "tap");
     host.broker()
+        .unwrap()
         .create_subscription(&tap, SubscriptionSettings::default())
         .await
         .unwrap();
-    let receiver = host.broker().receiver(&tap, SubQueue::Main).await.unwrap();
+    let receiver = host
+        .broker()
+        .unwrap()
+        .receiver(&tap, SubQueue::Main)
+        .await
+        .unwrap();
     api.ok(
         Method::POST,
         "/api/publish",
@@ -1177,7 +1187,7 @@ async fn a_publish_no_forwarder_could_forward_is_listed_under_its_producer() {
     let root = tempfile::tempdir().unwrap();
     let host = start(root.path()).await;
     let api = Api(router(ApiState::new(&host)));
-    let broker = host.broker();
+    let broker = host.broker().unwrap();
     broker
         .create_topic("ghost", nimbus_transport::TopicSettings::default())
         .await
@@ -1691,7 +1701,7 @@ async fn health_and_changes_say_503_while_the_broker_cannot_write_and_recover() 
     api.wait_status("billing", "disk-1", &first, "Completed")
         .await;
 
-    host.broker().inject_write_failures(true);
+    host.broker().unwrap().inject_write_failures(true);
     // The broker finds out at its next write; a publish makes one.
     let held = tokio::spawn({
         let api = Api(router(ApiState::new(&host)));
@@ -1737,7 +1747,7 @@ async fn health_and_changes_say_503_while_the_broker_cannot_write_and_recover() 
         "{refused}"
     );
 
-    host.broker().inject_write_failures(false);
+    host.broker().unwrap().inject_write_failures(false);
     let started = Instant::now();
     loop {
         let (status, health) = api.call(Method::GET, "/health", None).await;

@@ -1,0 +1,50 @@
+//! `[broker] kind` and what running on Service Bus needs (issue 29): the
+//! namespace's connection string, from the file or, since it holds a key,
+//! from the environment.
+
+use nimbus_servicebus::ConnectionString;
+use serde::Deserialize;
+
+/// The variable a connection string may come from instead of the file
+/// (it replaces `[broker] connection_string`).
+pub const CONNECTION_STRING_ENV: &str = "NIMBUS_SERVICEBUS_CONNECTION_STRING";
+
+/// `broker.kind`: what the host runs on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum BrokerKind {
+    /// The broker inside the host, in the data directory.
+    #[default]
+    #[serde(rename = "embedded")]
+    Embedded,
+    /// A Service Bus namespace (or an emulator, or another host's AMQP
+    /// endpoint), reached over AMQP with `broker.connection_string`.
+    #[serde(rename = "servicebus")]
+    ServiceBus,
+}
+
+/// `broker.connection_string`, read and checked as it is parsed, so a bad
+/// one is named with its key.
+pub(super) fn deserialize_connection_string<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ConnectionString>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map(Some).map_err(serde::de::Error::custom)
+}
+
+/// The connection string in the environment, if set.
+///
+/// # Errors
+///
+/// When it is set but does not read, naming the variable.
+pub(super) fn connection_string_from_env() -> Result<Option<ConnectionString>, String> {
+    match std::env::var(CONNECTION_STRING_ENV) {
+        Ok(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|why| format!("{CONNECTION_STRING_ENV}: {why}")),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(format!("{CONNECTION_STRING_ENV}: is not valid Unicode"))
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! `nimbus run` with `[broker] kind = "servicebus"` (issue 29): the real
+//! binary running its engine, Resolver and operator commands on a namespace
+//! reached over AMQP. The namespace is an embedded broker served by
+//! nimbus's AMQP endpoint inside this test, as an Azure namespace is to a
+//! production host: nimbus does not create its entities there, so the test
+//! makes them first, as an operator would, or leaves them out to see the
+//! host refuse to start naming each one.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nimbus_amqp::{Endpoint, SharedAccessKey};
+use nimbus_blackbox_tests::Scratch;
+use nimbus_blackbox_tests::orders::{id, order, publish};
+use nimbus_blackbox_tests::running::{RunningHost, config_text};
+use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_transport::provision::{self, Topology};
+use nimbus_transport::{Admin, SubscriptionPath};
+
+const KEY_NAME: &str = "RootManageSharedAccessKey";
+const KEY: &str = "the namespace's key";
+
+/// An embedded broker on a temp dir, served over AMQP on a loopback port
+/// for as long as this lives.
+struct Namespace {
+    runtime: tokio::runtime::Runtime,
+    broker: Arc<Broker>,
+    port: u16,
+    _stop: tokio::sync::oneshot::Sender<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Namespace {
+    fn start() -> Namespace {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, listener) = runtime.block_on(async {
+            let broker = Broker::open(BrokerOptions::new(dir.path().join("broker")))
+                .await
+                .unwrap();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            (Arc::new(broker), listener)
+        });
+        let port = listener.local_addr().unwrap().port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let endpoint = Endpoint::new(
+            Arc::clone(&broker),
+            vec![SharedAccessKey::new(KEY_NAME, KEY)],
+            1 << 20,
+        );
+        runtime.spawn(endpoint.serve(listener, async {
+            let _ = stopped.await;
+        }));
+        Namespace {
+            runtime,
+            broker,
+            port,
+            _stop: stop,
+            _dir: dir,
+        }
+    }
+
+    /// What an operator makes on Azure for the `orders` example serving
+    /// endpoint `billing` (its event types, the default producer topic,
+    /// the lock the host's configuration names).
+    fn provision_for_billing(&self) {
+        let topology = Topology::new()
+            .lock_duration(Duration::from_secs(5))
+            .producer_topic("publisher")
+            .endpoint(provision::Endpoint::new("billing").consumes(["OrderPlaced"]));
+        self.runtime
+            .block_on(provision::provision(&*self.broker, &topology))
+            .unwrap();
+    }
+
+    /// The configuration of a host on this namespace.
+    fn host_config(&self) -> String {
+        config_text("").replace(
+            "[broker]\n",
+            &format!(
+                "[broker]\nkind = \"servicebus\"\nconnection_string = \
+                 \"Endpoint=sb://localhost:{};SharedAccessKeyName={KEY_NAME};\
+                 SharedAccessKey={KEY};UseDevelopmentEmulator=true;\"\n",
+                self.port
+            ),
+        )
+    }
+
+    /// The session state the namespace holds for `session` of `billing`.
+    fn session_state(&self, session: &str) -> Option<Vec<u8>> {
+        let path = SubscriptionPath::new("billing", "billing");
+        self.runtime
+            .block_on(self.broker.list_sessions(&path))
+            .unwrap()
+            .into_iter()
+            .find(|s| s.session_id == session)
+            .and_then(|s| s.state)
+    }
+}
+
+#[test]
+fn a_host_on_a_namespace_runs_handlers_blocks_sessions_and_takes_operator_commands() {
+    let namespace = Namespace::start();
+    namespace.provision_for_billing();
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start_with_config(&scratch, &namespace.host_config());
+    assert_eq!(host.banner_value("bus:"), "Service Bus namespace localhost");
+
+    // Published through the host's API onto the namespace, run by the wasm
+    // handler, recorded by the host's Resolver from the namespace's
+    // Resolver topic.
+    let ok = publish(&host, "OrderPlaced", "s-ok", &order("o-1", false));
+    let done = host.wait_status("s-ok", &ok, "Completed");
+    assert!(done["handler_version"].is_string(), "{done:#?}");
+
+    // A failure blocks the session; the state that says so is kept in the
+    // namespace's session state, as NimBus writes it (no inbox is kept
+    // here, so a .NET NimBus subscriber reads the same state).
+    let failing = publish(&host, "OrderPlaced", "s-block", &order("o-2", true));
+    let failed = host.wait_status("s-block", &failing, "Failed");
+    assert_eq!(failed["error_type"], "OrderRejected");
+    let parked = publish(&host, "OrderPlaced", "s-block", &order("o-3", false));
+    host.wait_status("s-block", &parked, "Deferred");
+    let state: serde_json::Value =
+        serde_json::from_slice(&namespace.session_state("s-block").unwrap()).unwrap();
+    assert_eq!(state["BlockedByEventId"], id(&failed).as_str(), "{state}");
+    assert_eq!(state["DeferredCount"], 1, "{state}");
+
+    // The operator's skip travels over the namespace too: the failed event
+    // is Skipped and the parked one runs.
+    host.cli(&["skip", &id(&failed)]).expect_code(0);
+    host.wait_status("s-block", &failing, "Skipped");
+    host.wait_status("s-block", &parked, "Completed");
+    host.eventually("the namespace's state of s-block unblocked", || {
+        // Cleared, or kept with no block.
+        let Some(state) = namespace.session_state("s-block") else {
+            return Some(());
+        };
+        let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
+        (state["BlockedByEventId"].as_str().unwrap_or_default() == "").then_some(())
+    });
+
+    // A dead-lettered event is listed from the namespace's dead-letter
+    // queue of the endpoint's subscription.
+    let empty = r#"{"OrderId": "o-9", "Customer": "acme", "Total": 0.0, "Lines": []}"#;
+    let published = publish(&host, "OrderPlaced", "s-dl", empty);
+    host.wait_status("s-dl", &published, "DeadLettered");
+    let listed = host.cli_json(&["dlq", "list", "--endpoint", "billing", "--json"]);
+    let own: Vec<&serde_json::Value> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["subscription"] == "billing")
+        .collect();
+    assert_eq!(own.len(), 1, "{listed:#}");
+    assert!(own[0]["message_id"].is_string(), "{listed:#}");
+
+    // What only the namespace's management API lists is refused by name,
+    // not answered wrong.
+    let sessions = host.cli(&["sessions", "--endpoint", "billing"]);
+    sessions.expect_code(1);
+    assert!(
+        sessions
+            .stderr()
+            .contains("listing sessions is not available")
+            && sessions.stderr().contains("management API"),
+        "{}",
+        sessions.stderr()
+    );
+    let metrics = host.metrics();
+    assert!(
+        metrics.contains("nimbus_endpoint_paused{endpoint=\"billing\"} 0")
+            && !metrics.contains("nimbus_active_messages{"),
+        "{metrics}"
+    );
+
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn a_namespace_without_the_topology_stops_the_host_naming_each_missing_entity() {
+    let namespace = Namespace::start();
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    scratch.write("nimbus.toml", namespace.host_config().as_bytes());
+    let run = scratch.run_host_to_exit();
+    run.expect_code(1);
+    let said = run.stderr();
+    for missing in [
+        "lacks 10 of the topics and subscriptions",
+        "  - topic Resolver\n",
+        "  - topic billing\n",
+        "  - topic publisher\n",
+        "  - subscription billing/billing, requires sessions, lock duration 5s",
+        "  - subscription publisher/billing, forwards to billing",
+        "[OrderPlaced: ",
+        "Turn on duplicate detection on every topic",
+    ] {
+        assert!(said.contains(missing), "{missing:?} in:\n{said}");
+    }
+
+    // Made by the operator, the host starts.
+    namespace.provision_for_billing();
+    let host = RunningHost::start_with_config(&scratch, &namespace.host_config());
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+}
