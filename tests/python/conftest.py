@@ -14,3 +14,15 @@ def host():
         "key_name": os.environ["NIMBUS_TEST_KEY_NAME"],
         "key": os.environ["NIMBUS_TEST_KEY"],
     }
+
+
+@pytest.fixture(scope="session")
+def tls_host(host):
+    """A second host serving its AMQP endpoint over TLS (`[amqp]
+    tls_certificate`, `tls_key`: a certificate for `localhost` from a test
+    authority, whose certificate is at `ca`)."""
+    return {
+        **host,
+        "amqps": os.environ["NIMBUS_TEST_AMQPS"],
+        "ca": os.environ["NIMBUS_TEST_CA"],
+    }

@@ -6,7 +6,8 @@
 //! refused, and an unknown topic is not found; it receives from sessions
 //! (named and next available) and the dead-letter queue, settles, keeps
 //! session state, and meets the errors of a lost or held lock. Locks last
-//! 5 s here, so a lapse is quick to reach.
+//! 5 s here, so a lapse is quick to reach. A second host serves its
+//! endpoint over TLS, which the SDK reaches as it reaches a namespace.
 //!
 //! The Python environment is made by `scripts/python-env.sh`, which the
 //! README's test command runs; `NIMBUS_PYTHON` names its interpreter.
@@ -40,6 +41,14 @@ fn python() -> PathBuf {
     })
 }
 
+/// The port of an `AMQP:` address `nimbus run` printed.
+fn port_of(amqp: &str) -> String {
+    amqp.rsplit(':')
+        .next()
+        .unwrap_or_else(|| panic!("no port in {amqp}"))
+        .to_owned()
+}
+
 #[test]
 fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
     let python = python();
@@ -51,11 +60,22 @@ fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
             "[amqp]\nlisten = \"127.0.0.1:0\"\n[[amqp.keys]]\nname = \"{KEY_NAME}\"\nkey = \"{KEY}\"\n"
         ),
     );
-    let amqp = host.banner_value("AMQP:");
-    let port = amqp
-        .rsplit(':')
-        .next()
-        .unwrap_or_else(|| panic!("no port in {amqp}"));
+    let port = port_of(&host.banner_value("AMQP:"));
+    // A second host serving its endpoint over TLS, for test_amqp_tls.py.
+    let tls_scratch = Scratch::new();
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../host/servicebus/tests/tls");
+    let tls_host = RunningHost::start(
+        &tls_scratch,
+        &format!(
+            "[amqp]\nlisten = \"127.0.0.1:0\"\ntls_certificate = \"{}\"\ntls_key = \"{}\"\n\
+             [[amqp.keys]]\nname = \"{KEY_NAME}\"\nkey = \"{KEY}\"\n",
+            fixtures.join("localhost.pem").display(),
+            fixtures.join("localhost.key").display()
+        ),
+    );
+    let tls_amqp = tls_host.banner_value("AMQP:");
+    assert!(tls_amqp.starts_with("amqps://"), "{tls_amqp}");
+    let tls_port = port_of(&tls_amqp);
     let suite = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python");
     let pytest = Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
@@ -64,6 +84,8 @@ fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
         .env("NIMBUS_TEST_API", &host.api)
         .env("NIMBUS_TEST_KEY_NAME", KEY_NAME)
         .env("NIMBUS_TEST_KEY", KEY)
+        .env("NIMBUS_TEST_AMQPS", format!("localhost:{tls_port}"))
+        .env("NIMBUS_TEST_CA", fixtures.join("ca.pem"))
         .output()
         .expect("run pytest");
     let report = String::from_utf8_lossy(&pytest.stdout);
@@ -92,5 +114,7 @@ fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
         );
     }
     let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+    let (code, _) = tls_host.terminate();
     assert_eq!(code, Some(0));
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nimbus_amqp::{Endpoint, SharedAccessKey};
+use nimbus_amqp::{Endpoint, ServerTls, SharedAccessKey};
 use nimbus_blackbox_tests::Scratch;
 use nimbus_blackbox_tests::orders::{id, order, publish};
 use nimbus_blackbox_tests::running::{RunningHost, config_text};
@@ -32,8 +32,28 @@ struct Namespace {
     _dir: tempfile::TempDir,
 }
 
+/// The test certificate authority and the certificate for `localhost` it
+/// issued (`ca.pem`, `localhost.pem`, `localhost.key`).
+fn tls_fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../host/servicebus/tests/tls")
+        .join(name)
+}
+
 impl Namespace {
     fn start() -> Namespace {
+        Namespace::start_with(None)
+    }
+
+    /// Served over TLS with the certificate for `localhost`, as Service Bus
+    /// serves AMQP on 5671.
+    fn start_tls() -> Namespace {
+        let read = |name: &str| std::fs::read(tls_fixture(name)).unwrap();
+        let tls = ServerTls::from_pem(&read("localhost.pem"), &read("localhost.key")).unwrap();
+        Namespace::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<ServerTls>) -> Namespace {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -49,11 +69,14 @@ impl Namespace {
         });
         let port = listener.local_addr().unwrap().port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let endpoint = Endpoint::new(
+        let mut endpoint = Endpoint::new(
             Arc::clone(&broker),
             vec![SharedAccessKey::new(KEY_NAME, KEY)],
             1 << 20,
         );
+        if let Some(tls) = tls {
+            endpoint = endpoint.with_tls(tls);
+        }
         runtime.spawn(endpoint.serve(listener, async {
             let _ = stopped.await;
         }));
@@ -79,16 +102,30 @@ impl Namespace {
             .unwrap();
     }
 
-    /// The configuration of a host on this namespace.
+    /// The configuration of a host on this namespace over plain AMQP.
     fn host_config(&self) -> String {
+        self.config_with(&format!(
+            "connection_string = \"Endpoint=sb://localhost:{};SharedAccessKeyName={KEY_NAME};\
+             SharedAccessKey={KEY};UseDevelopmentEmulator=true;\"\n",
+            self.port
+        ))
+    }
+
+    /// The configuration of a host on this namespace over TLS, trusting the
+    /// test authority.
+    fn host_config_tls(&self) -> String {
+        self.config_with(&format!(
+            "connection_string = \"Endpoint=sb://localhost:{};SharedAccessKeyName={KEY_NAME};\
+             SharedAccessKey={KEY};\"\nca_file = \"{}\"\n",
+            self.port,
+            tls_fixture("ca.pem").display()
+        ))
+    }
+
+    fn config_with(&self, broker_keys: &str) -> String {
         config_text("").replace(
             "[broker]\n",
-            &format!(
-                "[broker]\nkind = \"servicebus\"\nconnection_string = \
-                 \"Endpoint=sb://localhost:{};SharedAccessKeyName={KEY_NAME};\
-                 SharedAccessKey={KEY};UseDevelopmentEmulator=true;\"\n",
-                self.port
-            ),
+            &format!("[broker]\nkind = \"servicebus\"\n{broker_keys}"),
         )
     }
 
@@ -210,6 +247,42 @@ fn a_namespace_without_the_topology_stops_the_host_naming_each_missing_entity() 
     // Made by the operator, the host starts.
     namespace.provision_for_billing();
     let host = RunningHost::start_with_config(&scratch, &namespace.host_config());
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+}
+
+#[test]
+fn a_host_reaches_a_namespace_over_tls_trusting_the_authority_it_is_given() {
+    let namespace = Namespace::start_tls();
+    namespace.provision_for_billing();
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+
+    // Without the authority, the system's do not vouch for the test
+    // certificate: the host stops naming the handshake.
+    scratch.write(
+        "nimbus.toml",
+        namespace
+            .host_config_tls()
+            .lines()
+            .filter(|line| !line.starts_with("ca_file"))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .as_bytes(),
+    );
+    let refused = scratch.run_host_to_exit();
+    refused.expect_code(1);
+    let said = refused.stderr();
+    assert!(
+        said.contains("connecting to the Service Bus namespace (broker.connection_string)")
+            && (said.contains("the TLS handshake with localhost")
+                || said.contains("no trusted certificate authority was found")),
+        "{said}"
+    );
+
+    let host = RunningHost::start_with_config(&scratch, &namespace.host_config_tls());
+    let ok = publish(&host, "OrderPlaced", "s-tls", &order("o-1", false));
+    host.wait_status("s-tls", &ok, "Completed");
     let (code, _) = host.terminate();
     assert_eq!(code, Some(0));
 }

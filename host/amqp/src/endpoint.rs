@@ -19,6 +19,7 @@ use fe2o3_amqp::types::messaging::{DeliveryState, Released, TargetArchetype};
 use fe2o3_amqp::types::performatives::Attach;
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 use nimbus_transport::{Admin, ErrorKind, SessionLock, SessionSelector, Transport};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
@@ -33,6 +34,7 @@ use crate::reply::ReplyLink;
 use crate::sas::SharedAccessKey;
 use crate::sasl::ServiceBusSasl;
 use crate::tap::{self, Tap};
+use crate::tls::ServerTls;
 
 /// The credit a sending client gets: Python assumes this much as soon as
 /// its link is attached (spec §A.6).
@@ -77,6 +79,8 @@ struct Shared<T> {
     keys: Arc<[SharedAccessKey]>,
     max_message_size: u64,
     handshake_timeout: std::time::Duration,
+    /// Served over TLS when set, else plain AMQP.
+    tls: Option<ServerTls>,
 }
 
 impl<T: Transport + Admin> Endpoint<T> {
@@ -89,6 +93,7 @@ impl<T: Transport + Admin> Endpoint<T> {
                 keys: keys.into(),
                 max_message_size,
                 handshake_timeout: HANDSHAKE_TIMEOUT,
+                tls: None,
             },
             max_connections: MAX_CONNECTIONS,
         }
@@ -98,6 +103,14 @@ impl<T: Transport + Admin> Endpoint<T> {
     /// unless set).
     pub fn with_handshake_timeout(mut self, timeout: std::time::Duration) -> Self {
         self.shared.handshake_timeout = timeout;
+        self
+    }
+
+    /// Serves AMQP over TLS with `tls` (as Service Bus does, for clients
+    /// whose connection string has no `UseDevelopmentEmulator=true`)
+    /// instead of plain AMQP.
+    pub fn with_tls(mut self, tls: ServerTls) -> Self {
+        self.shared.tls = Some(tls);
         self
     }
 
@@ -127,7 +140,28 @@ impl<T: Transport + Admin> Endpoint<T> {
             debug!(%peer, "AMQP connection");
             let shared = Arc::clone(&shared);
             connections.spawn(async move {
-                connection(stream, shared).await;
+                match shared.tls.clone() {
+                    None => connection(stream, Some(peer), shared).await,
+                    Some(tls) => {
+                        let handshake = tls.acceptor.accept(stream);
+                        match tokio::time::timeout(shared.handshake_timeout, handshake).await {
+                            Ok(Ok(stream)) => connection(stream, Some(peer), shared).await,
+                            // Most often a client speaking plain AMQP (an
+                            // emulator connection string) to a TLS endpoint.
+                            Ok(Err(error)) => info!(
+                                %peer,
+                                %error,
+                                "a TLS handshake failed (does the client's connection string say \
+                                 UseDevelopmentEmulator=true? this endpoint serves TLS)"
+                            ),
+                            Err(_) => info!(
+                                %peer,
+                                "a connection did not finish its TLS handshake within {:?}; closed",
+                                shared.handshake_timeout
+                            ),
+                        }
+                    }
+                }
                 drop(slot);
             });
         }
@@ -167,13 +201,16 @@ async fn accept(
     }
 }
 
-async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<T>>) {
+async fn connection<T, S>(stream: S, peer: Option<std::net::SocketAddr>, shared: Arc<Shared<T>>)
+where
+    T: Transport + Admin,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let acceptor = ConnectionAcceptor::builder()
         .container_id("nimbus")
         .max_frame_size(MAX_FRAME_SIZE)
         .sasl_acceptor(ServiceBusSasl)
         .build();
-    let peer = stream.peer_addr().ok();
     // fe2o3 speaks to the tap, the tap to the client (decision 0136).
     let (library_side, tap_side) = tokio::io::duplex(PIPE_BUFFER);
     let (tap, answers) = Tap::new();
@@ -194,9 +231,9 @@ async fn connection<T: Transport + Admin>(stream: TcpStream, shared: Arc<Shared<
         Ok(Ok(connection)) => connection,
         // Most often an SDK speaking TLS: without `UseDevelopmentEmulator=true`
         // in its connection string it does, and this endpoint serves plain
-        // AMQP only.
+        // AMQP unless given a certificate.
         Ok(Err(error)) => {
-            info!(?peer, %error, "an AMQP connection did not open (TLS is not served: does the connection string say UseDevelopmentEmulator=true?)");
+            info!(?peer, %error, "an AMQP connection did not open (a client speaking TLS to a plain endpoint: without [amqp] tls_certificate, its connection string needs UseDevelopmentEmulator=true)");
             return;
         }
         Err(_) => {
@@ -483,13 +520,15 @@ fn route(node: Node, client_sends: bool) -> Result<Route, AmqpErrorBody> {
     }
 }
 
-/// Refuses a link to a topic or subscription the broker does not have, at
-/// attach, as Service Bus does: a client learns it is missing before it
-/// sends (and a transport can ask whether it exists). Receive links are
-/// checked where they open.
+/// Refuses a `$management` link to a topic or subscription the broker
+/// does not have, at attach, as Service Bus does, so a transport can ask
+/// whether an entity exists. Receive links are checked where they open. A
+/// publish link is taken and each message to a missing topic rejected as
+/// not found: the SDKs' senders read that as
+/// `MessagingEntityNotFoundError`, where a link refused after its attach
+/// was answered reads as an unknown error.
 async fn entity_exists<T: Admin>(broker: &T, route: &Route) -> Result<(), AmqpErrorBody> {
     match route {
-        Route::Publish { topic } => publish::resolve_topic(broker, topic).await.map(drop),
         Route::ManagementRequests { entity } if entity.subscription.is_some() => {
             publish::resolve_subscription(broker, entity)
                 .await

@@ -27,7 +27,9 @@ mod reply;
 pub mod sas;
 mod sasl;
 mod tap;
+mod tls;
 
 pub use address::{AddressError, EntityAddress, Node, SubQueue};
 pub use endpoint::Endpoint;
 pub use sas::{Grant, SasError, SharedAccessKey};
+pub use tls::{ServerTls, ServerTlsError};

@@ -15,6 +15,7 @@ use serde::Deserialize;
 mod amqp;
 mod servicebus;
 pub use amqp::{AmqpConfig, AmqpKey};
+pub(crate) use servicebus::trusted_roots;
 pub use servicebus::{BrokerKind, CONNECTION_STRING_ENV};
 
 /// The whole configuration file.
@@ -172,6 +173,11 @@ pub struct BrokerConfig {
         deserialize_with = "servicebus::deserialize_connection_string"
     )]
     pub connection_string: Option<nimbus_servicebus::ConnectionString>,
+    /// With `kind = "servicebus"`: a PEM file of the certificate
+    /// authorities to trust for the namespace's TLS certificate instead of
+    /// the system's (a private CA in front of an emulator).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
     /// `"fsync"` (an acknowledged write survives power loss) or `"os"`
     /// (survives a killed process, not a crashed machine).
     #[serde(default)]
@@ -211,6 +217,7 @@ impl Default for BrokerConfig {
         BrokerConfig {
             kind: BrokerKind::default(),
             connection_string: None,
+            ca_file: None,
             durability: DurabilityConfig::default(),
             lock_duration: default_lock_duration(),
             max_delivery_count: default_max_delivery_count(),
@@ -603,6 +610,16 @@ impl Config {
                 *dir = base.join(&*dir);
             }
         }
+        for file in [
+            &mut config.broker.ca_file,
+            &mut config.amqp.tls_certificate,
+            &mut config.amqp.tls_key,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            *file = base.join(&*file);
+        }
         config.validate(path)
     }
 
@@ -693,6 +710,17 @@ impl Config {
             }
         }
         problems.extend(self.amqp.problems());
+        if let Some(file) = &self.broker.ca_file {
+            if self.broker.kind == BrokerKind::Embedded {
+                problems.push(
+                    "broker.ca_file: given, but broker.kind is \"embedded\" (it is for a \
+                     namespace's TLS certificate)"
+                        .to_owned(),
+                );
+            } else if let Err(why) = servicebus::trusted_roots(file) {
+                problems.push(format!("broker.ca_file: {why}"));
+            }
+        }
         if self.broker.kind == BrokerKind::Embedded && self.broker.connection_string.is_some() {
             problems.push(
                 "broker.connection_string: given, but broker.kind is \"embedded\"; set \
@@ -1182,6 +1210,16 @@ mod tests {
                 "amqp.listen: the AMQP endpoint (127.0.0.1:5672) serves the embedded broker"
             ),
             "{both}"
+        );
+        let missing_ca = parse(&format!(
+            "[broker]\nkind = \"servicebus\"\nconnection_string = \"{NAMESPACE}\"\n\
+             ca_file = \"certs/ca.pem\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            missing_ca.contains("broker.ca_file: cannot read /srv/app/certs/ca.pem"),
+            "{missing_ca}"
         );
         let unused = parse(&format!("[broker]\nconnection_string = \"{NAMESPACE}\"\n"))
             .unwrap_err()

@@ -438,8 +438,15 @@ async fn open_bus(config: &ValidConfig, broker_dir: &std::path::Path) -> anyhow:
                      string is given"
                 );
             };
-            let namespace = ServiceBus::connect(connection_string)
-                .await
+            let connected = match &broker.ca_file {
+                None => ServiceBus::connect(connection_string).await,
+                Some(file) => {
+                    let roots = crate::config::trusted_roots(file)
+                        .map_err(|why| anyhow::anyhow!("broker.ca_file: {why}"))?;
+                    ServiceBus::connect_trusting(connection_string, &roots).await
+                }
+            };
+            let namespace = connected
                 .context("connecting to the Service Bus namespace (broker.connection_string)")?;
             info!(namespace = %namespace.host(), "connected to the Service Bus namespace");
             Ok(Bus::ServiceBus(namespace))

@@ -24,6 +24,7 @@ use crate::connection_string::ConnectionString;
 use crate::management::{CancelScheduled, ScheduleMessages, ScheduledMessage};
 use crate::outcomes::{self, Outcomes};
 use crate::session_state::Stored;
+use crate::tls::{RootsError, TrustedRoots};
 
 /// How long a token this client signs is valid.
 const TOKEN_LIFETIME: Duration = Duration::from_secs(60 * 60);
@@ -40,14 +41,29 @@ const PIPE_BUFFER: usize = 1024 * 1024;
 /// Why a connection could not be made, naming the step.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    /// A namespace needs TLS, which this client does not speak yet.
-    #[error(
-        "'{host}' is a namespace reached over TLS (port 5671), which this client does not speak \
-         yet; use an emulator or nimbus's AMQP endpoint (UseDevelopmentEmulator=true)"
-    )]
-    TlsNotBuilt {
+    /// No certificate authority to check the namespace's certificate
+    /// against.
+    #[error("connecting to {host} over TLS: {source}")]
+    Roots {
         /// The namespace.
         host: String,
+        /// Why.
+        #[source]
+        source: RootsError,
+    },
+    /// The TLS handshake failed (most often: a certificate not trusted,
+    /// or not for this name).
+    #[error(
+        "the TLS handshake with {host}:{port} failed: {why} (for an emulator, which speaks \
+         plain AMQP, add UseDevelopmentEmulator=true to the connection string)"
+    )]
+    Tls {
+        /// The namespace.
+        host: String,
+        /// Which port.
+        port: u16,
+        /// What rustls said.
+        why: String,
     },
     /// The connection did not open.
     #[error("connecting to amqp://{host}:{port} failed: {why}")]
@@ -117,19 +133,56 @@ impl Drop for Inner {
     }
 }
 
+impl std::fmt::Debug for ServiceBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceBus")
+            .field("connection_string", &self.inner.connection_string)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ServiceBus {
-    /// Connects, begins a session and puts a token for the whole namespace.
+    /// Connects, begins a session and puts a token for the whole namespace:
+    /// over TLS, the namespace's certificate checked against what the
+    /// system trusts, unless the connection string is an emulator's
+    /// (`UseDevelopmentEmulator=true`: plain AMQP).
     ///
     /// # Errors
     ///
     /// [`ConnectError`] naming the step that failed.
     pub async fn connect(connection_string: &ConnectionString) -> Result<ServiceBus, ConnectError> {
+        let roots = if connection_string.development_emulator {
+            None
+        } else {
+            Some(
+                TrustedRoots::system().map_err(|source| ConnectError::Roots {
+                    host: connection_string.host.clone(),
+                    source,
+                })?,
+            )
+        };
+        ServiceBus::open(connection_string, roots.as_ref()).await
+    }
+
+    /// [`ServiceBus::connect`] over TLS whatever the connection string
+    /// says, trusting `roots` alone (a private certificate authority).
+    ///
+    /// # Errors
+    ///
+    /// [`ConnectError`] naming the step that failed.
+    pub async fn connect_trusting(
+        connection_string: &ConnectionString,
+        roots: &TrustedRoots,
+    ) -> Result<ServiceBus, ConnectError> {
+        ServiceBus::open(connection_string, Some(roots)).await
+    }
+
+    /// Connects over TLS when given `roots`, else over plain AMQP.
+    async fn open(
+        connection_string: &ConnectionString,
+        roots: Option<&TrustedRoots>,
+    ) -> Result<ServiceBus, ConnectError> {
         let cs = connection_string;
-        if !cs.development_emulator {
-            return Err(ConnectError::TlsNotBuilt {
-                host: cs.host.clone(),
-            });
-        }
         let open_error = |why: String| ConnectError::Open {
             host: cs.host.clone(),
             port: cs.port,
@@ -142,7 +195,19 @@ impl ServiceBus {
         // fe2o3 speaks to the wire reader, the wire reader to the broker.
         let (library_side, wire_side) = tokio::io::duplex(PIPE_BUFFER);
         let outcomes = Outcomes::default();
-        let pump = tokio::spawn(outcomes::pump(socket, wire_side, outcomes.clone()));
+        let pump = match roots {
+            None => tokio::spawn(outcomes::pump(socket, wire_side, outcomes.clone())),
+            Some(roots) => {
+                let tls = crate::tls::handshake(socket, &cs.host, roots)
+                    .await
+                    .map_err(|why| ConnectError::Tls {
+                        host: cs.host.clone(),
+                        port: cs.port,
+                        why,
+                    })?;
+                tokio::spawn(outcomes::pump(tls, wire_side, outcomes.clone()))
+            }
+        };
         let mut connection = Connection::builder()
             .container_id(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
             .hostname(cs.host.as_str())

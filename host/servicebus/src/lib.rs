@@ -21,8 +21,10 @@ mod locks;
 mod management;
 mod outcomes;
 mod session_state;
+mod tls;
 mod transport;
 
 pub use client::{ConnectError, ServiceBus};
 pub use connection_string::{ConnectionString, ConnectionStringError};
 pub use locks::{ServiceBusReceiver, ServiceBusSession};
+pub use tls::{RootsError, TrustedRoots};

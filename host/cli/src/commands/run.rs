@@ -120,6 +120,13 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         .map(|k| SharedAccessKey::new(&k.name, &k.key))
         .collect();
     let max_message_bytes = config.config.amqp.max_message_bytes();
+    // Read once more (validation read it): the files may have changed.
+    let amqp_tls = config
+        .config
+        .amqp
+        .tls()
+        .map_err(|why| anyhow::anyhow!("{why} ({source})"))?;
+    let amqp_scheme = if amqp_tls.is_some() { "amqps" } else { "amqp" };
     // Beyond loopback, `load` made sure there is a token.
     let host = Host::start_locked(config, data_lock).await?;
     let (stop_amqp, amqp_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -132,11 +139,14 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
             let broker = host
                 .broker()
                 .context("[amqp] listen serves the embedded broker, and this host has none")?;
-            let endpoint = nimbus_amqp::Endpoint::new(
+            let mut endpoint = nimbus_amqp::Endpoint::new(
                 std::sync::Arc::clone(broker),
                 amqp_keys,
                 max_message_bytes,
             );
+            if let Some(tls) = amqp_tls {
+                endpoint = endpoint.with_tls(tls);
+            }
             let task = tokio::spawn(endpoint.serve(listener, async move {
                 let _ = amqp_stopped.await;
             }));
@@ -160,7 +170,7 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     // pipe to a process that exited) must not stop the host, as a panicking
     // `println!` would.
     let amqp_line = amqp_address
-        .map(|a| format!("AMQP:     amqp://{a}\n"))
+        .map(|a| format!("AMQP:     {amqp_scheme}://{a}\n"))
         .unwrap_or_default();
     let bus_line = match host.bus().as_ref() {
         nimbus_runtime::Bus::Embedded(_) => String::new(),

@@ -3,7 +3,9 @@
 //! link is authorised by a token signed with one.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
+use nimbus_amqp::{ServerTls, ServerTlsError};
 use serde::Deserialize;
 
 /// `[amqp]`.
@@ -22,6 +24,14 @@ pub struct AmqpConfig {
     /// tells it (`"1MiB"`); the SDKs check it before sending.
     #[serde(default = "default_max_message_size")]
     pub max_message_size: String,
+    /// A PEM file of the endpoint's certificate (then any intermediates):
+    /// with `tls_key`, the endpoint serves AMQP over TLS, as Service Bus
+    /// does, for connection strings without `UseDevelopmentEmulator=true`.
+    #[serde(default)]
+    pub tls_certificate: Option<PathBuf>,
+    /// A PEM file of the certificate's private key.
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
 }
 
 fn default_max_message_size() -> String {
@@ -40,6 +50,8 @@ impl Default for AmqpConfig {
             listen: None,
             keys: Vec::new(),
             max_message_size: default_max_message_size(),
+            tls_certificate: None,
+            tls_key: None,
         }
     }
 }
@@ -82,9 +94,45 @@ impl AmqpConfig {
         }
     }
 
+    /// The certificate and key `tls_certificate` and `tls_key` name, if
+    /// both are set.
+    ///
+    /// # Errors
+    ///
+    /// What does not read, naming the key.
+    pub fn tls(&self) -> Result<Option<ServerTls>, String> {
+        let (certificate, key) = match (&self.tls_certificate, &self.tls_key) {
+            (None, None) => return Ok(None),
+            (Some(certificate), Some(key)) => (certificate, key),
+            (Some(_), None) => {
+                return Err("amqp.tls_key: tls_certificate is set and its key is not".to_owned());
+            }
+            (None, Some(_)) => {
+                return Err(
+                    "amqp.tls_certificate: tls_key is set and its certificate is not".to_owned(),
+                );
+            }
+        };
+        let read = |key: &str, path: &Path| {
+            std::fs::read(path)
+                .map_err(|e| format!("amqp.{key}: cannot read {}: {e}", path.display()))
+        };
+        let certificate_pem = read("tls_certificate", certificate)?;
+        let key_pem = read("tls_key", key)?;
+        ServerTls::from_pem(&certificate_pem, &key_pem)
+            .map(Some)
+            .map_err(|e| match e {
+                ServerTlsError::Key(_) => format!("amqp.tls_key: {}: {e}", key.display()),
+                _ => format!("amqp.tls_certificate: {}: {e}", certificate.display()),
+            })
+    }
+
     /// What is wrong, each naming its key.
     pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        if let Err(why) = self.tls() {
+            problems.push(why);
+        }
         if let Err(why) = self.parsed_max_message_size() {
             problems.push(format!("amqp.max_message_size: {why}"));
         }
@@ -152,6 +200,40 @@ mod tests {
             !format!("{valid:?}").contains("SAS_KEY_VALUE"),
             "the key is not shown"
         );
+    }
+
+    #[test]
+    fn tls_needs_a_certificate_and_its_key_that_read_together() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../servicebus/tests/tls");
+        let table = |certificate: &str, key: &str| {
+            format!(
+                "[amqp]\ntls_certificate = \"{}\"\ntls_key = \"{}\"\n",
+                fixtures.join(certificate).display(),
+                fixtures.join(key).display()
+            )
+        };
+        let served = parse(&table("localhost.pem", "localhost.key")).unwrap();
+        assert!(served.config.amqp.tls().unwrap().is_some());
+        assert!(parse("").unwrap().config.amqp.tls().unwrap().is_none());
+
+        let alone = parse("[amqp]\ntls_certificate = \"certs/endpoint.pem\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            alone.contains("amqp.tls_key: tls_certificate is set and its key is not"),
+            "{alone}"
+        );
+        let missing = parse("[amqp]\ntls_certificate = \"c.pem\"\ntls_key = \"k.pem\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            missing.contains("amqp.tls_certificate: cannot read /srv/app/c.pem"),
+            "{missing}"
+        );
+        let not_a_key = parse(&table("localhost.pem", "ca.pem"))
+            .unwrap_err()
+            .to_string();
+        assert!(not_a_key.contains("amqp.tls_key: "), "{not_a_key}");
     }
 
     #[test]

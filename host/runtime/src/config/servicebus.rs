@@ -2,7 +2,9 @@
 //! namespace's connection string, from the file or, since it holds a key,
 //! from the environment.
 
-use nimbus_servicebus::ConnectionString;
+use std::path::Path;
+
+use nimbus_servicebus::{ConnectionString, TrustedRoots};
 use serde::Deserialize;
 
 /// The variable a connection string may come from instead of the file
@@ -47,4 +49,14 @@ pub(super) fn connection_string_from_env() -> Result<Option<ConnectionString>, S
             Err(format!("{CONNECTION_STRING_ENV}: is not valid Unicode"))
         }
     }
+}
+
+/// The certificate authorities in `broker.ca_file`.
+///
+/// # Errors
+///
+/// When the file cannot be read or holds no certificate, naming it.
+pub(crate) fn trusted_roots(file: &Path) -> Result<TrustedRoots, String> {
+    let pem = std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    TrustedRoots::from_pem(&pem).map_err(|e| format!("{}: {e}", file.display()))
 }

@@ -20,9 +20,36 @@ pub(crate) struct Served {
     _dir: tempfile::TempDir,
 }
 
+/// A file of `tests/tls`: a test certificate authority (`ca.pem`) and a
+/// certificate for `localhost` it issued (`localhost.pem`, `localhost.key`),
+/// made with openssl for a hundred years.
+pub(crate) fn tls_fixture(name: &str) -> Vec<u8> {
+    std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/tls")
+            .join(name),
+    )
+    .unwrap()
+}
+
 impl Served {
     /// An empty broker, served.
     pub(crate) async fn start() -> Served {
+        Served::start_with(None).await
+    }
+
+    /// An empty broker, served over TLS with the certificate for
+    /// `localhost` in `tests/tls`.
+    pub(crate) async fn start_tls() -> Served {
+        let tls = nimbus_amqp::ServerTls::from_pem(
+            &tls_fixture("localhost.pem"),
+            &tls_fixture("localhost.key"),
+        )
+        .unwrap();
+        Served::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<nimbus_amqp::ServerTls>) -> Served {
         let dir = tempfile::tempdir().unwrap();
         let broker = Arc::new(
             Broker::open(BrokerOptions::new(dir.path().join("broker")))
@@ -32,11 +59,14 @@ impl Served {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let endpoint = Endpoint::new(
+        let mut endpoint = Endpoint::new(
             Arc::clone(&broker),
             vec![SharedAccessKey::new(KEY_NAME, KEY)],
             1 << 20,
         );
+        if let Some(tls) = tls {
+            endpoint = endpoint.with_tls(tls);
+        }
         tokio::spawn(endpoint.serve(listener, async {
             let _ = stopped.await;
         }));
