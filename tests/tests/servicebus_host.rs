@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use nimbus_amqp::{Endpoint, ServerTls, SharedAccessKey};
 use nimbus_blackbox_tests::Scratch;
-use nimbus_blackbox_tests::orders::{id, order, publish};
+use nimbus_blackbox_tests::orders::{id, order, publish, publish_run};
 use nimbus_blackbox_tests::running::{RunningHost, config_text};
 use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_transport::provision::{self, Topology};
@@ -28,8 +28,37 @@ struct Namespace {
     runtime: tokio::runtime::Runtime,
     broker: Arc<Broker>,
     port: u16,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    /// Stops the endpoint, whose task ends once it has.
+    serving: (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ),
     _dir: tempfile::TempDir,
+}
+
+/// Serves `broker` on `listener` (on `runtime`) until told to stop.
+fn serve(
+    runtime: &tokio::runtime::Runtime,
+    broker: &Arc<Broker>,
+    listener: tokio::net::TcpListener,
+    tls: Option<ServerTls>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut endpoint = Endpoint::new(
+        Arc::clone(broker),
+        vec![SharedAccessKey::new(KEY_NAME, KEY)],
+        1 << 20,
+    );
+    if let Some(tls) = tls {
+        endpoint = endpoint.with_tls(tls);
+    }
+    let task = runtime.spawn(endpoint.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
 }
 
 /// The test certificate authority and the certificate for `localhost` it
@@ -68,25 +97,34 @@ impl Namespace {
             (Arc::new(broker), listener)
         });
         let port = listener.local_addr().unwrap().port();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut endpoint = Endpoint::new(
-            Arc::clone(&broker),
-            vec![SharedAccessKey::new(KEY_NAME, KEY)],
-            1 << 20,
-        );
-        if let Some(tls) = tls {
-            endpoint = endpoint.with_tls(tls);
-        }
-        runtime.spawn(endpoint.serve(listener, async {
-            let _ = stopped.await;
-        }));
+        let serving = serve(&runtime, &broker, listener, tls);
         Namespace {
             runtime,
             broker,
             port,
-            _stop: stop,
+            serving,
             _dir: dir,
         }
+    }
+
+    /// Drops every connection (as a namespace's upgrade or a network fault
+    /// does) and serves again on the same port, over plain AMQP.
+    fn restart(&mut self) {
+        let (stop, task) = std::mem::replace(
+            &mut self.serving,
+            (
+                tokio::sync::oneshot::channel().0,
+                self.runtime.spawn(async {}),
+            ),
+        );
+        let _ = stop.send(());
+        let listener = self.runtime.block_on(async {
+            task.await.unwrap();
+            tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+                .await
+                .unwrap()
+        });
+        self.serving = serve(&self.runtime, &self.broker, listener, None);
     }
 
     /// What an operator makes on Azure for the `orders` example serving
@@ -218,6 +256,36 @@ fn a_host_on_a_namespace_runs_handlers_blocks_sessions_and_takes_operator_comman
         "{metrics}"
     );
 
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+}
+
+/// The namespace drops the host's connection: the host connects again by
+/// itself and goes on processing, without a restart.
+#[test]
+fn a_host_whose_connection_drops_connects_again_and_goes_on() {
+    let mut namespace = Namespace::start();
+    namespace.provision_for_billing();
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let host = RunningHost::start_with_config(&scratch, &namespace.host_config());
+    let before = publish(&host, "OrderPlaced", "s-1", &order("o-1", false));
+    host.wait_status("s-1", &before, "Completed");
+
+    namespace.restart();
+    // A publish may meet the dropped connection first; the next goes on the
+    // new one (the CLI does not retry).
+    let after = host.eventually("a publish after the drop", || {
+        let run = publish_run(&host, "OrderPlaced", "s-2", &order("o-2", false));
+        (run.code() == Some(0)).then(|| run.stdout().trim().to_owned())
+    });
+    host.wait_status("s-2", &after, "Completed");
+    assert!(
+        host.stderr()
+            .contains("the connection to the namespace dropped; connected again"),
+        "{}",
+        host.stderr()
+    );
     let (code, _) = host.terminate();
     assert_eq!(code, Some(0));
 }

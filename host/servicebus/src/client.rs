@@ -5,38 +5,19 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use fe2o3_amqp::connection::ConnectionHandle;
-use fe2o3_amqp::sasl_profile::SaslProfile;
-use fe2o3_amqp::session::SessionHandle;
-use fe2o3_amqp::types::primitives::Timestamp;
-use fe2o3_amqp::{Connection, Session};
-use fe2o3_amqp_cbs::client::CbsClient;
-use fe2o3_amqp_cbs::token::CbsToken;
 use fe2o3_amqp_management::client::MgmtClient;
 use fe2o3_amqp_management::error::Error as ManagementError;
 use nimbus_transport::{CancelError, Message, PublishError, TransientError};
 use tokio::sync::Mutex;
-use tracing::{debug, warn};
+use tracing::warn;
 
+use crate::connection::Live;
 use crate::connection_string::ConnectionString;
 use crate::management::{CancelScheduled, ScheduleMessages, ScheduledMessage};
-use crate::outcomes::{self, Outcomes};
 use crate::session_state::Stored;
 use crate::tls::{RootsError, TrustedRoots};
-
-/// How long a token this client signs is valid.
-const TOKEN_LIFETIME: Duration = Duration::from_secs(60 * 60);
-
-/// How long before a token lapses it is replaced.
-const TOKEN_RENEWAL_MARGIN: Duration = Duration::from_secs(10 * 60);
-
-/// The token type Service Bus takes a shared access signature as.
-const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
-
-/// The pipe between the wire reader and fe2o3.
-const PIPE_BUFFER: usize = 1024 * 1024;
 
 /// Why a connection could not be made, naming the step.
 #[derive(Debug, thiserror::Error)]
@@ -98,8 +79,9 @@ pub enum ConnectError {
     },
 }
 
-/// An entity's `$management` client, while no request has it out.
-type ManagementSlot = Arc<Mutex<Option<MgmtClient>>>;
+/// An entity's `$management` client, while no request has it out, with
+/// the generation of the connection it is attached on.
+type ManagementSlot = Arc<Mutex<Option<(u64, MgmtClient)>>>;
 
 /// How long a `$management` request waits for its answer.
 const CALL_WAIT: Duration = Duration::from_secs(30);
@@ -115,22 +97,15 @@ pub struct ServiceBus {
 
 pub(crate) struct Inner {
     pub(crate) connection_string: ConnectionString,
-    connection: Mutex<ConnectionHandle<()>>,
-    session: Mutex<SessionHandle<()>>,
+    /// What the namespace's certificate is checked against; `None` for
+    /// plain AMQP.
+    roots: Option<TrustedRoots>,
+    /// The connection now; replaced by a new one once it drops.
+    live: Mutex<Arc<Live>>,
     management: StdMutex<HashMap<String, ManagementSlot>>,
-    pub(crate) outcomes: Outcomes,
     /// The stored state (and inbox) of each session a lock of this client
     /// holds, by (entity, session id).
     pub(crate) held: StdMutex<HashMap<(String, String), SharedState>>,
-    renewal: tokio::task::JoinHandle<()>,
-    pump: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.renewal.abort();
-        self.pump.abort();
-    }
 }
 
 impl std::fmt::Debug for ServiceBus {
@@ -182,72 +157,14 @@ impl ServiceBus {
         connection_string: &ConnectionString,
         roots: Option<&TrustedRoots>,
     ) -> Result<ServiceBus, ConnectError> {
-        let cs = connection_string;
-        let open_error = |why: String| ConnectError::Open {
-            host: cs.host.clone(),
-            port: cs.port,
-            why,
-        };
-        let socket = tokio::net::TcpStream::connect((cs.host.as_str(), cs.port))
-            .await
-            .map_err(|error| open_error(error.to_string()))?;
-        let _ = socket.set_nodelay(true);
-        // fe2o3 speaks to the wire reader, the wire reader to the broker.
-        let (library_side, wire_side) = tokio::io::duplex(PIPE_BUFFER);
-        let outcomes = Outcomes::default();
-        let pump = match roots {
-            None => tokio::spawn(outcomes::pump(socket, wire_side, outcomes.clone())),
-            Some(roots) => {
-                let tls = crate::tls::handshake(socket, &cs.host, roots)
-                    .await
-                    .map_err(|why| ConnectError::Tls {
-                        host: cs.host.clone(),
-                        port: cs.port,
-                        why,
-                    })?;
-                tokio::spawn(outcomes::pump(tls, wire_side, outcomes.clone()))
-            }
-        };
-        let mut connection = Connection::builder()
-            .container_id(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
-            .hostname(cs.host.as_str())
-            .sasl_profile(SaslProfile::Anonymous)
-            .open_with_stream(library_side)
-            .await
-            .map_err(|error| {
-                pump.abort();
-                open_error(error.to_string())
-            })?;
-        let begin = |error: fe2o3_amqp::session::error::BeginError| ConnectError::Begin {
-            host: cs.host.clone(),
-            why: error.to_string(),
-        };
-        let session = Session::begin(&mut connection).await.map_err(begin)?;
-        // Tokens go on a session of their own, so a renewal never waits
-        // behind the data the main session carries.
-        let mut token_session = Session::begin(&mut connection).await.map_err(begin)?;
-        let token_error = |why: String| ConnectError::Token {
-            host: cs.host.clone(),
-            key_name: cs.key.name().to_owned(),
-            why,
-        };
-        let mut cbs = CbsClient::attach(&mut token_session)
-            .await
-            .map_err(|error| token_error(error.to_string()))?;
-        put_token(&mut cbs, cs)
-            .await
-            .map_err(|error| token_error(error.to_string()))?;
-        let renewal = tokio::spawn(renew_tokens(cbs, token_session, cs.clone()));
+        let live = Live::open(connection_string, roots, 0).await?;
         Ok(ServiceBus {
             inner: Arc::new(Inner {
-                connection_string: cs.clone(),
-                connection: Mutex::new(connection),
-                session: Mutex::new(session),
+                connection_string: connection_string.clone(),
+                roots: roots.cloned(),
+                live: Mutex::new(Arc::new(live)),
                 management: StdMutex::default(),
-                outcomes,
                 held: StdMutex::default(),
-                renewal,
-                pump,
             }),
         })
     }
@@ -334,17 +251,28 @@ impl ServiceBus {
 }
 
 impl Inner {
-    /// A session of its own, for a receive link that may wait long for its
-    /// attach to be answered (next available) without holding up others.
-    pub(crate) async fn begin(&self) -> Result<SessionHandle<()>, TransientError> {
-        Session::begin(&mut *self.connection.lock().await)
-            .await
-            .map_err(|error| {
-                TransientError::new(format!(
-                    "beginning an AMQP session on {}: {error}",
-                    self.connection_string.host
-                ))
-            })
+    /// The connection, opened again first if it dropped (the namespace
+    /// closed it, the network failed): whatever was on the old one (session
+    /// locks, receivers) is lost, and what comes next goes on the new one.
+    /// One caller reconnects; the others wait for it.
+    pub(crate) async fn live(&self) -> Result<Arc<Live>, TransientError> {
+        let mut live = self.live.lock().await;
+        if live.is_closed() {
+            let host = &self.connection_string.host;
+            let generation = live.generation + 1;
+            match Live::open(&self.connection_string, self.roots.as_ref(), generation).await {
+                Ok(opened) => {
+                    warn!(%host, "the connection to the namespace dropped; connected again");
+                    *live = Arc::new(opened);
+                }
+                Err(error) => {
+                    return Err(TransientError::new(format!(
+                        "the connection to {host} dropped, and connecting again failed: {error}"
+                    )));
+                }
+            }
+        }
+        Ok(Arc::clone(&live))
     }
 
     /// Makes a request of `entity`'s `$management` node (a topic, a
@@ -362,23 +290,32 @@ impl Inner {
     {
         // One client per entity, each used by one request at a time: an
         // answer is the next delivery on its link.
+        let live = self
+            .live()
+            .await
+            .map_err(|error| CallError::Link(error.to_string()))?;
         let slot = self.slot(entity);
         let mut slot = slot.lock().await;
         let mut client = match slot.take() {
-            Some(client) => client,
-            None => self.attach_management(entity).await?,
+            Some((generation, client)) if generation == live.generation => client,
+            // None yet, or attached on a connection since dropped.
+            _ => attach_management(&live, entity).await?,
         };
         // The client is out of its slot while the request is out: should
         // this call be dropped midway, or its answer not come, the client
         // goes with it, and its late answer cannot be read as the next
         // request's.
-        match tokio::time::timeout(CALL_WAIT, client.call(request)).await {
+        let answered = live
+            .unless_closed(tokio::time::timeout(CALL_WAIT, client.call(request)))
+            .await
+            .map_err(|closed| CallError::Link(closed.to_string()))?;
+        match answered {
             Ok(Ok(response)) => {
-                *slot = Some(client);
+                *slot = Some((live.generation, client));
                 Ok(response)
             }
             Ok(Err(ManagementError::Status(status))) => {
-                *slot = Some(client);
+                *slot = Some((live.generation, client));
                 Err(CallError::Status(
                     status.code.0.get(),
                     status.description.unwrap_or_default(),
@@ -404,20 +341,6 @@ impl Inner {
                 .entry(entity.to_ascii_lowercase())
                 .or_default(),
         )
-    }
-
-    /// A `$management` client for `entity`; a refusal naming the entity
-    /// missing reads as a 404, as a request to it would.
-    async fn attach_management(&self, entity: &str) -> Result<MgmtClient, CallError> {
-        MgmtClient::builder()
-            .management_node_address(format!("{entity}/$management"))
-            .client_node_addr(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
-            .attach(&mut *self.session.lock().await)
-            .await
-            .map_err(|error| match refused_as_missing(&error) {
-                Some(why) => CallError::Status(404, why),
-                None => CallError::Link(error.to_string()),
-            })
     }
 
     /// Whether a session this client holds has an unexpired inbox record.
@@ -453,6 +376,25 @@ impl CallError {
             CallError::Link(_) => None,
         }
     }
+}
+
+/// A `$management` client for `entity` on `live`; a refusal naming the
+/// entity missing reads as a 404, as a request to it would.
+async fn attach_management(live: &Live, entity: &str) -> Result<MgmtClient, CallError> {
+    let attach = async {
+        MgmtClient::builder()
+            .management_node_address(format!("{entity}/$management"))
+            .client_node_addr(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
+            .attach(&mut *live.session().await)
+            .await
+    };
+    live.unless_closed(attach)
+        .await
+        .map_err(|closed| CallError::Link(closed.to_string()))?
+        .map_err(|error| match refused_as_missing(&error) {
+            Some(why) => CallError::Status(404, why),
+            None => CallError::Link(error.to_string()),
+        })
 }
 
 /// The broker's words when it refused a link at attach because its entity
@@ -492,44 +434,4 @@ fn not_found(refusal: &fe2o3_amqp::types::definitions::Error) -> Option<String> 
     use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
     (refusal.condition == ErrorCondition::AmqpError(AmqpError::NotFound))
         .then(|| refusal.description.clone().unwrap_or_default())
-}
-
-async fn put_token(
-    cbs: &mut CbsClient,
-    cs: &ConnectionString,
-) -> Result<(), fe2o3_amqp_management::error::Error> {
-    let audience = cs.namespace_audience();
-    let expires = SystemTime::now() + TOKEN_LIFETIME;
-    let token = cs.key.sign(&audience, expires);
-    let expires_ms = expires
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    cbs.put_token(
-        audience,
-        CbsToken::new(
-            token,
-            SAS_TOKEN_TYPE,
-            Timestamp::from_milliseconds(expires_ms),
-        ),
-    )
-    .await
-}
-
-/// Puts a new token before the last lapses, for as long as the client
-/// lives; a failure is retried a minute later, and logged.
-async fn renew_tokens(mut cbs: CbsClient, _session: SessionHandle<()>, cs: ConnectionString) {
-    let mut wait = TOKEN_LIFETIME - TOKEN_RENEWAL_MARGIN;
-    loop {
-        tokio::time::sleep(wait).await;
-        match put_token(&mut cbs, &cs).await {
-            Ok(()) => {
-                debug!(host = %cs.host, "renewed the namespace token");
-                wait = TOKEN_LIFETIME - TOKEN_RENEWAL_MARGIN;
-            }
-            Err(error) => {
-                warn!(host = %cs.host, %error, "renewing the namespace token failed; trying again in a minute");
-                wait = Duration::from_secs(60);
-            }
-        }
-    }
 }

@@ -15,6 +15,7 @@
 //! inbox kept in the session's state.
 
 mod client;
+mod connection;
 mod connection_string;
 mod link;
 mod locks;

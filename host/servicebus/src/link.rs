@@ -26,6 +26,7 @@ use nimbus_transport::{
 use tokio::sync::Mutex;
 
 use crate::client::Inner;
+use crate::connection::Live;
 use crate::transport::DEAD_LETTER_SUFFIX;
 
 /// How long one wait on the link lasts before the link is let go of, so a
@@ -52,7 +53,6 @@ pub(crate) enum Outcome {
 
 /// An open receive link.
 pub(crate) struct Link {
-    pub(crate) bus: Arc<Inner>,
     /// `topic/Subscriptions/name`, or its dead-letter queue's path.
     pub(crate) entity: String,
     receiver: Mutex<Receiver>,
@@ -60,6 +60,9 @@ pub(crate) struct Link {
     credit_out: AtomicBool,
     /// Whether a lost lock is the session's (else the message's).
     session: Option<String>,
+    /// The connection the link is on (kept open while the link is), with
+    /// the broker's answers read off it.
+    live: Arc<Live>,
     // The AMQP session the link lives on, ended when the link goes.
     _amqp_session: Mutex<SessionHandle<()>>,
 }
@@ -89,7 +92,11 @@ impl Link {
         filter: Option<Value>,
         timeout: Duration,
     ) -> Result<Opened, OpenFailure> {
-        let mut amqp_session = bus.begin().await.map_err(OpenFailure::Transient)?;
+        let live = bus.live().await.map_err(OpenFailure::Transient)?;
+        let mut amqp_session = live
+            .begin(&bus.connection_string.host)
+            .await
+            .map_err(OpenFailure::Transient)?;
         let mut source = Source::builder().address(entity.clone());
         let asked_session = filter.is_some();
         if let Some(filter) = filter {
@@ -102,7 +109,7 @@ impl Link {
             Symbol::from("com.microsoft:timeout"),
             Value::Uint(u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX)),
         );
-        let attached = Receiver::builder()
+        let attach = Receiver::builder()
             .name(format!("nimbus-receiver-{}", uuid::Uuid::new_v4().simple()))
             .source(source.build())
             .target(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
@@ -113,11 +120,15 @@ impl Link {
             // (next available), or, refusing, without it: read below.
             .verify_incoming_source(false)
             .properties(properties)
-            .attach(&mut amqp_session)
-            .await;
-        let mut receiver = match attached {
-            Ok(receiver) => receiver,
-            Err(error) => {
+            .attach(&mut amqp_session);
+        let mut receiver = match live.unless_closed(attach).await {
+            Ok(Ok(receiver)) => receiver,
+            Err(closed) => {
+                return Err(OpenFailure::Transient(TransientError::new(format!(
+                    "attaching to '{entity}': {closed}"
+                ))));
+            }
+            Ok(Err(error)) => {
                 return Err(OpenFailure::Transient(TransientError::new(format!(
                     "attaching to '{entity}': {error}"
                 ))));
@@ -173,26 +184,26 @@ impl Link {
             }
         }
         Ok(Opened {
-            link: Link::new(bus, entity, receiver, session_id.clone(), amqp_session),
+            link: Link::new(live, entity, receiver, session_id.clone(), amqp_session),
             session_id,
             locked_until,
         })
     }
 
     fn new(
-        bus: Arc<Inner>,
+        live: Arc<Live>,
         entity: String,
         receiver: Receiver,
         session: Option<String>,
         amqp_session: SessionHandle<()>,
     ) -> Link {
         Link {
-            bus,
             entity,
             receiver: Mutex::new(receiver),
             deliveries: StdMutex::default(),
             credit_out: AtomicBool::new(false),
             session,
+            live,
             _amqp_session: Mutex::new(amqp_session),
         }
     }
@@ -388,13 +399,20 @@ impl Link {
             }
             Outcome::Release => DeliveryState::Released(Released {}),
         };
-        let answer = self.bus.outcomes.expect(message.lock_token);
-        let sent = {
-            let receiver = self.receiver.lock().await;
-            receiver.dispose(info.clone(), terminal(state)).await
-        };
+        let answer = self.live.outcomes.expect(message.lock_token);
+        let sent = self
+            .live
+            .unless_closed(async {
+                let receiver = self.receiver.lock().await;
+                receiver
+                    .dispose(info.clone(), terminal(state))
+                    .await
+                    .map_err(|error| error.to_string())
+            })
+            .await
+            .unwrap_or_else(|closed| Err(closed.to_string()));
         if let Err(error) = sent {
-            self.bus.outcomes.forget(message.lock_token);
+            self.live.outcomes.forget(message.lock_token);
             self.deliveries().insert(message.lock_token, info);
             return Err(SettleError::Transient(TransientError::new(format!(
                 "settling '{message_id}' on '{}': {error}",
@@ -403,7 +421,7 @@ impl Link {
         }
         let answered = tokio::time::timeout(ANSWER_WAIT, answer).await;
         if answered.is_err() {
-            self.bus.outcomes.forget(message.lock_token);
+            self.live.outcomes.forget(message.lock_token);
         }
         match answered {
             Ok(Ok(DeliveryState::Rejected(Rejected { error: Some(error) }))) => {

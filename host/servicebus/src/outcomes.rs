@@ -39,6 +39,8 @@ struct State {
     /// Deliveries of links the broker detached, by the channel they were
     /// on: a settlement of one gets no answer, so it is not waited for.
     gone: HashMap<LockToken, u16>,
+    /// The connection is gone: no answer comes any more.
+    closed: bool,
 }
 
 impl Outcomes {
@@ -51,9 +53,9 @@ impl Outcomes {
     pub(crate) fn expect(&self, token: LockToken) -> oneshot::Receiver<DeliveryState> {
         let (answer, answered) = oneshot::channel();
         let mut state = self.state();
-        // Its link is gone: the answer is "lost" at once (the sender is
+        // Its link or connection is gone: the answer is "lost" at once (the sender is
         // dropped).
-        if !state.gone.contains_key(&token) {
+        if !state.closed && !state.gone.contains_key(&token) {
             state.waiting.insert(token, answer);
         }
         answered
@@ -183,8 +185,12 @@ where
         result = from_broker => result,
         result = to_broker => result,
     };
-    // No answer can come any more: every waiter is told.
-    outcomes.state().waiting.clear();
+    // No answer can come any more: every waiter is told, and any later one
+    // at once.
+    let mut state = outcomes.state();
+    state.closed = true;
+    state.waiting.clear();
+    drop(state);
     if let Err(error) = result {
         tracing::debug!(%error, "the connection's frames stopped");
     }

@@ -16,8 +16,37 @@ pub(crate) const KEY: &str = "the endpoint's key";
 pub(crate) struct Served {
     pub(crate) broker: Arc<Broker>,
     pub(crate) port: u16,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    tls: Option<nimbus_amqp::ServerTls>,
+    /// Stops the endpoint's task, which ends once it has.
+    serving: (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ),
     _dir: tempfile::TempDir,
+}
+
+/// Serves `broker` on `listener` until told to stop.
+fn serve(
+    broker: &Arc<Broker>,
+    listener: tokio::net::TcpListener,
+    tls: Option<nimbus_amqp::ServerTls>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut endpoint = Endpoint::new(
+        Arc::clone(broker),
+        vec![SharedAccessKey::new(KEY_NAME, KEY)],
+        1 << 20,
+    );
+    if let Some(tls) = tls {
+        endpoint = endpoint.with_tls(tls);
+    }
+    let task = tokio::spawn(endpoint.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    (stop, task)
 }
 
 /// A file of `tests/tls`: a test certificate authority (`ca.pem`) and a
@@ -58,24 +87,30 @@ impl Served {
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let mut endpoint = Endpoint::new(
-            Arc::clone(&broker),
-            vec![SharedAccessKey::new(KEY_NAME, KEY)],
-            1 << 20,
-        );
-        if let Some(tls) = tls {
-            endpoint = endpoint.with_tls(tls);
-        }
-        tokio::spawn(endpoint.serve(listener, async {
-            let _ = stopped.await;
-        }));
+        let serving = serve(&broker, listener, tls.clone());
         Served {
             broker,
             port,
-            _stop: stop,
+            tls,
+            serving,
             _dir: dir,
         }
+    }
+
+    /// Stops the endpoint, dropping every connection (as a namespace does
+    /// in an upgrade, or a network fault), and serves again on the same
+    /// port.
+    pub(crate) async fn restart_endpoint(&mut self) {
+        let (stop, task) = std::mem::replace(
+            &mut self.serving,
+            (tokio::sync::oneshot::channel().0, tokio::spawn(async {})),
+        );
+        let _ = stop.send(());
+        task.await.unwrap();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        self.serving = serve(&self.broker, listener, self.tls.clone());
     }
 
     /// The connection string of this endpoint, signed with `key`.
