@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use nimbus_servicebus::{ConnectError, ServiceBus};
 use nimbus_transport::{
     Admin, CancelError, Message, PropertyValue, PublishError, SessionLock, SessionSelector,
-    SubscriptionPath, SubscriptionSettings, TopicSettings, Transport,
+    SubscriptionPath, SubscriptionSettings, Transport,
 };
 
 mod common;
@@ -21,19 +21,7 @@ use common::Served;
 /// An endpoint with topic `orders` and its session subscription `billing`.
 async fn endpoint() -> Served {
     let served = Served::start().await;
-    served
-        .broker
-        .create_topic("orders", TopicSettings::default())
-        .await
-        .unwrap();
-    served
-        .broker
-        .create_subscription(
-            &SubscriptionPath::new("orders", "billing"),
-            SubscriptionSettings::sessions(),
-        )
-        .await
-        .unwrap();
+    served.orders_with_billing().await;
     served
 }
 

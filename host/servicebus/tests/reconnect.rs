@@ -8,10 +8,7 @@
 use std::time::Duration;
 
 use nimbus_servicebus::ServiceBus;
-use nimbus_transport::{
-    Admin, ErrorKind, Message, SessionLock, SessionSelector, SubscriptionPath,
-    SubscriptionSettings, TopicSettings, Transport,
-};
+use nimbus_transport::{Admin, ErrorKind, Message, SessionLock, SessionSelector, Transport};
 
 mod common;
 
@@ -39,17 +36,7 @@ async fn publish_eventually(client: &ServiceBus, message: Message) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_is_opened_again_and_what_was_held_on_it_comes_back() {
     let mut served = Served::start().await;
-    let path = SubscriptionPath::new("orders", "billing");
-    served
-        .broker
-        .create_topic("orders", TopicSettings::default())
-        .await
-        .unwrap();
-    served
-        .broker
-        .create_subscription(&path, SubscriptionSettings::sessions())
-        .await
-        .unwrap();
+    let path = served.orders_with_billing().await;
     let client = ServiceBus::connect(&served.connection_string())
         .await
         .unwrap();

@@ -9,10 +9,7 @@
 use std::time::Duration;
 
 use nimbus_servicebus::{ConnectError, ConnectionString, ServiceBus, TrustedRoots};
-use nimbus_transport::{
-    Admin, Message, SessionLock, SessionSelector, SubscriptionPath, SubscriptionSettings,
-    TopicSettings, Transport,
-};
+use nimbus_transport::{Message, SessionLock, SessionSelector, Transport};
 
 mod common;
 
@@ -29,17 +26,7 @@ fn over_tls(host: &str, port: u16) -> ConnectionString {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_over_tls_is_used_as_over_plain_amqp_when_its_certificate_is_trusted() {
     let served = Served::start_tls().await;
-    let path = SubscriptionPath::new("orders", "billing");
-    served
-        .broker
-        .create_topic("orders", TopicSettings::default())
-        .await
-        .unwrap();
-    served
-        .broker
-        .create_subscription(&path, SubscriptionSettings::sessions())
-        .await
-        .unwrap();
+    let path = served.orders_with_billing().await;
     let roots = TrustedRoots::from_pem(&tls_fixture("ca.pem")).unwrap();
     let client = ServiceBus::connect_trusting(&over_tls("localhost", served.port), &roots)
         .await

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use nimbus_amqp::{Endpoint, SharedAccessKey};
 use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_servicebus::ConnectionString;
+use nimbus_transport::{Admin, SubscriptionPath, SubscriptionSettings, TopicSettings};
 
 pub(crate) const KEY_NAME: &str = "RootManageSharedAccessKey";
 pub(crate) const KEY: &str = "the endpoint's key";
@@ -95,6 +96,21 @@ impl Served {
             serving,
             _dir: dir,
         }
+    }
+
+    /// Makes topic `orders` with its session subscription `billing`;
+    /// returns the subscription's path.
+    pub(crate) async fn orders_with_billing(&self) -> SubscriptionPath {
+        let path = SubscriptionPath::new("orders", "billing");
+        self.broker
+            .create_topic("orders", TopicSettings::default())
+            .await
+            .unwrap();
+        self.broker
+            .create_subscription(&path, SubscriptionSettings::sessions())
+            .await
+            .unwrap();
+        path
     }
 
     /// Stops the endpoint, dropping every connection (as a namespace does
