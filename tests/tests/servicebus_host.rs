@@ -236,6 +236,9 @@ fn a_host_on_a_namespace_runs_handlers_blocks_sessions_and_takes_operator_comman
         .collect();
     assert_eq!(own.len(), 1, "{listed:#}");
     assert!(own[0]["message_id"].is_string(), "{listed:#}");
+    let typo = host.cli(&["dlq", "list", "--endpoint", "biling"]);
+    typo.expect_code(1);
+    assert!(typo.stderr().contains("biling"), "{}", typo.stderr());
 
     // What only the namespace's management API lists is refused by name,
     // not answered wrong.
@@ -308,6 +311,7 @@ fn a_namespace_without_the_topology_stops_the_host_naming_each_missing_entity() 
         "  - subscription publisher/billing, forwards to billing",
         "[OrderPlaced: ",
         "Turn on duplicate detection on every topic",
+        "delete it where it is not listed",
     ] {
         assert!(said.contains(missing), "{missing:?} in:\n{said}");
     }

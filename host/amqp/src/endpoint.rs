@@ -330,7 +330,7 @@ async fn session_links<T: Transport + Admin>(
             Err(error) => Err(refusal(AmqpError::NotFound, error.to_string())),
         };
         let route = match route {
-            Ok(found) => entity_exists(shared.transport.as_ref(), &found)
+            Ok(found) => entity_exists(shared.transport.as_ref(), &grants, &found)
                 .await
                 .map(|()| found),
             refused => refused,
@@ -527,7 +527,20 @@ fn route(node: Node, client_sends: bool) -> Result<Route, AmqpErrorBody> {
 /// not found: the SDKs' senders read that as
 /// `MessagingEntityNotFoundError`, where a link refused after its attach
 /// was answered reads as an unknown error.
-async fn entity_exists<T: Admin>(broker: &T, route: &Route) -> Result<(), AmqpErrorBody> {
+///
+/// Only for a connection whose tokens grant the entity: to any other the
+/// link is taken and its requests refused as unauthorised, so no one
+/// without a key learns which entities exist.
+async fn entity_exists<T: Admin>(
+    broker: &T,
+    grants: &Grants,
+    route: &Route,
+) -> Result<(), AmqpErrorBody> {
+    if let Route::ManagementRequests { entity } = route
+        && !grants.cover(&entity.queue_path())
+    {
+        return Ok(());
+    }
     match route {
         Route::ManagementRequests { entity } if entity.subscription.is_some() => {
             publish::resolve_subscription(broker, entity)

@@ -224,7 +224,9 @@ impl<T: Transport + Admin> Manager<T> {
     /// be forwarded (its target topic is gone, a rule failed on it), so no
     /// endpoint and no Resolver ever saw it: only its dead-letter queue
     /// tells an operator that a publish went nowhere. `None` when the topic
-    /// does not exist.
+    /// does not exist, or its subscriptions cannot be listed (Service Bus
+    /// over AMQP: then the endpoint's own queues, whose names are known,
+    /// are read, and a name that is none of them is unknown).
     async fn forwarders(&self, topic: &str) -> Result<Option<Vec<SubscriptionPath>>, ManagerError> {
         match self.transport.list_subscriptions(topic).await {
             Ok(subscriptions) => Ok(Some(
@@ -235,15 +237,13 @@ impl<T: Transport + Admin> Manager<T> {
                     .collect(),
             )),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            // Service Bus over AMQP lists no subscriptions: the endpoint's
-            // own queues, whose names are known, are still read.
             Err(e) if e.kind() == ErrorKind::Unsupported => {
                 tracing::debug!(
                     topic,
                     error = %e,
                     "the forwarders' dead-letter queues are not read: they cannot be listed"
                 );
-                Ok(Some(Vec::new()))
+                Ok(None)
             }
             Err(source) => Err(ManagerError::ListForwarders {
                 topic: topic.to_owned(),

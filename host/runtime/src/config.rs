@@ -16,7 +16,7 @@ mod amqp;
 mod servicebus;
 pub use amqp::{AmqpConfig, AmqpKey};
 pub(crate) use servicebus::trusted_roots;
-pub use servicebus::{BrokerKind, CONNECTION_STRING_ENV};
+pub use servicebus::{BrokerKind, CONNECTION_STRING_ENV, ConnectionStringText};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -168,11 +168,8 @@ pub struct BrokerConfig {
     pub kind: BrokerKind,
     /// With `kind = "servicebus"`: the namespace's connection string
     /// (`NIMBUS_SERVICEBUS_CONNECTION_STRING` replaces it).
-    #[serde(
-        default,
-        deserialize_with = "servicebus::deserialize_connection_string"
-    )]
-    pub connection_string: Option<nimbus_servicebus::ConnectionString>,
+    #[serde(default)]
+    pub connection_string: Option<ConnectionStringText>,
     /// With `kind = "servicebus"`: a PEM file of the certificate
     /// authorities to trust for the namespace's TLS certificate instead of
     /// the system's (a private CA in front of an emulator).
@@ -524,6 +521,9 @@ pub struct ValidConfig {
     pub sandbox_memory_bytes: u64,
     /// `broker.max_request_size` in bytes.
     pub broker_max_request_bytes: usize,
+    /// `broker.connection_string` read (or, once
+    /// [`ValidConfig::with_environment`] ran, the environment's).
+    pub connection_string: Option<nimbus_servicebus::ConnectionString>,
 }
 
 impl ValidConfig {
@@ -547,11 +547,9 @@ impl ValidConfig {
             self.config.api.token = Some(token);
         }
         if let Some(connection) = servicebus::connection_string_from_env().map_err(invalid)? {
-            self.config.broker.connection_string = Some(connection);
+            self.connection_string = Some(connection);
         }
-        if self.config.broker.kind == BrokerKind::ServiceBus
-            && self.config.broker.connection_string.is_none()
-        {
+        if self.config.broker.kind == BrokerKind::ServiceBus && self.connection_string.is_none() {
             return Err(invalid(format!(
                 "broker.connection_string: broker.kind is \"servicebus\" and no connection \
                  string is given; set it (or {CONNECTION_STRING_ENV}) to the namespace's \
@@ -721,6 +719,19 @@ impl Config {
                 problems.push(format!("broker.ca_file: {why}"));
             }
         }
+        let connection_string = match self
+            .broker
+            .connection_string
+            .as_ref()
+            .map(|text| text.parse())
+        {
+            None => None,
+            Some(Ok(connection)) => Some(connection),
+            Some(Err(why)) => {
+                problems.push(format!("broker.connection_string: {why}"));
+                None
+            }
+        };
         if self.broker.kind == BrokerKind::Embedded && self.broker.connection_string.is_some() {
             problems.push(
                 "broker.connection_string: given, but broker.kind is \"embedded\"; set \
@@ -818,6 +829,7 @@ impl Config {
             classifier,
             sandbox_memory_bytes,
             broker_max_request_bytes,
+            connection_string,
         })
     }
 }
@@ -1160,12 +1172,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(on_namespace.config.broker.kind, BrokerKind::ServiceBus);
-        let connection = on_namespace
-            .config
-            .broker
-            .connection_string
-            .as_ref()
-            .unwrap();
+        let connection = on_namespace.connection_string.as_ref().unwrap();
         assert_eq!(
             (connection.host.as_str(), connection.port),
             ("localhost", 5672)
@@ -1191,6 +1198,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(bad.contains("broker.connection_string:"), "{bad}");
+        // Whatever is wrong, the key is not shown, neither by the file's
+        // parse nor by validation.
+        for wrong in [
+            "UseDevelopmentEmulator=yes",
+            "UseDevelopmentEmulator=true;stray",
+        ] {
+            let text = NAMESPACE.replace("UseDevelopmentEmulator=true;", "") + wrong;
+            let err = parse(&format!(
+                "[broker]\nkind = \"servicebus\"\nconnection_string = \"{text}\"\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains("broker.connection_string:") && !err.contains("s3cret"),
+                "{err}"
+            );
+        }
         let kind = parse("[broker]\nkind = \"azure\"\n")
             .unwrap_err()
             .to_string();

@@ -376,7 +376,9 @@ impl Supervisor {
             "the Service Bus namespace {} lacks {} of the topics and subscriptions the handlers \
              need, and nimbus cannot create them over AMQP (it does not call the namespace's \
              management API yet). Create them (Azure portal, Bicep, `az servicebus`), topics \
-             first, then start again:\n{}\nTurn on duplicate detection on every topic (a window \
+             first, then start again:\n{}\nEach subscription must have exactly the rules listed: \
+             the portal and `az` give a new one a `$Default` rule (1=1) that matches everything; \
+             delete it where it is not listed. Turn on duplicate detection on every topic (a window \
              of 10 minutes or more): where Service Bus cannot settle in one step, a message \
              handled again after a crash republishes its follow-ups with the same ids, and \
              duplicate detection drops them (decision 0137).",
@@ -432,7 +434,7 @@ async fn open_bus(config: &ValidConfig, broker_dir: &std::path::Path) -> anyhow:
             Ok(Bus::Embedded(Arc::new(opened)))
         }
         BrokerKind::ServiceBus => {
-            let Some(connection_string) = &broker.connection_string else {
+            let Some(connection_string) = &config.connection_string else {
                 anyhow::bail!(
                     "broker.connection_string: broker.kind is \"servicebus\" and no connection \
                      string is given"

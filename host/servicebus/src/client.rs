@@ -35,8 +35,8 @@ pub enum ConnectError {
     /// The TLS handshake failed (most often: a certificate not trusted,
     /// or not for this name).
     #[error(
-        "the TLS handshake with {host}:{port} failed: {why} (for an emulator, which speaks \
-         plain AMQP, add UseDevelopmentEmulator=true to the connection string)"
+        "the TLS handshake with {host}:{port} failed: {why} (an emulator speaking plain AMQP \
+         needs UseDevelopmentEmulator=true in the connection string, and no CA file)"
     )]
     Tls {
         /// The namespace.
@@ -47,7 +47,7 @@ pub enum ConnectError {
         why: String,
     },
     /// The connection did not open.
-    #[error("connecting to amqp://{host}:{port} failed: {why}")]
+    #[error("connecting to {host}:{port} failed: {why}")]
     Open {
         /// Where.
         host: String,
@@ -213,9 +213,11 @@ impl ServiceBus {
         };
         match self.inner.call(topic, request).await {
             Ok(numbers) => Ok(numbers.0),
-            Err(CallError::Status(404, _)) => Err(PublishError::TopicNotFound {
-                topic: topic.to_owned(),
-            }),
+            Err(CallError::Missing(_) | CallError::Status(404, _)) => {
+                Err(PublishError::TopicNotFound {
+                    topic: topic.to_owned(),
+                })
+            }
             Err(CallError::Status(400, why)) => Err(PublishError::InvalidMessage { reason: why }),
             Err(error) => Err(PublishError::Transient(TransientError::new(format!(
                 "publishing to '{topic}' on {}: {error}",
@@ -239,10 +241,12 @@ impl ServiceBus {
         };
         match self.inner.call(topic, request).await {
             Ok(_) => Ok(()),
-            Err(CallError::Status(404 | 410, _)) => Err(CancelError::NotFound {
-                topic: topic.to_owned(),
-                sequence_number,
-            }),
+            Err(CallError::Missing(_) | CallError::Status(404 | 410, _)) => {
+                Err(CancelError::NotFound {
+                    topic: topic.to_owned(),
+                    sequence_number,
+                })
+            }
             Err(error) => Err(CancelError::Transient(TransientError::new(format!(
                 "cancelling {sequence_number} on '{topic}': {error}"
             )))),
@@ -288,18 +292,40 @@ impl Inner {
         for<'de> <Req::Response as fe2o3_amqp_management::Response>::Body:
             fe2o3_amqp::types::messaging::FromBody<'de> + std::fmt::Debug + Send,
     {
-        // One client per entity, each used by one request at a time: an
-        // answer is the next delivery on its link.
         let live = self
             .live()
             .await
             .map_err(|error| CallError::Link(error.to_string()))?;
+        self.call_on(&live, entity, request).await
+    }
+
+    /// [`Inner::call`] on the connection `live`: a lock's requests go on
+    /// the connection it was taken on, and fail as [`CallError::Closed`]
+    /// once that dropped (on a new one, the broker could take them for a
+    /// holder of the same session there).
+    pub(crate) async fn call_on<Req>(
+        &self,
+        live: &Arc<Live>,
+        entity: &str,
+        request: Req,
+    ) -> Result<Req::Response, CallError>
+    where
+        Req: fe2o3_amqp_management::Request,
+        Req::Response: fe2o3_amqp_management::Response<Error = ManagementError>,
+        for<'de> <Req::Response as fe2o3_amqp_management::Response>::Body:
+            fe2o3_amqp::types::messaging::FromBody<'de> + std::fmt::Debug + Send,
+    {
+        if live.is_closed() {
+            return Err(CallError::Closed);
+        }
+        // One client per entity, each used by one request at a time: an
+        // answer is the next delivery on its link.
         let slot = self.slot(entity);
         let mut slot = slot.lock().await;
         let mut client = match slot.take() {
             Some((generation, client)) if generation == live.generation => client,
             // None yet, or attached on a connection since dropped.
-            _ => attach_management(&live, entity).await?,
+            _ => attach_management(live, entity).await?,
         };
         // The client is out of its slot while the request is out: should
         // this call be dropped midway, or its answer not come, the client
@@ -324,7 +350,7 @@ impl Inner {
             // A link refused after its attach was answered (as nimbus's
             // endpoint refuses one to a missing entity) fails the request.
             Ok(Err(error)) => Err(match request_refused_as_missing(&error) {
-                Some(why) => CallError::Status(404, why),
+                Some(why) => CallError::Missing(why),
                 None => CallError::Link(error.to_string()),
             }),
             Err(_) => Err(CallError::Link(format!(
@@ -366,6 +392,15 @@ pub(crate) enum CallError {
     Status(u16, String),
     #[error("the $management link failed: {0}")]
     Link(String),
+    /// The broker refused the `$management` link: its entity does not
+    /// exist (told apart from a request's 404, which on Service Bus may
+    /// also be a message not found).
+    #[error("the entity does not exist: {0}")]
+    Missing(String),
+    /// Made for a lock on a connection since dropped: the lock went with
+    /// it.
+    #[error("the connection the lock was taken on dropped")]
+    Closed,
 }
 
 impl CallError {
@@ -373,8 +408,15 @@ impl CallError {
     pub(crate) fn status(&self) -> Option<u16> {
         match self {
             CallError::Status(code, _) => Some(*code),
-            CallError::Link(_) => None,
+            CallError::Missing(_) => Some(404),
+            CallError::Link(_) | CallError::Closed => None,
         }
+    }
+
+    /// Whether the lock the request was about is gone: the broker said so
+    /// (410), or the connection it was taken on dropped.
+    pub(crate) fn lock_lost(&self) -> bool {
+        matches!(self, CallError::Status(410, _) | CallError::Closed)
     }
 }
 
@@ -388,11 +430,16 @@ async fn attach_management(live: &Live, entity: &str) -> Result<MgmtClient, Call
             .attach(&mut *live.session().await)
             .await
     };
-    live.unless_closed(attach)
+    live.unless_closed(tokio::time::timeout(CALL_WAIT, attach))
         .await
         .map_err(|closed| CallError::Link(closed.to_string()))?
+        .map_err(|_| {
+            CallError::Link(format!(
+                "{entity}/$management did not answer its attach within {CALL_WAIT:?}"
+            ))
+        })?
         .map_err(|error| match refused_as_missing(&error) {
-            Some(why) => CallError::Status(404, why),
+            Some(why) => CallError::Missing(why),
             None => CallError::Link(error.to_string()),
         })
 }

@@ -35,6 +35,19 @@ const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
 /// The pipe between the wire reader and fe2o3.
 const PIPE_BUFFER: usize = 1024 * 1024;
 
+/// How long connecting may take, TLS, AMQP open and token included: a
+/// namespace that takes the socket and then says nothing must not hold
+/// every caller waiting on the reconnection.
+const CONNECT_WAIT: Duration = Duration::from_secs(30);
+
+/// TCP keepalive: a socket idle this long is probed, every interval, and
+/// found dead after the retries go unanswered (about a minute in all), so
+/// a peer that vanished without closing (a half-open socket) is noticed and
+/// the connection opened again.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 3;
+
 /// The connection dropped while something waited on it.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("the connection to the namespace dropped")]
@@ -72,8 +85,24 @@ impl Drop for Live {
 
 impl Live {
     /// Connects (over TLS when given `roots`), begins a session and puts a
-    /// token for the whole namespace.
+    /// token for the whole namespace, within [`CONNECT_WAIT`].
     pub(crate) async fn open(
+        cs: &ConnectionString,
+        roots: Option<&TrustedRoots>,
+        generation: u64,
+    ) -> Result<Live, ConnectError> {
+        tokio::time::timeout(CONNECT_WAIT, Live::connect(cs, roots, generation))
+            .await
+            .unwrap_or_else(|_| {
+                Err(ConnectError::Open {
+                    host: cs.host.clone(),
+                    port: cs.port,
+                    why: format!("no answer within {CONNECT_WAIT:?}"),
+                })
+            })
+    }
+
+    async fn connect(
         cs: &ConnectionString,
         roots: Option<&TrustedRoots>,
         generation: u64,
@@ -87,6 +116,13 @@ impl Live {
             .await
             .map_err(|error| open_error(error.to_string()))?;
         let _ = socket.set_nodelay(true);
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_RETRIES);
+        if let Err(error) = socket2::SockRef::from(&socket).set_tcp_keepalive(&keepalive) {
+            debug!(%error, "TCP keepalive could not be set; a vanished peer is noticed later");
+        }
         // fe2o3 speaks to the wire reader, the wire reader to the broker.
         let (library_side, wire_side) = tokio::io::duplex(PIPE_BUFFER);
         let outcomes = Outcomes::default();

@@ -65,9 +65,10 @@ impl std::str::FromStr for ConnectionString {
         for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
             // The key may hold '=' (base64): split at the first one only.
             let Some((name, value)) = part.split_once('=') else {
+                // Not shown: it may be a piece of the key.
                 return Err(ConnectionStringError::Invalid {
                     part: "part",
-                    value: part.to_owned(),
+                    value: format!("of {} characters", part.chars().count()),
                     why: "is not NAME=VALUE",
                 });
             };

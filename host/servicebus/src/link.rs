@@ -40,6 +40,10 @@ const REFUSAL_WAIT: Duration = Duration::from_millis(50);
 /// How long a settlement waits for the broker's answer.
 const ANSWER_WAIT: Duration = Duration::from_secs(60);
 
+/// How much longer than the wait it asked for an attach may take to be
+/// answered.
+const ATTACH_MARGIN: Duration = Duration::from_secs(30);
+
 /// The session filter's key (spec §A.7.1).
 pub(crate) const SESSION_FILTER: &str = "com.microsoft:session-filter";
 
@@ -121,14 +125,23 @@ impl Link {
             .verify_incoming_source(false)
             .properties(properties)
             .attach(&mut amqp_session);
+        // A next-available attach is answered within the wait it asked for;
+        // past that and a margin, the broker is not answering.
+        let attach = tokio::time::timeout(timeout + ATTACH_MARGIN, attach);
         let mut receiver = match live.unless_closed(attach).await {
-            Ok(Ok(receiver)) => receiver,
+            Ok(Ok(Ok(receiver))) => receiver,
             Err(closed) => {
                 return Err(OpenFailure::Transient(TransientError::new(format!(
                     "attaching to '{entity}': {closed}"
                 ))));
             }
-            Ok(Err(error)) => {
+            Ok(Err(_)) => {
+                return Err(OpenFailure::Transient(TransientError::new(format!(
+                    "'{entity}' did not answer the attach within {:?}",
+                    timeout + ATTACH_MARGIN
+                ))));
+            }
+            Ok(Ok(Err(error))) => {
                 return Err(OpenFailure::Transient(TransientError::new(format!(
                     "attaching to '{entity}': {error}"
                 ))));
@@ -206,6 +219,11 @@ impl Link {
             live,
             _amqp_session: Mutex::new(amqp_session),
         }
+    }
+
+    /// The connection the link is on.
+    pub(crate) fn live(&self) -> &Arc<Live> {
+        &self.live
     }
 
     fn deliveries(&self) -> std::sync::MutexGuard<'_, HashMap<LockToken, DeliveryInfo>> {
@@ -404,20 +422,21 @@ impl Link {
             .live
             .unless_closed(async {
                 let receiver = self.receiver.lock().await;
-                receiver
-                    .dispose(info.clone(), terminal(state))
-                    .await
-                    .map_err(|error| error.to_string())
+                receiver.dispose(info.clone(), terminal(state)).await
             })
-            .await
-            .unwrap_or_else(|closed| Err(closed.to_string()));
-        if let Err(error) = sent {
+            .await;
+        // fe2o3 refuses a disposition only on a link no longer usable
+        // (detached, its session or connection stopped); the connection
+        // may also have gone first. Either way the lock went with it.
+        let refused = match sent {
+            Ok(Ok(())) => None,
+            Ok(Err(error)) => Some(error.to_string()),
+            Err(closed) => Some(closed.to_string()),
+        };
+        if let Some(why) = refused {
             self.live.outcomes.forget(message.lock_token);
-            self.deliveries().insert(message.lock_token, info);
-            return Err(SettleError::Transient(TransientError::new(format!(
-                "settling '{message_id}' on '{}': {error}",
-                self.entity
-            ))));
+            tracing::debug!(entity = %self.entity, %message_id, %why, "a settlement could not be sent: the lock is lost");
+            return Err(lost());
         }
         let answered = tokio::time::timeout(ANSWER_WAIT, answer).await;
         if answered.is_err() {

@@ -64,12 +64,14 @@ impl Drop for ServiceBusSession {
 /// The stored state of `session_id` on `entity`, read when it is accepted.
 pub(crate) async fn read_state(
     bus: &ServiceBus,
-    entity: &str,
+    link: &Link,
     session_id: &str,
 ) -> Result<Stored, SessionStateError> {
+    let entity = link.entity.as_str();
     let answer = bus
         .inner
-        .call(
+        .call_on(
+            link.live(),
             entity,
             GetSessionState(vec![("session-id", Value::String(session_id.to_owned()))]),
         )
@@ -87,11 +89,11 @@ pub(crate) async fn read_state(
 }
 
 fn state_error(entity: &str, session_id: &str, error: &CallError) -> SessionStateError {
-    match error.status() {
-        Some(410) => SessionStateError::SessionLockLost {
+    match error.lock_lost() {
+        true => SessionStateError::SessionLockLost {
             session_id: session_id.to_owned(),
         },
-        _ => SessionStateError::Transient(TransientError::new(format!(
+        false => SessionStateError::Transient(TransientError::new(format!(
             "the state of session '{session_id}' of '{entity}': {error}"
         ))),
     }
@@ -113,7 +115,8 @@ impl ServiceBusSession {
             .map_or(Value::Null, |bytes| Value::Binary(bytes.into()));
         self.bus
             .inner
-            .call(
+            .call_on(
+                self.link.live(),
                 &self.link.entity,
                 SetSessionState(vec![
                     ("session-id", Value::String(self.session_id.clone())),
@@ -162,16 +165,17 @@ impl SessionLock for ServiceBusSession {
         let answer = self
             .bus
             .inner
-            .call(
+            .call_on(
+                self.link.live(),
                 &self.link.entity,
                 RenewSessionLock(vec![("session-id", Value::String(self.session_id.clone()))]),
             )
             .await
-            .map_err(|error| match error.status() {
-                Some(410) => RenewError::SessionLockLost {
+            .map_err(|error| match error.lock_lost() {
+                true => RenewError::SessionLockLost {
                     session_id: self.session_id.clone(),
                 },
-                _ => RenewError::Transient(TransientError::new(format!(
+                false => RenewError::Transient(TransientError::new(format!(
                     "renewing session '{}' of '{}': {error}",
                     self.session_id, self.link.entity
                 ))),
@@ -307,7 +311,8 @@ impl Receiver for ServiceBusReceiver {
         let answer = self
             .bus
             .inner
-            .call(
+            .call_on(
+                self.link.live(),
                 &self.link.entity,
                 RenewLock(vec![(
                     "lock-tokens",
@@ -315,11 +320,11 @@ impl Receiver for ServiceBusReceiver {
                 )]),
             )
             .await
-            .map_err(|error| match error.status() {
-                Some(410) => RenewError::LockLost {
+            .map_err(|error| match error.lock_lost() {
+                true => RenewError::LockLost {
                     message_id: message_id.clone(),
                 },
-                _ => RenewError::Transient(TransientError::new(format!(
+                false => RenewError::Transient(TransientError::new(format!(
                     "renewing the lock of '{message_id}' on '{}': {error}",
                     self.link.entity
                 ))),

@@ -33,8 +33,9 @@ fn subscription_entity(path: &SubscriptionPath) -> String {
 impl ServiceBus {
     /// Whether the namespace has `topic`. Without the namespace's
     /// management API this client cannot create entities, but it can tell
-    /// which are missing: Service Bus refuses a link to one. The probe is a
-    /// cancel of no scheduled messages, which changes nothing.
+    /// which are missing: Service Bus refuses a `$management` link to one.
+    /// The request made on it is a cancel of no scheduled messages, which
+    /// changes nothing.
     ///
     /// # Errors
     ///
@@ -43,20 +44,11 @@ impl ServiceBus {
         let nothing = CancelScheduled {
             sequence_numbers: Vec::new(),
         };
-        match self.inner.call(topic, nothing).await {
-            Ok(_) => Ok(true),
-            Err(CallError::Status(404, _)) => Ok(false),
-            // Its node answered, so the topic is there.
-            Err(CallError::Status(..)) => Ok(true),
-            Err(error) => Err(TransientError::new(format!(
-                "asking {} whether topic '{topic}' exists: {error}",
-                self.inner.connection_string.host
-            ))),
-        }
+        self.exists(topic, nothing).await
     }
 
-    /// Whether the namespace has the subscription at `path` (a peek past
-    /// its last message, which changes nothing).
+    /// Whether the namespace has the subscription at `path` (the request
+    /// made is a peek past its last message, which changes nothing).
     ///
     /// # Errors
     ///
@@ -65,11 +57,27 @@ impl ServiceBus {
         &self,
         path: &SubscriptionPath,
     ) -> Result<bool, TransientError> {
-        match self.peek(path, SubQueue::Main, None, i64::MAX, 1).await {
-            Ok(_) => Ok(true),
-            Err(ReceiveError::NotFound { .. }) => Ok(false),
+        let past_the_end = Peek(vec![
+            ("from-sequence-number", Value::Long(i64::MAX)),
+            ("message-count", Value::Int(1)),
+        ]);
+        self.exists(&subscription_entity(path), past_the_end).await
+    }
+
+    /// Whether `entity`'s `$management` link is taken: refused, it does
+    /// not exist; any answer to `probe`, even a refusal, says it does.
+    async fn exists<Req>(&self, entity: &str, probe: Req) -> Result<bool, TransientError>
+    where
+        Req: fe2o3_amqp_management::Request,
+        Req::Response: fe2o3_amqp_management::Response<Error = fe2o3_amqp_management::error::Error>,
+        for<'de> <Req::Response as fe2o3_amqp_management::Response>::Body:
+            fe2o3_amqp::types::messaging::FromBody<'de> + std::fmt::Debug + Send,
+    {
+        match self.inner.call(entity, probe).await {
+            Ok(_) | Err(CallError::Status(..)) => Ok(true),
+            Err(CallError::Missing(_)) => Ok(false),
             Err(error) => Err(TransientError::new(format!(
-                "asking {} whether subscription {path} exists: {error}",
+                "asking {} whether '{entity}' exists: {error}",
                 self.inner.connection_string.host
             ))),
         }
@@ -163,7 +171,7 @@ impl Transport for ServiceBus {
             Err(OpenFailure::Transient(error)) => return Err(AcceptSessionError::Transient(error)),
         };
         let session_id = opened.session_id.unwrap_or_default();
-        let stored = read_state(self, &entity, &session_id)
+        let stored = read_state(self, &opened.link, &session_id)
             .await
             .map_err(|error| {
                 AcceptSessionError::Transient(TransientError::new(error.to_string()))

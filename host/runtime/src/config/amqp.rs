@@ -130,8 +130,14 @@ impl AmqpConfig {
     /// What is wrong, each naming its key.
     pub(crate) fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if let Err(why) = self.tls() {
-            problems.push(why);
+        match self.tls() {
+            Err(why) => problems.push(why),
+            Ok(Some(_)) if self.listen.is_none() => problems.push(
+                "amqp.tls_certificate: given, but amqp.listen is not: there is no endpoint to \
+                 serve TLS on"
+                    .to_owned(),
+            ),
+            Ok(_) => {}
         }
         if let Err(why) = self.parsed_max_message_size() {
             problems.push(format!("amqp.max_message_size: {why}"));
@@ -212,7 +218,11 @@ mod tests {
                 fixtures.join(key).display()
             )
         };
-        let served = parse(&table("localhost.pem", "localhost.key")).unwrap();
+        let served = parse(&format!(
+            "{}listen = \"127.0.0.1:5671\"\n[[amqp.keys]]\nname = \"k\"\nkey = \"v\"\n",
+            table("localhost.pem", "localhost.key")
+        ))
+        .unwrap();
         assert!(served.config.amqp.tls().unwrap().is_some());
         assert!(parse("").unwrap().config.amqp.tls().unwrap().is_none());
 
@@ -234,6 +244,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(not_a_key.contains("amqp.tls_key: "), "{not_a_key}");
+        let no_endpoint = parse(&table("localhost.pem", "localhost.key"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            no_endpoint.contains("amqp.tls_certificate: given, but amqp.listen is not"),
+            "{no_endpoint}"
+        );
     }
 
     #[test]

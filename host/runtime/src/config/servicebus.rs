@@ -24,13 +24,31 @@ pub enum BrokerKind {
     ServiceBus,
 }
 
-/// `broker.connection_string`, read and checked as it is parsed, so a bad
-/// one is named with its key.
-pub(super) fn deserialize_connection_string<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<ConnectionString>, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    text.parse().map(Some).map_err(serde::de::Error::custom)
+/// `broker.connection_string` as written: it holds a key, so it is never
+/// shown (a parse error of the file would quote its line), and is read
+/// into a [`ConnectionString`] by validation, which names only the part
+/// that is wrong.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct ConnectionStringText(String);
+
+impl std::fmt::Debug for ConnectionStringText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnectionStringText(<redacted>)")
+    }
+}
+
+impl ConnectionStringText {
+    /// The connection string it holds.
+    ///
+    /// # Errors
+    ///
+    /// What is wrong, naming the part and never the key.
+    pub fn parse(&self) -> Result<ConnectionString, String> {
+        self.0
+            .parse()
+            .map_err(|e: nimbus_servicebus::ConnectionStringError| e.to_string())
+    }
 }
 
 /// The connection string in the environment, if set.
