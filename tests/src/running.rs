@@ -218,10 +218,19 @@ impl RunningHost {
     /// it), over a plain HTTP/1.0 request; the body.
     #[track_caller]
     pub fn metrics(&self) -> String {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// `GET path` over a plain HTTP/1.0 request, as a probe or a scraper
+    /// makes it: the status code and the body.
+    #[track_caller]
+    pub fn get(&self, path: &str) -> (u16, String) {
         use std::io::Write as _;
         let address = self.api.trim_start_matches("http://");
         let mut stream = std::net::TcpStream::connect(address).expect("connect to the API");
-        write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("send");
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").expect("send");
         let mut response = String::new();
         stream
             .read_to_string(&mut response)
@@ -229,11 +238,12 @@ impl RunningHost {
         let (head, body) = response
             .split_once("\r\n\r\n")
             .unwrap_or_else(|| panic!("no HTTP response: {response}"));
-        assert!(
-            head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
-            "{head}"
-        );
-        body.to_owned()
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {head}"));
+        (status, body.to_owned())
     }
 
     /// Polls `check` until it returns `Some`; panics with `what` and the

@@ -107,9 +107,10 @@ impl Namespace {
         }
     }
 
-    /// Drops every connection (as a namespace's upgrade or a network fault
-    /// does) and serves again on the same port, over plain AMQP.
-    fn restart(&mut self) {
+    /// Stops serving, dropping every connection (as a namespace's upgrade
+    /// or a network fault does): nothing answers on the port until
+    /// [`Namespace::serve_again`].
+    fn stop(&mut self) {
         let (stop, task) = std::mem::replace(
             &mut self.serving,
             (
@@ -118,8 +119,12 @@ impl Namespace {
             ),
         );
         let _ = stop.send(());
+        self.runtime.block_on(task).unwrap();
+    }
+
+    /// Serves again on the same port, over plain AMQP.
+    fn serve_again(&mut self) {
         let listener = self.runtime.block_on(async {
-            task.await.unwrap();
             tokio::net::TcpListener::bind(("127.0.0.1", self.port))
                 .await
                 .unwrap()
@@ -263,8 +268,9 @@ fn a_host_on_a_namespace_runs_handlers_blocks_sessions_and_takes_operator_comman
     assert_eq!(code, Some(0));
 }
 
-/// The namespace drops the host's connection: the host connects again by
-/// itself and goes on processing, without a restart.
+/// The namespace drops the host's connection and is gone a while: the
+/// host's health probe says so, and once the namespace is back the host
+/// connects again by itself and goes on processing, without a restart.
 #[test]
 fn a_host_whose_connection_drops_connects_again_and_goes_on() {
     let mut namespace = Namespace::start();
@@ -275,7 +281,21 @@ fn a_host_whose_connection_drops_connects_again_and_goes_on() {
     let before = publish(&host, "OrderPlaced", "s-1", &order("o-1", false));
     host.wait_status("s-1", &before, "Completed");
 
-    namespace.restart();
+    // While the namespace cannot be reached, a probe of the host says so.
+    namespace.stop();
+    let said = host.eventually("/health to say the namespace is unreachable", || {
+        let (status, body) = host.get("/health");
+        (status == 503).then_some(body)
+    });
+    assert!(
+        said.contains("connecting again failed") && said.contains("localhost"),
+        "{said}"
+    );
+
+    namespace.serve_again();
+    host.eventually("/health to be ok again", || {
+        (host.get("/health").0 == 200).then_some(())
+    });
     // A publish may meet the dropped connection first; the next goes on the
     // new one (the CLI does not retry).
     let after = host.eventually("a publish after the drop", || {

@@ -102,6 +102,8 @@ pub(crate) struct Inner {
     roots: Option<TrustedRoots>,
     /// The connection now; replaced by a new one once it drops.
     live: Mutex<Arc<Live>>,
+    /// Why the last attempt to connect again failed, until one succeeds.
+    unreachable: StdMutex<Option<String>>,
     management: StdMutex<HashMap<String, ManagementSlot>>,
     /// The stored state (and inbox) of each session a lock of this client
     /// holds, by (entity, session id).
@@ -163,6 +165,7 @@ impl ServiceBus {
                 connection_string: connection_string.clone(),
                 roots: roots.cloned(),
                 live: Mutex::new(Arc::new(live)),
+                unreachable: StdMutex::default(),
                 management: StdMutex::default(),
                 held: StdMutex::default(),
             }),
@@ -172,6 +175,13 @@ impl ServiceBus {
     /// The namespace's host name, as the connection string gives it.
     pub fn host(&self) -> &str {
         &self.inner.connection_string.host
+    }
+
+    /// Why the namespace cannot be reached, while the connection is down
+    /// and the last attempt to open it again failed (the next call tries
+    /// again).
+    pub fn unreachable(&self) -> Option<String> {
+        self.inner.unreachable().clone()
     }
 
     /// Publishes `messages` to `topic` as one unit through the topic's
@@ -268,11 +278,14 @@ impl Inner {
                 Ok(opened) => {
                     warn!(%host, "the connection to the namespace dropped; connected again");
                     *live = Arc::new(opened);
+                    *self.unreachable() = None;
                 }
                 Err(error) => {
-                    return Err(TransientError::new(format!(
+                    let why = format!(
                         "the connection to {host} dropped, and connecting again failed: {error}"
-                    )));
+                    );
+                    *self.unreachable() = Some(why.clone());
+                    return Err(TransientError::new(why));
                 }
             }
         }
@@ -357,6 +370,12 @@ impl Inner {
                 "{entity}/$management did not answer within {CALL_WAIT:?}"
             ))),
         }
+    }
+
+    fn unreachable(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.unreachable
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn slot(&self, entity: &str) -> ManagementSlot {

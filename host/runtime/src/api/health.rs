@@ -22,7 +22,7 @@ use crate::api::{ApiError, ApiState};
 /// The reason is the broker's: whether it goes on by itself once writes
 /// work (a full disk) or needs the host restarted (a failure for good).
 pub(crate) async fn health(State(state): State<ApiState>) -> Response {
-    match state.bus.write_failure() {
+    match state.bus.failure() {
         None => {
             Json(serde_json::json!({ "status": "ok", "version": crate::VERSION })).into_response()
         }
@@ -51,7 +51,7 @@ pub(crate) async fn unavailable_while_unwritable(
     if response.status() != StatusCode::INTERNAL_SERVER_ERROR {
         return response;
     }
-    match bus.write_failure() {
+    match bus.failure() {
         Some(reason) => {
             // The 503 is logged with the disk as its cause; the error the
             // route met is kept here, in case it was something else.

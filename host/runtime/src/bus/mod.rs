@@ -66,12 +66,13 @@ impl Bus {
         }
     }
 
-    /// Why the broker cannot write its log now (a full disk, an I/O
-    /// error), if it cannot. Service Bus's own health is its own.
-    pub fn write_failure(&self) -> Option<String> {
+    /// Why the bus cannot take work now, if it cannot: the embedded
+    /// broker cannot write its log (a full disk, an I/O error), or the
+    /// namespace's connection dropped and could not be opened again.
+    pub fn failure(&self) -> Option<String> {
         match self {
             Bus::Embedded(broker) => broker.write_failure(),
-            Bus::ServiceBus(_) => None,
+            Bus::ServiceBus(namespace) => namespace.unreachable(),
         }
     }
 
