@@ -1,12 +1,12 @@
 //! `GET /health`, and what every route answers while the broker cannot
-//! write its log (a full disk, an I/O error): 503 naming why, instead of
-//! `ok` and opaque 500s (decision 0134). A full disk clears by itself once
-//! writes work; a failure for good says to restart. Nothing here restarts
-//! anything.
+//! write its log (a full disk, an I/O error), or, on Service Bus, while
+//! the namespace cannot be reached: 503 naming why, instead of `ok` and
+//! opaque 500s (decisions 0134, 0138). A full disk clears by itself once
+//! writes work; a failure for good says to restart; a namespace back is
+//! connected to again at the next call. Nothing here restarts anything.
 
 use std::sync::Arc;
 
-use crate::bus::Bus;
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -16,11 +16,13 @@ use tracing::warn;
 
 use crate::api::error::internal_cause;
 use crate::api::{ApiError, ApiState};
+use crate::bus::Bus;
 
 /// `{"status": "ok"}`, or 503 `{"status": "unhealthy", "reason": ...}`
-/// while the broker cannot write, so a load balancer or supervisor sees it.
-/// The reason is the broker's: whether it goes on by itself once writes
-/// work (a full disk) or needs the host restarted (a failure for good).
+/// while the bus cannot take work, so a load balancer or supervisor sees
+/// it. The reason is the bus's: whether it goes on by itself once writes
+/// work (a full disk) or needs the host restarted (a failure for good), or
+/// why the namespace cannot be reached.
 pub(crate) async fn health(State(state): State<ApiState>) -> Response {
     match state.bus.failure() {
         None => {
@@ -38,9 +40,9 @@ pub(crate) async fn health(State(state): State<ApiState>) -> Response {
     }
 }
 
-/// Turns a 500 answered while the broker cannot write into a 503 that
-/// says so: the cause is the disk, which the operator can act on, not an
-/// internal error to dig out of the log.
+/// Turns a 500 answered while the bus cannot take work into a 503 that
+/// says so: the cause is the disk or the namespace, which the operator can
+/// act on, not an internal error to dig out of the log.
 pub(crate) async fn unavailable_while_unwritable(
     State(bus): State<Arc<Bus>>,
     request: Request,
