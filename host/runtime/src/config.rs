@@ -15,7 +15,6 @@ use serde::Deserialize;
 mod amqp;
 mod servicebus;
 pub use amqp::{AmqpConfig, AmqpKey};
-pub(crate) use servicebus::trusted_roots;
 pub use servicebus::{BrokerKind, CONNECTION_STRING_ENV, ConnectionStringText};
 
 /// The whole configuration file.
@@ -524,6 +523,10 @@ pub struct ValidConfig {
     /// `broker.connection_string` read (or, once
     /// [`ValidConfig::with_environment`] ran, the environment's).
     pub connection_string: Option<nimbus_servicebus::ConnectionString>,
+    /// The authorities of `broker.ca_file`, read.
+    pub namespace_roots: Option<nimbus_servicebus::TrustedRoots>,
+    /// `[amqp] tls_certificate` and `tls_key`, read.
+    pub amqp_tls: Option<nimbus_amqp::ServerTls>,
 }
 
 impl ValidConfig {
@@ -707,7 +710,9 @@ impl Config {
                 problems.push(format!("api.allowed_hosts[{i}]: {why}"));
             }
         }
-        problems.extend(self.amqp.problems());
+        let (amqp_problems, amqp_tls) = self.amqp.problems();
+        problems.extend(amqp_problems);
+        let mut namespace_roots = None;
         if let Some(file) = &self.broker.ca_file {
             if self.broker.kind == BrokerKind::Embedded {
                 problems.push(
@@ -715,8 +720,11 @@ impl Config {
                      namespace's TLS certificate)"
                         .to_owned(),
                 );
-            } else if let Err(why) = servicebus::trusted_roots(file) {
-                problems.push(format!("broker.ca_file: {why}"));
+            } else {
+                match servicebus::trusted_roots(file) {
+                    Ok(roots) => namespace_roots = Some(roots),
+                    Err(why) => problems.push(format!("broker.ca_file: {why}")),
+                }
             }
         }
         let connection_string = match self
@@ -830,6 +838,8 @@ impl Config {
             sandbox_memory_bytes,
             broker_max_request_bytes,
             connection_string,
+            namespace_roots,
+            amqp_tls,
         })
     }
 }

@@ -440,13 +440,9 @@ async fn open_bus(config: &ValidConfig, broker_dir: &std::path::Path) -> anyhow:
                      string is given"
                 );
             };
-            let connected = match &broker.ca_file {
+            let connected = match &config.namespace_roots {
                 None => ServiceBus::connect(connection_string).await,
-                Some(file) => {
-                    let roots = crate::config::trusted_roots(file)
-                        .map_err(|why| anyhow::anyhow!("broker.ca_file: {why}"))?;
-                    ServiceBus::connect_trusting(connection_string, &roots).await
-                }
+                Some(roots) => ServiceBus::connect_trusting(connection_string, roots).await,
             };
             let namespace = connected
                 .context("connecting to the Service Bus namespace (broker.connection_string)")?;

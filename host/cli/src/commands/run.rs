@@ -120,12 +120,7 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         .map(|k| SharedAccessKey::new(&k.name, &k.key))
         .collect();
     let max_message_bytes = config.config.amqp.max_message_bytes();
-    // Read once more (validation read it): the files may have changed.
-    let amqp_tls = config
-        .config
-        .amqp
-        .tls()
-        .map_err(|why| anyhow::anyhow!("{why} ({source})"))?;
+    let amqp_tls = config.amqp_tls.clone();
     let amqp_scheme = if amqp_tls.is_some() { "amqps" } else { "amqp" };
     // Beyond loopback, `load` made sure there is a token.
     let host = Host::start_locked(config, data_lock).await?;

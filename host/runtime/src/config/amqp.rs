@@ -127,18 +127,25 @@ impl AmqpConfig {
             })
     }
 
-    /// What is wrong, each naming its key.
-    pub(crate) fn problems(&self) -> Vec<String> {
+    /// What is wrong, each naming its key, and the certificate and key
+    /// read, if given and good.
+    pub(crate) fn problems(&self) -> (Vec<String>, Option<ServerTls>) {
         let mut problems = Vec::new();
-        match self.tls() {
-            Err(why) => problems.push(why),
-            Ok(Some(_)) if self.listen.is_none() => problems.push(
-                "amqp.tls_certificate: given, but amqp.listen is not: there is no endpoint to \
-                 serve TLS on"
-                    .to_owned(),
-            ),
-            Ok(_) => {}
-        }
+        let tls = match self.tls() {
+            Err(why) => {
+                problems.push(why);
+                None
+            }
+            Ok(Some(_)) if self.listen.is_none() => {
+                problems.push(
+                    "amqp.tls_certificate: given, but amqp.listen is not: there is no endpoint \
+                     to serve TLS on"
+                        .to_owned(),
+                );
+                None
+            }
+            Ok(tls) => tls,
+        };
         if let Err(why) = self.parsed_max_message_size() {
             problems.push(format!("amqp.max_message_size: {why}"));
         }
@@ -165,7 +172,7 @@ impl AmqpConfig {
                 ));
             }
         }
-        problems
+        (problems, tls)
     }
 }
 
