@@ -5,7 +5,7 @@
 //! connection, and each publish and management request is checked against
 //! it.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::SystemTime;
 
 use fe2o3_amqp::link::Receiver;
@@ -13,34 +13,88 @@ use fe2o3_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Body, Message as AmqpMessage, MessageId, Properties,
 };
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
-use tracing::{debug, info};
+use tokio::sync::watch;
+use tracing::debug;
 
+use crate::log_limit::{Cause, LogLimit};
 use crate::reply::ReplyLink;
-use crate::sas::{Grant, SharedAccessKey};
+use crate::sas::{Grant, Right, SharedAccessKey};
 
 /// What the tokens put on one connection grant.
-#[derive(Debug, Default)]
-pub(crate) struct Grants(Mutex<Vec<Grant>>);
+#[derive(Debug)]
+pub(crate) struct Grants {
+    grants: Mutex<Vec<Grant>>,
+    /// The host the client named in its `open`: a token's audience must
+    /// be for it.
+    host: OnceLock<String>,
+    /// Whether a valid token has been put at all: until then the
+    /// connection is held to the bounds of one without a token.
+    authenticated: watch::Sender<bool>,
+}
+
+impl Default for Grants {
+    fn default() -> Self {
+        Grants {
+            grants: Mutex::default(),
+            host: OnceLock::new(),
+            authenticated: watch::Sender::new(false),
+        }
+    }
+}
 
 impl Grants {
     /// Keeps `grant`, dropping those expired and the one it renews (the
     /// SDKs put a fresh token for the same audience before the last
     /// expires), so a long connection holds a handful, not one per renewal.
-    fn add(&self, grant: Grant) {
+    pub(crate) fn add(&self, grant: Grant) {
         let now = SystemTime::now();
-        let mut grants = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
         grants.retain(|kept| kept.expires() > now && !kept.renewed_by(&grant));
         grants.push(grant);
+        self.authenticated.send_replace(true);
     }
 
-    /// Whether a token put on this connection covers `entity_path` now.
-    pub(crate) fn cover(&self, entity_path: &str) -> bool {
+    /// Whether a token put on this connection gives `right` on
+    /// `entity_path` now.
+    pub(crate) fn allow(&self, right: Right, entity_path: &str) -> bool {
         let now = SystemTime::now();
-        self.0
+        self.grants
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .any(|grant| grant.covers(entity_path, now))
+            .any(|grant| grant.allows(right, entity_path, now))
+    }
+
+    /// `Ok` if a token gives `right` on `entity_path` now, else why not, as
+    /// the refusal's description.
+    pub(crate) fn check(&self, right: Right, entity_path: &str) -> Result<(), String> {
+        if self.allow(right, entity_path) {
+            return Ok(());
+        }
+        Err(format!(
+            "no token put on $cbs on this connection gives {right} on '{entity_path}' now: put \
+             one whose audience covers it, signed with a configured key that has {right} rights"
+        ))
+    }
+
+    /// Whether a valid token has been put on this connection.
+    pub(crate) fn authenticated(&self) -> bool {
+        *self.authenticated.borrow()
+    }
+
+    /// Tells when a first valid token is put.
+    pub(crate) fn watch_authenticated(&self) -> watch::Receiver<bool> {
+        self.authenticated.subscribe()
+    }
+
+    /// The host the client connected to, from its `open`.
+    pub(crate) fn set_host(&self, host: &str) {
+        let _ = self.host.set(host.to_owned());
+    }
+
+    #[cfg(test)]
+    pub(crate) fn host_for_tests(&self) -> Option<&str> {
+        self.host.get().map(String::as_str)
     }
 }
 
@@ -84,14 +138,17 @@ fn answer(
     };
     let (status, description) = match (property("operation").as_deref(), &request.body) {
         (Some("put-token"), Body::Value(AmqpValue(Value::String(token)))) => {
-            match Grant::from_token(token, keys, SystemTime::now()) {
+            let host = grants.host.get().map(String::as_str);
+            match Grant::from_token(token, keys, SystemTime::now(), host) {
                 Ok(grant) => {
-                    info!(key = grant.key_name(), audience = ?property("name"), "a client put a token");
+                    debug!(key = grant.key_name(), audience = ?property("name"), "a client put a token");
                     grants.add(grant);
                     (202, "Accepted".to_owned())
                 }
                 Err(refused) => {
-                    info!(%refused, audience = ?property("name"), "a client's token was refused");
+                    LogLimit::global().info(Cause::TokenRefused(refused.kind()), || {
+                        format!("a client's token was refused: {refused} (audience {:?})", property("name"))
+                    });
                     (401, refused.to_string())
                 }
             }
@@ -210,8 +267,9 @@ mod tests {
             Some(MessageId::Uuid(Uuid::from([7; 16]))),
             "the same id, and the same AMQP type"
         );
-        assert!(grants.cover("orders/Subscriptions/billing"));
-        assert!(!grants.cover("payments"));
+        assert!(grants.allow(Right::Listen, "orders/Subscriptions/billing"));
+        assert!(!grants.allow(Right::Send, "payments"));
+        assert!(grants.authenticated());
     }
 
     #[test]
@@ -225,7 +283,8 @@ mod tests {
         let (code, why) = status(&wrong);
         assert_eq!(code, SimpleValue::Int(401));
         assert!(why.contains("signature does not match key 'Root'"), "{why}");
-        assert!(!grants.cover("orders"), "nothing granted");
+        assert!(!grants.allow(Right::Send, "orders"), "nothing granted");
+        assert!(!grants.authenticated());
 
         let not_a_string = answer(
             request("put-token", Body::Value(AmqpValue(Value::Int(1)))),
@@ -258,6 +317,6 @@ mod tests {
             &keys(),
             &grants,
         );
-        assert_eq!(grants.0.lock().unwrap().len(), 2);
+        assert_eq!(grants.grants.lock().unwrap().len(), 2);
     }
 }

@@ -113,6 +113,13 @@ pub fn batch(amqp: AmqpMessage<Body<Value>>) -> Result<Vec<Message>, ConvertErro
         .into_iter()
         .enumerate()
         .map(|(index, section)| {
+            // A message inside a message: bounded as the frames are.
+            crate::bounds::check_values(&section.0, crate::bounds::MAX_DEPTH).map_err(|e| {
+                ConvertError::BatchEntry {
+                    index,
+                    why: e.to_string(),
+                }
+            })?;
             let reader = serde_amqp::read::SliceReader::new(&section.0);
             let inner = <Body<Value>>::decode_message_from_reader(reader).map_err(|e| {
                 ConvertError::BatchEntry {

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fe2o3_amqp::acceptor::{
     ConnectionAcceptor, LinkAcceptor, LinkEndpoint, ListenerSessionHandle, SessionAcceptor,
@@ -22,18 +23,21 @@ use nimbus_transport::{Admin, ErrorKind, SessionLock, SessionSelector, Transport
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::address::{EntityAddress, Node, SubQueue};
+use crate::admission::{Admission, Admitted};
 use crate::cbs::{self, Grants};
+use crate::guard::{Guard, Limits, Refusal};
+use crate::log_limit::{Cause, LogLimit};
 use crate::held::{HeldDeliveries, HeldSessions};
 use crate::management::{self, Managed};
 use crate::publish;
 use crate::receive::{self, QueueHeld, ReceiveMode, SessionHeld};
 use crate::reply::ReplyLink;
-use crate::sas::SharedAccessKey;
+use crate::sas::{Right, SharedAccessKey};
 use crate::sasl::ServiceBusSasl;
-use crate::tap::{self, Tap};
+use crate::tap::{self, Tap, ToClient};
 use crate::tls::ServerTls;
 
 /// The credit a sending client gets: Python assumes this much as soon as
@@ -42,11 +46,27 @@ const SEND_CREDIT: u32 = 10_000;
 
 /// How long a new connection may take to send its protocol headers and
 /// finish SASL: one that never does would hold a task and a socket.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Connections served at once; one more waits until one ends (Python opens
-/// one per sender, so this is far above a host's publishers).
-const MAX_CONNECTIONS: usize = 1024;
+/// How long a connection may go from being accepted to putting its first
+/// valid token on `$cbs`. The SDKs put one right after `open` (Python
+/// gives its own put 60 s); a connection that has put none by then is
+/// closed, as Service Bus closes one that is not authorised.
+pub const TOKEN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a connection may send nothing at all (an empty frame counts)
+/// before it is closed: advertised in `open` so a client sends heartbeats
+/// within it. Generous, as the spec's notes ask for Python, which sends
+/// them only while the application calls into the SDK.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// Connections served at once; one more waits until one ends, or takes
+/// the place of one that has put no token yet (Python opens one per
+/// sender, so this is far above a host's publishers).
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Connections without a valid token at once (decision 0139).
+pub const MAX_PENDING_CONNECTIONS: usize = 128;
 
 /// The largest request on a link that is not a publish (`$cbs` tokens, and
 /// links refused right after attach): a token is a few hundred bytes, and
@@ -58,6 +78,15 @@ const MAX_FRAME_SIZE: u32 = 256 * 1024;
 
 /// The pipe between the tap and fe2o3: a few frames.
 const PIPE_BUFFER: usize = 1024 * 1024;
+
+/// How long a closing connection's last frames (a `close`, a SASL
+/// outcome) may take to go out.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// A check on each message a client publishes, beyond its token: the
+/// host's (NimBus control messages only from its Manager). `Err` says why
+/// the message is refused.
+pub type PublishCheck = Arc<dyn Fn(&nimbus_transport::Message) -> Result<(), String> + Send + Sync>;
 
 /// Stops a connection's pump when the connection's task ends.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -72,13 +101,18 @@ impl Drop for AbortOnDrop {
 pub struct Endpoint<T> {
     shared: Shared<T>,
     max_connections: usize,
+    max_pending: usize,
 }
 
 struct Shared<T> {
     transport: Arc<T>,
     keys: Arc<[SharedAccessKey]>,
     max_message_size: u64,
-    handshake_timeout: std::time::Duration,
+    handshake_timeout: Duration,
+    token_timeout: Duration,
+    idle_timeout: Duration,
+    limits: Limits,
+    publish_check: Option<PublishCheck>,
     /// Served over TLS when set, else plain AMQP.
     tls: Option<ServerTls>,
 }
@@ -93,16 +127,34 @@ impl<T: Transport + Admin> Endpoint<T> {
                 keys: keys.into(),
                 max_message_size,
                 handshake_timeout: HANDSHAKE_TIMEOUT,
+                token_timeout: TOKEN_TIMEOUT,
+                idle_timeout: IDLE_TIMEOUT,
+                limits: Limits::for_messages(max_message_size),
+                publish_check: None,
                 tls: None,
             },
             max_connections: MAX_CONNECTIONS,
+            max_pending: MAX_PENDING_CONNECTIONS,
         }
     }
 
     /// How long a new connection may take to finish its handshake (30 s
     /// unless set).
-    pub fn with_handshake_timeout(mut self, timeout: std::time::Duration) -> Self {
+    pub fn with_handshake_timeout(mut self, timeout: Duration) -> Self {
         self.shared.handshake_timeout = timeout;
+        self
+    }
+
+    /// How long a connection may take to put its first valid token (60 s
+    /// unless set).
+    pub fn with_token_timeout(mut self, timeout: Duration) -> Self {
+        self.shared.token_timeout = timeout;
+        self
+    }
+
+    /// How long a connection may be silent (240 s unless set).
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.shared.idle_timeout = timeout;
         self
     }
 
@@ -115,9 +167,25 @@ impl<T: Transport + Admin> Endpoint<T> {
     }
 
     /// How many connections are served at once (1,024 unless set); one
-    /// more waits, unanswered, until one ends.
+    /// more waits, unanswered, until one ends, or takes the place of the
+    /// oldest that has put no valid token.
     pub fn with_max_connections(mut self, max: usize) -> Self {
         self.max_connections = max;
+        self
+    }
+
+    /// How many connections may be without a valid token at once (128
+    /// unless set); one more closes the oldest of them.
+    pub fn with_max_pending_connections(mut self, max: usize) -> Self {
+        self.max_pending = max;
+        self
+    }
+
+    /// Checks each message published, after its token: a refusal is the
+    /// delivery's `rejected` outcome, `amqp:unauthorized-access` with the
+    /// reason.
+    pub fn with_publish_check(mut self, check: PublishCheck) -> Self {
+        self.shared.publish_check = Some(check);
         self
     }
 
@@ -127,141 +195,202 @@ impl<T: Transport + Admin> Endpoint<T> {
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
         let mut shutdown = pin!(shutdown);
         let mut connections = JoinSet::new();
-        let slots = Arc::new(tokio::sync::Semaphore::new(self.max_connections));
+        let admission = Admission::new(self.max_connections, self.max_pending);
         let shared = Arc::new(self.shared);
         loop {
-            let (stream, peer, slot) = tokio::select! {
+            let (stream, peer, admitted) = tokio::select! {
                 () = &mut shutdown => break,
-                accepted = accept(&listener, &slots) => accepted,
+                accepted = admission.accept(&listener) => accepted,
                 // A long-lived endpoint sees many connections come and go:
                 // their finished tasks are let go of as they end.
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
             debug!(%peer, "AMQP connection");
             let shared = Arc::clone(&shared);
-            connections.spawn(async move {
-                match shared.tls.clone() {
-                    None => connection(stream, Some(peer), shared).await,
-                    Some(tls) => {
-                        let handshake = tls.acceptor.accept(stream);
-                        match tokio::time::timeout(shared.handshake_timeout, handshake).await {
-                            Ok(Ok(stream)) => connection(stream, Some(peer), shared).await,
-                            // Most often a client speaking plain AMQP (an
-                            // emulator connection string) to a TLS endpoint.
-                            Ok(Err(error)) => info!(
-                                %peer,
-                                %error,
-                                "a TLS handshake failed (does the client's connection string say \
-                                 UseDevelopmentEmulator=true? this endpoint serves TLS)"
-                            ),
-                            Err(_) => info!(
-                                %peer,
-                                "a connection did not finish its TLS handshake within {:?}; closed",
-                                shared.handshake_timeout
-                            ),
-                        }
-                    }
-                }
-                drop(slot);
-            });
+            connections.spawn(admitted_connection(stream, peer, shared, admitted));
         }
         connections.abort_all();
     }
 }
 
-/// The next connection, once a slot is free.
-async fn accept(
-    listener: &TcpListener,
-    slots: &Arc<tokio::sync::Semaphore>,
-) -> (
-    TcpStream,
-    std::net::SocketAddr,
-    tokio::sync::OwnedSemaphorePermit,
+/// Serves one connection the endpoint took, over TLS if it serves TLS,
+/// until it ends, or until it is closed for putting no valid token in time
+/// or to make room for a newer one.
+async fn admitted_connection<T: Transport + Admin>(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    shared: Arc<Shared<T>>,
+    mut admitted: Admitted,
 ) {
-    loop {
-        // The semaphore is never closed, so this always gives a slot.
-        let Ok(slot) = Arc::clone(slots).acquire_owned().await else {
-            return std::future::pending().await;
-        };
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                // Answers are small frames written back to back (a
-                // disposition, then a response): Nagle would hold the second
-                // for the client's delayed ACK, 40 ms a request.
-                if let Err(error) = stream.set_nodelay(true) {
-                    debug!(%error, %peer, "TCP_NODELAY could not be set");
+    let grants = Arc::new(Grants::default());
+    let (tap, to_client) = Tap::new();
+    let served = async {
+        match shared.tls.clone() {
+            None => connection(stream, peer, &shared, &grants, (&tap, to_client)).await,
+            Some(tls) => {
+                let handshake = tls.acceptor.accept(stream);
+                match tokio::time::timeout(shared.handshake_timeout, handshake).await {
+                    Ok(Ok(stream)) => {
+                        connection(stream, peer, &shared, &grants, (&tap, to_client)).await;
+                    }
+                    // Most often a client speaking plain AMQP (an
+                    // emulator connection string) to a TLS endpoint.
+                    Ok(Err(error)) => LogLimit::global().info(Cause::HandshakeFailed, || {
+                        format!(
+                            "a TLS handshake from {peer} failed (does the client's connection \
+                             string say UseDevelopmentEmulator=true? this endpoint serves TLS): \
+                             {error}"
+                        )
+                    }),
+                    Err(_) => LogLimit::global().info(Cause::HandshakeFailed, || {
+                        format!(
+                            "a connection from {peer} did not finish its TLS handshake within \
+                             {:?}; closed",
+                            shared.handshake_timeout
+                        )
+                    }),
                 }
-                return (stream, peer, slot);
-            }
-            Err(error) => {
-                warn!(%error, "accepting an AMQP connection failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }
+    };
+    let refused = tokio::select! {
+        () = served => None,
+        refusal = without_token(&mut admitted, &grants, shared.token_timeout) => Some(refusal),
+    };
+    if let Some(refusal) = refused {
+        LogLimit::global().info(Cause::NoToken, || {
+            format!("the AMQP connection from {peer} {}", refusal.description)
+        });
+        // Its slot goes now: a newer connection may be waiting for it.
+        admitted.release();
+        tap.close(refusal);
     }
 }
 
-async fn connection<T, S>(stream: S, peer: Option<std::net::SocketAddr>, shared: Arc<Shared<T>>)
-where
+/// Resolves, with why, if the connection is to close for having no valid
+/// token: the deadline passes, or it is closed to make room. Once a token
+/// is put, it no longer resolves.
+async fn without_token(admitted: &mut Admitted, grants: &Grants, timeout: Duration) -> Refusal {
+    let mut authenticated = grants.watch_authenticated();
+    let Some(pending) = admitted.pending() else {
+        return std::future::pending().await;
+    };
+    let why = tokio::select! {
+        Ok(_) = authenticated.wait_for(|yes| *yes) => None,
+        evicted = &mut pending.evicted => Some(match evicted {
+            Ok(why) => why.to_string(),
+            Err(_) => "was closed".to_owned(),
+        }),
+        () = tokio::time::sleep(timeout) => Some(format!(
+            "put no valid token on $cbs within {} s of connecting; closed",
+            timeout.as_secs_f64()
+        )),
+    };
+    match why {
+        None => {
+            admitted.authenticated();
+            std::future::pending().await
+        }
+        Some(description) => Refusal {
+            condition: ErrorCondition::AmqpError(AmqpError::UnauthorizedAccess),
+            description,
+        },
+    }
+}
+
+/// Runs one connection's AMQP: the tap between the client and fe2o3, the
+/// handshake, and each session the client begins, until the client ends
+/// it or the pump stops.
+async fn connection<T, S>(
+    stream: S,
+    peer: std::net::SocketAddr,
+    shared: &Arc<Shared<T>>,
+    grants: &Arc<Grants>,
+    (tap, to_client): (&Tap, ToClient),
+) where
     T: Transport + Admin,
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let acceptor = ConnectionAcceptor::builder()
         .container_id("nimbus")
         .max_frame_size(MAX_FRAME_SIZE)
+        .channel_max(u16::try_from(shared.limits.sessions.saturating_sub(1)).unwrap_or(u16::MAX))
+        .idle_time_out(u32::try_from(shared.idle_timeout.as_millis()).unwrap_or(u32::MAX))
         .sasl_acceptor(ServiceBusSasl)
         .build();
     // fe2o3 speaks to the tap, the tap to the client (decision 0136).
     let (library_side, tap_side) = tokio::io::duplex(PIPE_BUFFER);
-    let (tap, answers) = Tap::new();
+    let guard = Guard::new(shared.limits, Arc::clone(grants));
     let pump = tokio::spawn(tap::pump(
         stream,
         tap_side,
         tap.clone(),
-        answers,
+        to_client,
         MAX_FRAME_SIZE as usize,
+        guard,
+        Some(peer),
     ));
-    let _stop_pump = AbortOnDrop(pump);
-    let mut connection = match tokio::time::timeout(
-        shared.handshake_timeout,
-        acceptor.accept(library_side),
-    )
-    .await
-    {
-        Ok(Ok(connection)) => connection,
+    let mut pump = AbortOnDrop(pump);
+    let handshake = tokio::time::timeout(shared.handshake_timeout, acceptor.accept(library_side));
+    let opened = tokio::select! {
+        opened = handshake => opened,
+        // The pump ended first: the guard refused a frame, or the client
+        // went away.
+        _ = &mut pump.0 => return,
+    };
+    let connection = match opened {
+        Ok(Ok(connection)) => Some(connection),
         // Most often an SDK speaking TLS: without `UseDevelopmentEmulator=true`
         // in its connection string it does, and this endpoint serves plain
         // AMQP unless given a certificate.
         Ok(Err(error)) => {
-            info!(?peer, %error, "an AMQP connection did not open (a client speaking TLS to a plain endpoint: without [amqp] tls_certificate, its connection string needs UseDevelopmentEmulator=true)");
-            return;
+            LogLimit::global().info(Cause::HandshakeFailed, || format!("an AMQP connection from {peer} did not open (a client speaking TLS to a plain endpoint: without [amqp] tls_certificate, its connection string needs UseDevelopmentEmulator=true): {error}"));
+            None
         }
         Err(_) => {
-            info!(
-                ?peer,
-                "an AMQP connection sent no protocol header and SASL within {:?}; closed",
-                shared.handshake_timeout
-            );
-            return;
+            LogLimit::global().info(Cause::HandshakeFailed, || {
+                format!(
+                    "an AMQP connection from {peer} sent no protocol header and SASL within {:?}; closed",
+                    shared.handshake_timeout
+                )
+            });
+            None
         }
     };
-    let grants = Arc::new(Grants::default());
+    if let Some(mut connection) = connection {
+        tokio::select! {
+            () = sessions(&mut connection, shared, grants, tap) => {}
+            _ = &mut pump.0 => return,
+        }
+        let _ = connection.close().await;
+    }
+    // What fe2o3 said last (a `close`, a SASL outcome refusing a
+    // mechanism) goes out before the socket does.
+    let _ = tokio::time::timeout(CLOSE_GRACE, &mut pump.0).await;
+}
+
+/// Takes the sessions a client begins until it closes the connection.
+async fn sessions<T: Transport + Admin>(
+    connection: &mut fe2o3_amqp::acceptor::ListenerConnectionHandle,
+    shared: &Arc<Shared<T>>,
+    grants: &Arc<Grants>,
+    tap: &Tap,
+) {
     let held = Arc::new(HeldSessions::default());
     let deliveries = Arc::new(HeldDeliveries::default());
-    let sessions = SessionAcceptor::new();
+    let sessions = SessionAcceptor::builder()
+        .handle_max(u32::try_from(shared.limits.links_per_session.saturating_sub(1)).unwrap_or(u32::MAX))
+        .build();
     let mut tasks = JoinSet::new();
     while let Some(incoming) = connection.next_incoming_session().await {
         while tasks.try_join_next().is_some() {}
-        match sessions
-            .accept_incoming_session(incoming, &mut connection)
-            .await
-        {
+        match sessions.accept_incoming_session(incoming, connection).await {
             Ok(session) => {
                 tasks.spawn(session_links(
                     session,
-                    Arc::clone(&shared),
+                    Arc::clone(shared),
                     Link {
-                        grants: Arc::clone(&grants),
+                        grants: Arc::clone(grants),
                         held: Arc::clone(&held),
                         deliveries: Arc::clone(&deliveries),
                         tap: tap.clone(),
@@ -272,7 +401,6 @@ where
         }
     }
     tasks.abort_all();
-    let _ = connection.close().await;
 }
 
 /// What a connection's links share.
@@ -398,6 +526,7 @@ async fn session_links<T: Transport + Admin>(
                     Arc::clone(&shared.transport),
                     node,
                     Arc::clone(&grants),
+                    shared.publish_check.clone(),
                 ));
             }
             (Ok(Route::ManagementReplies { entity }), LinkEndpoint::Sender(sender)) => {
@@ -415,6 +544,7 @@ async fn session_links<T: Transport + Admin>(
                     Arc::clone(&shared.transport),
                     topic,
                     Arc::clone(&grants),
+                    shared.publish_check.clone(),
                 ));
             }
             (Err(error), endpoint) => {
@@ -537,7 +667,7 @@ async fn entity_exists<T: Admin>(
     route: &Route,
 ) -> Result<(), AmqpErrorBody> {
     if let Route::ManagementRequests { entity } = route
-        && !grants.cover(&entity.queue_path())
+        && !grants.allow(management::right_for(entity), &entity.queue_path())
     {
         return Ok(());
     }
@@ -620,14 +750,8 @@ async fn open_receive<T: Transport + Admin>(
     attach: &Attach,
 ) -> Result<Opened<T>, AmqpErrorBody> {
     let written = entity.queue_path();
-    if !grants.cover(&written) {
-        return Err(refusal(
-            AmqpError::UnauthorizedAccess,
-            format!(
-                "no token put on $cbs on this connection grants '{written}': put one whose \
-                 audience covers it, signed with a configured key"
-            ),
-        ));
+    if let Err(why) = grants.check(Right::Listen, &written) {
+        return Err(refusal(AmqpError::UnauthorizedAccess, why));
     }
     let busy = |error: String| {
         publish::error_body(

@@ -15,11 +15,15 @@
 //! does (decision 0136).
 
 pub mod address;
+mod admission;
+pub mod bounds;
 mod cbs;
 pub mod convert;
 mod endpoint;
 pub mod frame_io;
+mod guard;
 mod held;
+mod log_limit;
 mod management;
 mod publish;
 mod receive;
@@ -30,6 +34,8 @@ mod tap;
 mod tls;
 
 pub use address::{AddressError, EntityAddress, Node, SubQueue};
-pub use endpoint::Endpoint;
-pub use sas::{Grant, SasError, SharedAccessKey};
+pub use endpoint::{
+    Endpoint, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_PENDING_CONNECTIONS, PublishCheck, TOKEN_TIMEOUT,
+};
+pub use sas::{Grant, Right, Rights, SasError, SharedAccessKey};
 pub use tls::{ServerTls, ServerTlsError};

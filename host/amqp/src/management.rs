@@ -19,13 +19,16 @@ use nimbus_transport::{Admin, CancelError, LockToken, SessionLock, Transport};
 use tokio::sync::oneshot;
 use tracing::debug;
 
-use crate::address::EntityAddress;
+use crate::address::{EntityAddress, SubQueue};
+use crate::bounds;
 use crate::cbs::Grants;
 use crate::convert;
+use crate::endpoint::PublishCheck;
 use crate::held::{HeldDeliveries, HeldSessions, LinkCommand, Outcome, SettleFailure};
-use crate::publish::{next_delivery, resolve_topic};
+use crate::publish::{checked, next_delivery, resolve_topic};
 use crate::receive::property;
 use crate::reply::ReplyLink;
+use crate::sas::Right;
 
 const SCHEDULE: &str = "com.microsoft:schedule-message";
 const CANCEL: &str = "com.microsoft:cancel-scheduled-message";
@@ -79,6 +82,17 @@ impl Answer {
     }
 }
 
+/// The right a client needs on `entity`'s `$management` node: a topic's
+/// schedules messages (Send), a subscription's and its dead-letter queue's
+/// read and settle them (Listen).
+pub(crate) fn right_for(entity: &EntityAddress) -> Right {
+    if entity.subscription.is_some() || entity.sub_queue != SubQueue::Main {
+        Right::Listen
+    } else {
+        Right::Send
+    }
+}
+
 /// Answers the requests on one `$management` sender link of `node` until
 /// the client detaches it.
 pub(crate) async fn serve<T: Transport + Admin>(
@@ -87,6 +101,7 @@ pub(crate) async fn serve<T: Transport + Admin>(
     transport: Arc<T>,
     node: Managed<T::Session>,
     grants: Arc<Grants>,
+    check: Option<PublishCheck>,
 ) {
     while let Some(delivery) = next_delivery(&mut requests).await {
         let (delivery, request) = delivery.into_parts();
@@ -98,7 +113,9 @@ pub(crate) async fn serve<T: Transport + Admin>(
             .as_ref()
             .and_then(|p| p.message_id.clone());
         let answer = match &node {
-            Managed::Topic(written) => answer(transport.as_ref(), written, &grants, request).await,
+            Managed::Topic(written) => {
+                answer(transport.as_ref(), written, (&grants, check.as_ref()), request).await
+            }
             Managed::Subscription {
                 entity,
                 sessions,
@@ -119,7 +136,7 @@ pub(crate) async fn serve<T: Transport + Admin>(
 async fn answer<T: Transport + Admin>(
     transport: &T,
     written: &str,
-    grants: &Grants,
+    (grants, check): (&Grants, Option<&PublishCheck>),
     request: AmqpMessage<Body<Value>>,
 ) -> Answer {
     let operation = request
@@ -127,15 +144,8 @@ async fn answer<T: Transport + Admin>(
         .as_ref()
         .and_then(|p| p.0.get("operation"))
         .and_then(text);
-    if !grants.cover(written) {
-        return Answer::refused(
-            401,
-            "com.microsoft:unauthorized-access",
-            format!(
-                "no token put on $cbs on this connection grants '{written}' now: put one whose \
-                 audience covers it, signed with a configured key"
-            ),
-        );
+    if let Err(why) = grants.check(Right::Send, written) {
+        return Answer::refused(401, "com.microsoft:unauthorized-access", why);
     }
     let topic = match resolve_topic(transport, written).await {
         Ok(topic) => topic,
@@ -154,7 +164,7 @@ async fn answer<T: Transport + Admin>(
         }
     };
     match operation.as_deref() {
-        Some(SCHEDULE) => schedule(transport, &topic, &body).await,
+        Some(SCHEDULE) => schedule(transport, &topic, &body, check).await,
         Some(CANCEL) => cancel(transport, &topic, &body).await,
         other => Answer::refused(
             501,
@@ -175,6 +185,7 @@ async fn schedule<T: Transport>(
     transport: &T,
     topic: &str,
     body: &OrderedMap<Value, Value>,
+    check: Option<&PublishCheck>,
 ) -> Answer {
     let argument = |why: String| Answer::refused(400, "com.microsoft:argument-error", why);
     let entries = match field(body, "messages") {
@@ -191,6 +202,14 @@ async fn schedule<T: Transport>(
             },
             _ => return argument(format!("messages[{index}] is not a map")),
         };
+        // A message inside a message: bounded as the frames are.
+        if let Err(refused) = bounds::check_values(&encoded, bounds::MAX_DEPTH) {
+            return Answer::refused(
+                400,
+                "amqp:decode-error",
+                format!("messages[{index}] does not decode: {refused}"),
+            );
+        }
         let reader = serde_amqp::read::SliceReader::new(&encoded);
         let decoded = match <Body<Value>>::decode_message_from_reader(reader) {
             Ok(decoded) => decoded,
@@ -205,6 +224,13 @@ async fn schedule<T: Transport>(
     }
     if messages.is_empty() {
         return argument("schedule-message needs at least one message".to_owned());
+    }
+    if let Err(refused) = checked(check, &messages) {
+        return Answer::refused(
+            401,
+            "com.microsoft:unauthorized-access",
+            refused.description.unwrap_or_default(),
+        );
     }
     match transport.publish(topic, messages).await {
         Ok(sequence_numbers) => {
@@ -282,16 +308,8 @@ async fn subscription_answer<T: Transport + Admin>(
         .as_ref()
         .and_then(|p| p.0.get("operation"))
         .and_then(text);
-    if !grants.cover(&entity.queue_path()) {
-        let path = entity.queue_path();
-        return Answer::refused(
-            401,
-            "com.microsoft:unauthorized-access",
-            format!(
-                "no token put on $cbs on this connection grants '{path}' now: put one whose \
-                 audience covers it, signed with a configured key"
-            ),
-        );
+    if let Err(why) = grants.check(right_for(entity), &entity.queue_path()) {
+        return Answer::refused(401, "com.microsoft:unauthorized-access", why);
     }
     // Sessions are the subscription's; its dead-letter queue has none.
     let path = entity.entity_path();

@@ -11,10 +11,13 @@ use fe2o3_amqp::types::definitions::{AmqpError, Error as AmqpErrorBody, ErrorCon
 use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 use nimbus_transport::{Admin, PublishError, Transport};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::cbs::Grants;
 use crate::convert::{self, ConvertError};
+use crate::endpoint::PublishCheck;
+use crate::log_limit::{Cause, LogLimit};
+use crate::sas::Right;
 
 /// The message format of a batch: one data section per encoded message.
 const BATCH_FORMAT: u32 = 0x8001_3700;
@@ -31,6 +34,7 @@ pub(crate) async fn serve<T: Transport + Admin>(
     transport: Arc<T>,
     written: String,
     grants: Arc<Grants>,
+    check: Option<PublishCheck>,
 ) {
     let mut topic: Option<String> = None;
     while let Some(delivery) = next_delivery(&mut receiver).await {
@@ -38,9 +42,9 @@ pub(crate) async fn serve<T: Transport + Admin>(
         let (delivery, message) = delivery.into_parts();
         let outcome = publish(
             transport.as_ref(),
-            &written,
-            &mut topic,
+            (&written, &mut topic),
             &grants,
+            check.as_ref(),
             format,
             message,
         )
@@ -68,7 +72,9 @@ pub(crate) async fn next_delivery(
         match receiver.recv::<Body<Value>>().await {
             Ok(delivery) => return Some(delivery),
             Err(RecvError::MessageDecode(error)) => {
-                warn!(%error, "a delivery that is not an AMQP message was skipped");
+                LogLimit::global().warn(Cause::NotAMessage, || {
+                    format!("a delivery that is not an AMQP message was skipped: {error}")
+                });
             }
             Err(error) => {
                 debug!(%error, "a link ended");
@@ -80,27 +86,22 @@ pub(crate) async fn next_delivery(
 
 async fn publish<T: Transport + Admin>(
     transport: &T,
-    written: &str,
-    topic: &mut Option<String>,
+    (written, topic): (&str, &mut Option<String>),
     grants: &Grants,
+    check: Option<&PublishCheck>,
     format: u32,
     message: AmqpMessage<Body<Value>>,
 ) -> Result<(), AmqpErrorBody> {
-    if !grants.cover(written) {
-        return Err(error_body(
-            AmqpError::UnauthorizedAccess,
-            format!(
-                "no token put on $cbs on this connection grants '{written}' now: put one whose \
-                 audience covers it, signed with a configured key"
-            ),
-        ));
-    }
+    grants
+        .check(Right::Send, written)
+        .map_err(|why| error_body(AmqpError::UnauthorizedAccess, why))?;
     let messages = if format == BATCH_FORMAT {
         convert::batch(message)
     } else {
         convert::message(message).map(|m| vec![m])
     }
     .map_err(|refused| converted_error(&refused))?;
+    checked(check, &messages)?;
     let name = match topic.as_ref() {
         Some(name) => name.clone(),
         None => {
@@ -120,6 +121,21 @@ async fn publish<T: Transport + Admin>(
             }
             published_error(&error)
         })
+}
+
+/// Each of `messages` past the host's check, or the first refusal as
+/// `amqp:unauthorized-access`.
+pub(crate) fn checked(
+    check: Option<&PublishCheck>,
+    messages: &[nimbus_transport::Message],
+) -> Result<(), AmqpErrorBody> {
+    let Some(check) = check else {
+        return Ok(());
+    };
+    for message in messages {
+        check(message).map_err(|why| error_body(AmqpError::UnauthorizedAccess, why))?;
+    }
+    Ok(())
 }
 
 /// The broker's name of the topic `written`, or `amqp:not-found`.

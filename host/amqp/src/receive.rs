@@ -24,6 +24,8 @@ use nimbus_transport::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
+use crate::log_limit::{Cause, LogLimit};
+
 use crate::convert;
 use crate::held::{HeldDeliveries, LinkCommand, Outcome, SettleFailure};
 use crate::publish::error_body;
@@ -473,7 +475,9 @@ async fn settle<H: Held>(
             (Outcome::Release, DeliveryState::Released(Released {}))
         }
         other => {
-            warn!(state = ?other, "a disposition with no outcome; the message stays locked");
+            LogLimit::global().warn(Cause::OddDisposition, || {
+                format!("a disposition with no outcome ({other:?}); the message stays locked")
+            });
             answer(rejected(
                 ErrorCondition::AmqpError(AmqpError::NotImplemented),
                 format!(

@@ -9,7 +9,12 @@
 //! audience as they encode it, so the token's own `sr` text is what was
 //! signed. The audience is a URI whose path names what the token grants
 //! (`sb://localhost:5672/orders` covers the topic and its subscriptions; a
-//! bare namespace covers everything).
+//! bare namespace covers everything), and whose host is the one the client
+//! connected to.
+//!
+//! A key has rights, as a Service Bus shared access policy has claims:
+//! `Send`, `Listen`, `Manage` (which includes the other two). A token
+//! grants its key's rights and no more.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,26 +25,149 @@ use sha2::Sha256;
 
 const PREFIX: &str = "SharedAccessSignature ";
 
+/// The longest a token may still have to run when it is put: the SDKs
+/// sign tokens for an hour and put a fresh one before it ends; a token
+/// good for years is a credential that cannot be taken back.
+pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// What a key (and so a token it signs) may do, as Service Bus's claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Right {
+    /// Publish to a topic, and schedule or cancel its messages.
+    Send,
+    /// Receive from a subscription or its dead-letter queue, settle, peek,
+    /// and keep session state.
+    Listen,
+    /// Everything, entity management included.
+    Manage,
+}
+
+impl Right {
+    /// Every right, as a key without `rights` configured has them (as
+    /// Service Bus's `RootManageSharedAccessKey`).
+    pub const ALL: [Right; 3] = [Right::Manage, Right::Listen, Right::Send];
+
+    /// The right's name as Service Bus writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Right::Send => "Send",
+            Right::Listen => "Listen",
+            Right::Manage => "Manage",
+        }
+    }
+
+    /// The right called `name` (ignoring case).
+    pub fn parse(name: &str) -> Option<Right> {
+        Right::ALL
+            .into_iter()
+            .find(|right| right.as_str().eq_ignore_ascii_case(name))
+    }
+}
+
+impl std::fmt::Display for Right {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A set of rights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rights {
+    send: bool,
+    listen: bool,
+    manage: bool,
+}
+
+impl Rights {
+    /// Exactly `rights` (`Manage` brings `Send` and `Listen`, as on
+    /// Service Bus, where a Manage policy must have both).
+    pub fn of(rights: impl IntoIterator<Item = Right>) -> Rights {
+        let mut set = Rights {
+            send: false,
+            listen: false,
+            manage: false,
+        };
+        for right in rights {
+            match right {
+                Right::Send => set.send = true,
+                Right::Listen => set.listen = true,
+                Right::Manage => {
+                    set = Rights {
+                        send: true,
+                        listen: true,
+                        manage: true,
+                    };
+                }
+            }
+        }
+        set
+    }
+
+    /// Every right.
+    pub fn all() -> Rights {
+        Rights::of([Right::Manage])
+    }
+
+    /// Whether `right` is in the set.
+    pub fn has(self, right: Right) -> bool {
+        match right {
+            Right::Send => self.send,
+            Right::Listen => self.listen,
+            Right::Manage => self.manage,
+        }
+    }
+}
+
+impl std::fmt::Display for Rights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = [Right::Manage, Right::Listen, Right::Send]
+            .into_iter()
+            .filter(|right| self.has(*right))
+            .map(Right::as_str)
+            .collect();
+        if names.is_empty() {
+            f.write_str("no rights")
+        } else {
+            f.write_str(&names.join(", "))
+        }
+    }
+}
+
 /// A key a client may sign tokens with: `[[amqp.keys]]`'s name and key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SharedAccessKey {
     name: String,
     key: String,
+    rights: Rights,
 }
 
 impl SharedAccessKey {
     /// The key called `name` (`SharedAccessKeyName` of a connection
     /// string) whose text is `key` (`SharedAccessKey`).
+    /// It has every right, until [`SharedAccessKey::with_rights`] says
+    /// otherwise.
     pub fn new(name: impl Into<String>, key: impl Into<String>) -> SharedAccessKey {
         SharedAccessKey {
             name: name.into(),
             key: key.into(),
+            rights: Rights::all(),
         }
+    }
+
+    /// The same key with only `rights`.
+    pub fn with_rights(mut self, rights: Rights) -> SharedAccessKey {
+        self.rights = rights;
+        self
     }
 
     /// The key's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What tokens signed with it may do.
+    pub fn rights(&self) -> Rights {
+        self.rights
     }
 
     /// A token for `audience` (`sb://host/` for the whole namespace, or an
@@ -81,12 +209,13 @@ impl std::fmt::Debug for SharedAccessKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedAccessKey")
             .field("name", &self.name)
+            .field("rights", &self.rights)
             .finish_non_exhaustive()
     }
 }
 
-/// What a valid token grants: the entities under its audience's path,
-/// until it expires.
+/// What a valid token grants: its key's rights on the entities under its
+/// audience's path, until it expires.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     /// The audience's path segments, lower-cased (empty: the namespace).
@@ -95,6 +224,8 @@ pub struct Grant {
     expires: SystemTime,
     /// The key that signed it.
     key_name: String,
+    /// The key's rights.
+    rights: Rights,
 }
 
 /// Why a token is refused. The messages name what is wrong, never the
@@ -126,11 +257,48 @@ pub enum SasError {
     /// The token's expiry has passed.
     #[error("the token expired {0} seconds ago")]
     Expired(u64),
+    /// The token runs for longer than the endpoint takes.
+    #[error(
+        "the token is valid for {days} more days; this endpoint takes tokens valid for at most \
+         {max} days (the SDKs sign them for an hour and renew them)"
+    )]
+    TooLong {
+        /// How many days it has left.
+        days: u64,
+        /// The most this endpoint takes.
+        max: u64,
+    },
+    /// The audience names another host than the one the client connected to.
+    #[error("the token's audience is for host '{audience}', not '{connected}' that the client connected to")]
+    OtherHost {
+        /// The audience's host.
+        audience: String,
+        /// The host the client named in its `open`.
+        connected: String,
+    },
+}
+
+impl SasError {
+    /// What kind of refusal this is, in a few words.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SasError::NotSas => "not a shared access signature",
+            SasError::Field(_) | SasError::Malformed { .. } => "malformed",
+            SasError::UnknownKey(_) => "unknown key",
+            SasError::BadSignature(_) => "bad signature",
+            SasError::Expired(_) => "expired",
+            SasError::TooLong { .. } => "too long",
+            SasError::OtherHost { .. } => "another host",
+        }
+    }
 }
 
 impl Grant {
     /// Checks `token` against `keys` at `now`: the key it names exists, its
-    /// signature is that key's, and it has not expired.
+    /// signature is that key's, it has not expired and does not run past
+    /// [`MAX_TOKEN_LIFETIME`], and, when the client named the host it
+    /// connected to (`host`, from its `open`), its audience is for that
+    /// host (ignoring case and port).
     ///
     /// # Errors
     ///
@@ -139,6 +307,7 @@ impl Grant {
         token: &str,
         keys: &[SharedAccessKey],
         now: SystemTime,
+        host: Option<&str>,
     ) -> Result<Grant, SasError> {
         let fields = token.strip_prefix(PREFIX).ok_or(SasError::NotSas)?;
         let raw = |name: &'static str| -> Result<&str, SasError> {
@@ -198,10 +367,28 @@ impl Grant {
         if let Ok(ago) = now.duration_since(expires) {
             return Err(SasError::Expired(ago.as_secs()));
         }
+        if let Ok(left) = expires.duration_since(now)
+            && left > MAX_TOKEN_LIFETIME
+        {
+            return Err(SasError::TooLong {
+                days: left.as_secs() / 86_400,
+                max: MAX_TOKEN_LIFETIME.as_secs() / 86_400,
+            });
+        }
+        let audience = decode("sr", audience)?;
+        if let (Some(connected), Some(named)) = (host, audience_host(&audience))
+            && !named.eq_ignore_ascii_case(connected)
+        {
+            return Err(SasError::OtherHost {
+                audience: named.to_owned(),
+                connected: connected.to_owned(),
+            });
+        }
         Ok(Grant {
-            path: audience_path(&decode("sr", audience)?),
+            path: audience_path(&audience),
             expires,
             key_name,
+            rights: key.rights,
         })
     }
 
@@ -213,6 +400,15 @@ impl Grant {
         if now >= self.expires {
             return false;
         }
+        self.is_under(entity_path)
+    }
+
+    /// Whether this grant gives `right` on `entity_path` at `now`.
+    pub fn allows(&self, right: Right, entity_path: &str, now: SystemTime) -> bool {
+        self.rights.has(right) && self.covers(entity_path, now)
+    }
+
+    fn is_under(&self, entity_path: &str) -> bool {
         let entity: Vec<String> = segments(entity_path);
         entity.len() >= self.path.len() && entity.iter().zip(&self.path).all(|(e, g)| e == g)
     }
@@ -231,6 +427,11 @@ impl Grant {
     /// The key that signed it.
     pub fn key_name(&self) -> &str {
         &self.key_name
+    }
+
+    /// The rights it gives.
+    pub fn rights(&self) -> Rights {
+        self.rights
     }
 }
 
@@ -253,6 +454,19 @@ fn audience_path(audience: &str) -> Vec<String> {
         None => audience,
     };
     segments(path)
+}
+
+/// The host of an audience URI (`sb://host:port/a`), without its port;
+/// `None` for a bare path.
+fn audience_host(audience: &str) -> Option<&str> {
+    let (_, rest) = audience.split_once("://")?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.rsplit_once(':') {
+        // An IPv6 literal keeps its brackets and colons.
+        Some((host, port)) if !port.contains(']') => host,
+        _ => authority,
+    };
+    (!host.is_empty()).then_some(host)
 }
 
 fn segments(path: &str) -> Vec<String> {
@@ -281,17 +495,21 @@ mod tests {
         ]
     }
 
+    /// An hour before the test vectors expire.
+    const NEAR: u64 = 2_000_000_000 - 3600;
+
     fn at(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)
     }
 
     #[test]
     fn a_token_from_the_python_sdk_is_taken_and_covers_its_topic() {
-        let grant = Grant::from_token(PYTHON_TOKEN.trim(), &keys(), at(1_900_000_000)).unwrap();
+        let grant = Grant::from_token(PYTHON_TOKEN.trim(), &keys(), at(NEAR), None).unwrap();
         assert_eq!(grant.key_name(), "RootManageSharedAccessKey");
         assert_eq!(grant.expires(), at(2_000_000_000));
-        let now = at(1_900_000_000);
+        let now = at(NEAR);
         assert!(grant.covers("orders", now));
+        assert!(grant.allows(Right::Listen, "orders", now), "a key has every right unless told");
         assert!(grant.covers("Orders/Subscriptions/billing", now));
         assert!(!grant.covers("payments", now));
         assert!(!grant.covers("orders-archive", now));
@@ -306,18 +524,18 @@ mod tests {
         let token = PYTHON_TOKEN.trim();
         let wrong_key = [SharedAccessKey::new("RootManageSharedAccessKey", "not it")];
         assert_eq!(
-            Grant::from_token(token, &wrong_key, at(0)),
+            Grant::from_token(token, &wrong_key, at(NEAR), None),
             Err(SasError::BadSignature(
                 "RootManageSharedAccessKey".to_owned()
             ))
         );
         let other_name = [SharedAccessKey::new("Send", "SAS_KEY_VALUE")];
         assert_eq!(
-            Grant::from_token(token, &other_name, at(0)),
+            Grant::from_token(token, &other_name, at(NEAR), None),
             Err(SasError::UnknownKey("RootManageSharedAccessKey".to_owned()))
         );
         assert_eq!(
-            Grant::from_token(token, &keys(), at(2_000_000_060)),
+            Grant::from_token(token, &keys(), at(2_000_000_060), None),
             Err(SasError::Expired(60))
         );
         // The audience is signed: widening it to the namespace breaks it.
@@ -327,7 +545,7 @@ mod tests {
         );
         assert_ne!(widened, token);
         assert!(matches!(
-            Grant::from_token(&widened, &keys(), at(0)),
+            Grant::from_token(&widened, &keys(), at(NEAR), None),
             Err(SasError::BadSignature(_))
         ));
     }
@@ -339,9 +557,9 @@ mod tests {
         // base64 holds a '+', written raw here, as a hand-made token may.
         let token = include_str!("sas_vector_namespace.txt").trim();
         assert!(token.contains('+'), "{token}");
-        let grant = Grant::from_token(token, &namespace, at(0)).unwrap();
-        assert!(grant.covers("orders", at(0)));
-        assert!(grant.covers("payments/Subscriptions/audit", at(0)));
+        let grant = Grant::from_token(token, &namespace, at(NEAR), None).unwrap();
+        assert!(grant.covers("orders", at(NEAR)));
+        assert!(grant.covers("payments/Subscriptions/audit", at(NEAR)));
     }
 
     #[test]
@@ -352,18 +570,19 @@ mod tests {
             ("SharedAccessSignature sr=a&skn=k&sig=x", "se"),
         ] {
             assert_eq!(
-                Grant::from_token(token, &keys(), at(0)),
+                Grant::from_token(token, &keys(), at(NEAR), None),
                 Err(SasError::Field(field))
             );
         }
         assert_eq!(
-            Grant::from_token("Bearer abc", &keys(), at(0)),
+            Grant::from_token("Bearer abc", &keys(), at(NEAR), None),
             Err(SasError::NotSas)
         );
         let error = Grant::from_token(
             "SharedAccessSignature sr=a&se=1&skn=listen-only&sig=%%%",
             &keys(),
-            at(0),
+            at(NEAR),
+            None,
         )
         .unwrap_err();
         assert!(
@@ -382,12 +601,57 @@ mod tests {
         let now = SystemTime::now();
         let token = key.sign("sb://localhost:5672/", now + Duration::from_secs(3600));
         assert!(token.starts_with("SharedAccessSignature sr=sb%3A%2F%2Flocalhost%3A5672%2F&sig="));
-        let grant = Grant::from_token(&token, std::slice::from_ref(&key), now).expect("valid");
+        let grant = Grant::from_token(&token, std::slice::from_ref(&key), now, None).expect("valid");
         assert!(grant.covers("orders/Subscriptions/billing", now));
         let other = SharedAccessKey::new("RootManageSharedAccessKey", "another");
         assert!(matches!(
-            Grant::from_token(&token, &[other], now),
+            Grant::from_token(&token, &[other], now, None),
             Err(SasError::BadSignature(_))
         ));
+    }
+
+    #[test]
+    fn a_token_good_for_years_or_for_another_host_is_refused() {
+        let key = SharedAccessKey::new("k", "a key of some length");
+        let now = SystemTime::now();
+        let long = key.sign("sb://localhost:5672/", now + Duration::from_secs(34_000 * 365 * 86_400));
+        assert!(matches!(
+            Grant::from_token(&long, std::slice::from_ref(&key), now, None),
+            Err(SasError::TooLong { max: 30, .. })
+        ));
+        let hour = key.sign("sb://Localhost:5672/orders", now + Duration::from_secs(3600));
+        let keys = std::slice::from_ref(&key);
+        assert!(Grant::from_token(&hour, keys, now, Some("localhost")).is_ok());
+        assert!(Grant::from_token(&hour, keys, now, None).is_ok(), "no host named, none checked");
+        let refused = Grant::from_token(&hour, keys, now, Some("nimbus.example.com")).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "the token's audience is for host 'Localhost', not 'nimbus.example.com' that the \
+             client connected to"
+        );
+        assert_eq!(audience_host("sb://[::1]:5672/x"), Some("[::1]"));
+        assert_eq!(audience_host("amqps://h/x"), Some("h"));
+        assert_eq!(audience_host("orders"), None);
+    }
+
+    #[test]
+    fn a_token_gives_its_keys_rights_and_manage_gives_all() {
+        let now = SystemTime::now();
+        let until = now + Duration::from_secs(3600);
+        let send = SharedAccessKey::new("send", "k1").with_rights(Rights::of([Right::Send]));
+        let listen = SharedAccessKey::new("listen", "k2").with_rights(Rights::of([Right::Listen]));
+        let keys = [send.clone(), listen.clone()];
+        let sender = Grant::from_token(&send.sign("sb://h/", until), &keys, now, None).unwrap();
+        assert!(sender.allows(Right::Send, "orders", now));
+        assert!(!sender.allows(Right::Listen, "orders/Subscriptions/billing", now));
+        let listener = Grant::from_token(&listen.sign("sb://h/", until), &keys, now, None).unwrap();
+        assert!(listener.allows(Right::Listen, "orders/Subscriptions/billing", now));
+        assert!(!listener.allows(Right::Send, "orders", now));
+        let manage = Rights::of([Right::Manage]);
+        assert!(Right::ALL.into_iter().all(|right| manage.has(right)));
+        assert_eq!(manage.to_string(), "Manage, Listen, Send");
+        assert_eq!(Rights::of([Right::Listen, Right::Send]).to_string(), "Listen, Send");
+        assert_eq!(Right::parse("listen"), Some(Right::Listen));
+        assert_eq!(Right::parse("Read"), None);
     }
 }

@@ -26,8 +26,13 @@ use fe2o3_amqp::types::messaging::DeliveryState;
 use fe2o3_amqp::types::performatives::Disposition;
 use nimbus_transport::LockToken;
 
+use fe2o3_amqp::types::definitions::{Error as AmqpErrorBody, ErrorCondition};
+use fe2o3_amqp::types::performatives::{ChannelMax, Close, MaxFrameSize, Open};
+
 use crate::convert::HeaderPatch;
 use crate::frame_io::{Unit, UnitReader, decode, descriptor, encode};
+use crate::guard::{Guard, Refusal};
+use crate::log_limit::{Cause, LogLimit};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
@@ -77,6 +82,16 @@ pub(crate) struct LinkEvents {
 pub(crate) struct Tap {
     state: Arc<Mutex<TapState>>,
     answers: mpsc::UnboundedSender<Frame>,
+    /// Refusals that close the connection, for the pump to say.
+    refusals: mpsc::UnboundedSender<Refusal>,
+}
+
+/// What the pump writes to the client besides fe2o3's frames.
+pub(crate) struct ToClient {
+    /// The links' answers (dispositions), on the client's channels.
+    pub answers: mpsc::UnboundedReceiver<Frame>,
+    /// Refusals that close the connection.
+    refusals: mpsc::UnboundedReceiver<Refusal>,
 }
 
 #[derive(Default)]
@@ -162,16 +177,28 @@ impl LinkFlow {
 }
 
 impl Tap {
-    /// A tap and the frames its links answer with (for [`pump`]).
-    pub(crate) fn new() -> (Self, mpsc::UnboundedReceiver<Frame>) {
-        let (answers, receiver) = mpsc::unbounded_channel();
+    /// A tap and what its links and refusals say to the client (for
+    /// [`pump`]).
+    pub(crate) fn new() -> (Self, ToClient) {
+        let (answers, answers_receiver) = mpsc::unbounded_channel();
+        let (refusals, refusals_receiver) = mpsc::unbounded_channel();
         (
             Tap {
                 state: Arc::default(),
                 answers,
+                refusals,
             },
-            receiver,
+            ToClient {
+                answers: answers_receiver,
+                refusals: refusals_receiver,
+            },
         )
+    }
+
+    /// Closes the connection with `refusal`, said in a `close` if the
+    /// handshake has got that far.
+    pub(crate) fn close(&self, refusal: Refusal) {
+        let _ = self.refusals.send(refusal);
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, TapState> {
@@ -496,14 +523,16 @@ fn wanted(code: u64, inbound: bool) -> bool {
     }
 }
 
-/// Passes units from `reader` to `writer`, through `change` for the
-/// performatives it reads.
-async fn forward<R, W>(
+/// The client's frames, checked by `guard` and then passed to `writer`
+/// (fe2o3), through `change` for the performatives the tap reads.
+/// `Ok(Some(_))` when the guard refuses one: the connection is to close
+/// with it, and nothing more of the client's is passed on.
+async fn forward_inbound<R, W>(
     mut reader: UnitReader<R>,
     mut writer: W,
-    inbound: bool,
+    guard: &mut Guard,
     change: impl Fn(Frame) -> Option<Frame>,
-) -> std::io::Result<()>
+) -> std::io::Result<Option<Refusal>>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -513,8 +542,11 @@ where
         match unit {
             Unit::Header(header) => writer.write_all(&header).await?,
             Unit::Frame(frame) => {
+                if let Err(refusal) = guard.check(&frame) {
+                    return Ok(Some(refusal));
+                }
                 let changed = descriptor(&frame)
-                    .filter(|code| wanted(*code, inbound))
+                    .filter(|code| wanted(*code, true))
                     .and_then(|_| decode(&frame))
                     .and_then(&change);
                 match changed {
@@ -531,18 +563,75 @@ where
             writer.flush().await?;
         }
     }
-    writer.shutdown().await
+    writer.shutdown().await?;
+    Ok(None)
 }
 
-/// Runs the tap between `client` and `library` until either side closes:
-/// frames from the client go to the library through [`Tap::inbound`],
-/// frames from the library and the links' answers go to the client.
+/// What the client has been sent of the AMQP handshake, so a refusal can
+/// be said in a way it reads.
+#[derive(Debug, Default, Clone, Copy)]
+struct Said {
+    /// The AMQP (not SASL) protocol header.
+    amqp_header: bool,
+    /// Our `open`.
+    open: bool,
+}
+
+impl Said {
+    fn saw(&mut self, unit: &Unit) {
+        match unit {
+            Unit::Header(header) => self.amqp_header |= header[4] == 0,
+            Unit::Frame(frame) => self.open |= descriptor(frame) == Some(0x10),
+        }
+    }
+}
+
+/// Encodes the answer to a refusal: a `close` carrying it (after an
+/// `open`, if ours has not gone out), or nothing while still in SASL or
+/// before the protocol headers, where the connection is simply dropped.
+fn refusal_frames(said: Said, refusal: Refusal, out: &mut BytesMut) -> std::io::Result<()> {
+    if !said.amqp_header {
+        return Ok(());
+    }
+    if !said.open {
+        let open = Open {
+            container_id: "nimbus".to_owned(),
+            hostname: None,
+            max_frame_size: MaxFrameSize(MIN_MAX_FRAME_SIZE),
+            channel_max: ChannelMax(0),
+            idle_time_out: None,
+            outgoing_locales: None,
+            incoming_locales: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        };
+        encode(Frame::new(0u16, FrameBody::Open(open)), out).map_err(std::io::Error::other)?;
+    }
+    let close = Close {
+        error: Some(AmqpErrorBody::new(
+            refusal.condition,
+            refusal.description,
+            None,
+        )),
+    };
+    encode(Frame::new(0u16, FrameBody::Close(close)), out).map_err(std::io::Error::other)
+}
+
+/// Runs the tap between `client` and `library` until either side closes,
+/// or the connection is refused: frames from the client are checked by
+/// `guard` and go to the library through [`Tap::inbound`]; frames from the
+/// library and the links' answers go to the client. A refusal, the
+/// guard's or one sent with [`Tap::close`], is answered with a `close`
+/// (logged, a line per interval at most) and ends the connection.
 pub(crate) async fn pump<C, L>(
     client: C,
     library: L,
     tap: Tap,
-    mut answers: mpsc::UnboundedReceiver<Frame>,
+    to_client: ToClient,
     max_frame_size: usize,
+    mut guard: Guard,
+    peer: Option<std::net::SocketAddr>,
 ) where
     C: AsyncRead + AsyncWrite + Unpin,
     L: AsyncRead + AsyncWrite + Unpin,
@@ -550,29 +639,65 @@ pub(crate) async fn pump<C, L>(
     let (client_read, mut client_write) = tokio::io::split(client);
     let (library_read, library_write) = tokio::io::split(library);
     let inbound_tap = tap.clone();
-    let inbound = forward(
-        UnitReader::new(client_read, max_frame_size),
-        library_write,
-        true,
-        move |frame| inbound_tap.inbound(frame),
-    );
+    let refusals = tap.refusals.clone();
+    let ToClient {
+        mut answers,
+        refusals: mut closing,
+    } = to_client;
+    let inbound = async move {
+        let refused = forward_inbound(
+            UnitReader::new(client_read, max_frame_size),
+            library_write,
+            &mut guard,
+            move |frame| inbound_tap.inbound(frame),
+        )
+        .await?;
+        match refused {
+            // The outbound half says it, between two frames of its own.
+            Some(refusal) => {
+                let _ = refusals.send(refusal);
+                std::future::pending().await
+            }
+            None => Ok(()),
+        }
+    };
     let outbound = async {
         let mut reader = UnitReader::new(library_read, usize::MAX);
         let mut out = BytesMut::new();
+        let mut said = Said::default();
         loop {
             out.clear();
             tokio::select! {
+                biased;
+                Some(refusal) = closing.recv() => {
+                    LogLimit::global().info(Cause::ConnectionRefused, || {
+                        format!(
+                            "an AMQP connection from {} was closed: {}: {}",
+                            peer.map_or_else(|| "a client".to_owned(), |p| p.to_string()),
+                            condition_name(&refusal.condition),
+                            refusal.description
+                        )
+                    });
+                    refusal_frames(said, refusal, &mut out)?;
+                    client_write.write_all(&out).await?;
+                    break;
+                }
                 unit = reader.next() => match unit? {
                     None => break,
-                    Some(Unit::Header(header)) => out.put_slice(&header),
-                    Some(Unit::Frame(frame)) => {
-                        let changed = descriptor(&frame)
-                            .filter(|code| wanted(*code, false))
-                            .and_then(|_| decode(&frame))
-                            .and_then(|frame| tap.outbound(frame));
-                        match changed {
-                            Some(changed) => encode(changed, &mut out).map_err(std::io::Error::other)?,
-                            None => out.put_slice(&frame),
+                    Some(unit) => {
+                        said.saw(&unit);
+                        match unit {
+                            Unit::Header(header) => out.put_slice(&header),
+                            Unit::Frame(frame) => {
+                                let changed = descriptor(&frame)
+                                    .filter(|code| wanted(*code, false))
+                                    .and_then(|_| decode(&frame))
+                                    .and_then(|frame| tap.outbound(frame));
+                                match changed {
+                                    Some(changed) => encode(changed, &mut out).map_err(std::io::Error::other)?,
+                                    None => out.put_slice(&frame),
+                                }
+                            }
                         }
                     }
                 },
@@ -598,6 +723,14 @@ pub(crate) async fn pump<C, L>(
     };
     if let Err(error) = result {
         tracing::debug!(%error, "an AMQP connection's frames stopped");
+    }
+}
+
+/// An error condition as AMQP names it.
+fn condition_name(condition: &ErrorCondition) -> String {
+    match serde_amqp::to_value(condition) {
+        Ok(serde_amqp::Value::Symbol(symbol)) => symbol.0,
+        _ => format!("{condition:?}"),
     }
 }
 
@@ -687,7 +820,7 @@ mod tests {
 
     /// A tap that has seen the session begin and link `r` attach both ways,
     /// registered, and the client's flow of `credit`.
-    fn attached(credit: u32) -> (Tap, LinkEvents, mpsc::UnboundedReceiver<Frame>) {
+    fn attached(credit: u32) -> (Tap, LinkEvents, ToClient) {
         let (tap, answers) = Tap::new();
         let begin = Begin {
             remote_channel: Some(CLIENTS),
@@ -793,7 +926,7 @@ mod tests {
             9,
             DeliveryState::Rejected(Rejected { error: None }),
         );
-        let answer = answers.try_recv().expect("an answer frame");
+        let answer = answers.answers.try_recv().expect("an answer frame");
         assert_eq!(answer.channel, CLIENTS, "answers name the client's channel");
     }
 
@@ -866,7 +999,7 @@ mod tests {
             ))
             .expect("shown settled to fe2o3, so it does not answer accepted");
         assert!(matches!(shown.body, FrameBody::Disposition(d) if d.settled));
-        let answer = answers.try_recv().expect("the tap answers");
+        let answer = answers.answers.try_recv().expect("the tap answers");
         assert!(
             matches!(answer.body, FrameBody::Disposition(d) if d.first == 4 && d.state == Some(lost))
         );
