@@ -172,6 +172,16 @@ impl RunningHost {
         }
     }
 
+    /// The host's process id (to read its memory and threads in /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The file its stderr (its log) goes to, if it goes to one.
+    pub fn stderr_path(&self) -> Option<&std::path::Path> {
+        self.stderr_path.as_deref()
+    }
+
     /// What the host logged so far.
     pub fn stderr(&self) -> String {
         match &self.stderr_path {

@@ -20,6 +20,7 @@ pub mod bounds;
 mod cbs;
 pub mod convert;
 mod endpoint;
+pub mod frame_check;
 pub mod frame_io;
 mod guard;
 mod held;

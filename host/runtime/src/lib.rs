@@ -16,6 +16,7 @@ pub mod handlers;
 mod host;
 pub mod metrics;
 pub mod observed_store;
+pub mod open_files;
 mod pauses;
 mod wiring;
 

@@ -117,9 +117,12 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         .amqp
         .keys
         .iter()
-        .map(|k| SharedAccessKey::new(&k.name, &k.key))
+        .map(nimbus_runtime::config::AmqpKey::shared_access_key)
         .collect();
     let max_message_bytes = config.config.amqp.max_message_bytes();
+    let config_max_connections = config.config.amqp.max_connections;
+    // Before the endpoint and the API take connections: each is a file.
+    let open_files = nimbus_runtime::open_files::raise();
     let amqp_tls = config.amqp_tls.clone();
     let amqp_scheme = if amqp_tls.is_some() { "amqps" } else { "amqp" };
     // Beyond loopback, `load` made sure there is a token.
@@ -134,11 +137,25 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
             let broker = host
                 .broker()
                 .context("[amqp] listen serves the embedded broker, and this host has none")?;
+            let configured = config_max_connections;
+            let connections = open_files.amqp_connections(configured);
+            if connections < configured {
+                tracing::warn!(
+                    configured,
+                    serving = connections,
+                    open_file_limit = ?open_files.soft,
+                    "the process may open too few files for [amqp] max_connections: the endpoint \
+                     serves fewer, keeping {} for the API and the data files (raise the hard \
+                     limit, e.g. `ulimit -Hn`, LimitNOFILE= in a systemd unit)",
+                    nimbus_runtime::open_files::RESERVE
+                );
+            }
             let mut endpoint = nimbus_amqp::Endpoint::new(
                 std::sync::Arc::clone(broker),
                 amqp_keys,
                 max_message_bytes,
-            );
+            )
+            .with_max_connections(connections);
             if let Some(tls) = amqp_tls {
                 endpoint = endpoint.with_tls(tls);
             }
