@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow};
 use nimbus_amqp::SharedAccessKey;
-use nimbus_runtime::{ApiState, Config, DataLock, Host, VERSION, ValidConfig};
+use nimbus_runtime::{ApiState, Config, DataLock, Host, ResolverStoreStart, VERSION, ValidConfig};
 
 use crate::cli_ops::{CheckConfigArgs, RunArgs};
 use crate::output::outln;
@@ -79,11 +79,20 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config, source))?;
+    let resolver_start = if args.new_resolver_store {
+        ResolverStoreStart::New
+    } else {
+        ResolverStoreStart::Existing
+    };
+    runtime.block_on(serve(config, source, resolver_start))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
+async fn serve(
+    config: ValidConfig,
+    source: String,
+    resolver_start: ResolverStoreStart,
+) -> anyhow::Result<()> {
     let listen = config.config.api.listen;
     let data_dir = config.config.host.data_dir.clone();
     let handlers_dir = config.config.host.handlers_dir.clone();
@@ -126,7 +135,7 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
     let amqp_tls = config.amqp_tls.clone();
     let amqp_scheme = if amqp_tls.is_some() { "amqps" } else { "amqp" };
     // Beyond loopback, `load` made sure there is a token.
-    let host = Host::start_locked(config, data_lock).await?;
+    let host = Host::start_locked(config, data_lock, resolver_start).await?;
     let (stop_amqp, amqp_stopped) = tokio::sync::oneshot::channel::<()>();
     let (amqp_address, amqp_task) = match amqp {
         Some(listener) => {

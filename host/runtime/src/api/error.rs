@@ -101,7 +101,8 @@ impl From<ManagerError> for ApiError {
             | ManagerError::NotForwarded { .. }
             | ManagerError::SeenInThisPass { .. }
             | ManagerError::MissingCoordinate { .. }
-            | ManagerError::MissingPayload { .. } => ApiError::conflict(message),
+            | ManagerError::MissingPayload { .. }
+            | ManagerError::BlockerOnlyNamed { .. } => ApiError::conflict(message),
             ManagerError::ReadEndpoint {
                 source: AdminError::Unsupported { .. },
                 ..
