@@ -11,11 +11,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nimbus_amqp::{Endpoint, ServerTls, SharedAccessKey};
+use nimbus_amqp::{Endpoint, ServerTls};
 use nimbus_blackbox_tests::Scratch;
 use nimbus_blackbox_tests::orders::{id, order, publish, publish_run};
 use nimbus_blackbox_tests::running::{RunningHost, config_text};
 use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_dialect::SharedAccessKey;
 use nimbus_transport::provision::{self, Topology};
 use nimbus_transport::{Admin, SubscriptionPath};
 

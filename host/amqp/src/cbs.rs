@@ -1,11 +1,11 @@
 //! The `$cbs` node: a client puts a shared access signature there before
 //! it attaches a link to an entity, and the endpoint answers on the same
 //! session's `$cbs` receiver link (spec §A.4). A token is checked against
-//! the configured keys ([`crate::sas`]); what it grants is kept for the
-//! connection, and each publish and management request is checked against
-//! it.
+//! the configured keys ([`nimbus_dialect::sas`]); what it grants is kept
+//! for the connection ([`Grants`]), and each publish and management request
+//! is checked against it.
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use fe2o3_amqp::link::Receiver;
@@ -13,90 +13,14 @@ use fe2o3_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Body, Message as AmqpMessage, MessageId, Properties,
 };
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
-use tokio::sync::watch;
+use nimbus_dialect::management::{self, AUDIENCE, OPERATION, operation};
+use nimbus_dialect::{Grant, SharedAccessKey};
 use tracing::debug;
 
+use crate::grants::Grants;
+use crate::incoming::next_delivery;
 use crate::log_limit::{Cause, LogLimit};
 use crate::reply::ReplyLink;
-use crate::sas::{Grant, Right, SharedAccessKey};
-
-/// What the tokens put on one connection grant.
-#[derive(Debug)]
-pub(crate) struct Grants {
-    grants: Mutex<Vec<Grant>>,
-    /// The host the client named in its `open`: a token's audience must
-    /// be for it.
-    host: OnceLock<String>,
-    /// Whether a valid token has been put at all: until then the
-    /// connection is held to the bounds of one without a token.
-    authenticated: watch::Sender<bool>,
-}
-
-impl Default for Grants {
-    fn default() -> Self {
-        Grants {
-            grants: Mutex::default(),
-            host: OnceLock::new(),
-            authenticated: watch::Sender::new(false),
-        }
-    }
-}
-
-impl Grants {
-    /// Keeps `grant`, dropping those expired and the one it renews (the
-    /// SDKs put a fresh token for the same audience before the last
-    /// expires), so a long connection holds a handful, not one per renewal.
-    pub(crate) fn add(&self, grant: Grant) {
-        let now = SystemTime::now();
-        let mut grants = self.grants.lock().unwrap_or_else(PoisonError::into_inner);
-        grants.retain(|kept| kept.expires() > now && !kept.renewed_by(&grant));
-        grants.push(grant);
-        self.authenticated.send_replace(true);
-    }
-
-    /// Whether a token put on this connection gives `right` on
-    /// `entity_path` now.
-    pub(crate) fn allow(&self, right: Right, entity_path: &str) -> bool {
-        let now = SystemTime::now();
-        self.grants
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .any(|grant| grant.allows(right, entity_path, now))
-    }
-
-    /// `Ok` if a token gives `right` on `entity_path` now, else why not, as
-    /// the refusal's description.
-    pub(crate) fn check(&self, right: Right, entity_path: &str) -> Result<(), String> {
-        if self.allow(right, entity_path) {
-            return Ok(());
-        }
-        Err(format!(
-            "no token put on $cbs on this connection gives {right} on '{entity_path}' now: put \
-             one whose audience covers it, signed with a configured key that has {right} rights"
-        ))
-    }
-
-    /// Whether a valid token has been put on this connection.
-    pub(crate) fn authenticated(&self) -> bool {
-        *self.authenticated.borrow()
-    }
-
-    /// Tells when a first valid token is put.
-    pub(crate) fn watch_authenticated(&self) -> watch::Receiver<bool> {
-        self.authenticated.subscribe()
-    }
-
-    /// The host the client connected to, from its `open`.
-    pub(crate) fn set_host(&self, host: &str) {
-        let _ = self.host.set(host.to_owned());
-    }
-
-    #[cfg(test)]
-    pub(crate) fn host_for_tests(&self) -> Option<&str> {
-        self.host.get().map(String::as_str)
-    }
-}
 
 /// Answers the put-token requests of one `$cbs` sender link until the
 /// client detaches it.
@@ -106,7 +30,7 @@ pub(crate) async fn serve(
     keys: Arc<[SharedAccessKey]>,
     grants: Arc<Grants>,
 ) {
-    while let Some(delivery) = crate::publish::next_delivery(&mut requests).await {
+    while let Some(delivery) = next_delivery(&mut requests).await {
         let (delivery, request) = delivery.into_parts();
         if let Err(error) = requests.accept(delivery).await {
             debug!(%error, "settling a $cbs request failed");
@@ -136,12 +60,11 @@ fn answer(
         Some(SimpleValue::String(text)) => Some(text.clone()),
         _ => None,
     };
-    let (status, description) = match (property("operation").as_deref(), &request.body) {
-        (Some("put-token"), Body::Value(AmqpValue(Value::String(token)))) => {
-            let host = grants.host.get().map(String::as_str);
-            match Grant::from_token(token, keys, SystemTime::now(), host) {
+    let (status, description) = match (property(OPERATION).as_deref(), &request.body) {
+        (Some(operation::PUT_TOKEN), Body::Value(AmqpValue(Value::String(token)))) => {
+            match Grant::from_token(token, keys, SystemTime::now(), grants.host()) {
                 Ok(grant) => {
-                    debug!(key = grant.key_name(), audience = ?property("name"), "a client put a token");
+                    debug!(key = grant.key_name(), audience = ?property(AUDIENCE), "a client put a token");
                     grants.add(grant);
                     (202, "Accepted".to_owned())
                 }
@@ -149,14 +72,14 @@ fn answer(
                     LogLimit::global().info(Cause::TokenRefused(refused.kind()), || {
                         format!(
                             "a client's token was refused: {refused} (audience {:?})",
-                            property("name")
+                            property(AUDIENCE)
                         )
                     });
                     (401, refused.to_string())
                 }
             }
         }
-        (Some("put-token"), _) => (
+        (Some(operation::PUT_TOKEN), _) => (
             400,
             "the body of put-token is the token, as a string".to_owned(),
         ),
@@ -183,8 +106,11 @@ fn reply(
         .properties(properties)
         .application_properties(
             ApplicationProperties::builder()
-                .insert("status-code", SimpleValue::Int(status))
-                .insert("status-description", SimpleValue::String(description))
+                .insert(management::status::CBS_CODE, SimpleValue::Int(status))
+                .insert(
+                    management::status::CBS_DESCRIPTION,
+                    SimpleValue::String(description),
+                )
                 .build(),
         )
         .value(Value::Null)
@@ -196,6 +122,7 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use fe2o3_amqp::types::primitives::Uuid;
+    use nimbus_dialect::Right;
 
     use super::*;
 
@@ -320,6 +247,6 @@ mod tests {
             &keys(),
             &grants,
         );
-        assert_eq!(grants.grants.lock().unwrap().len(), 2);
+        assert_eq!(grants.len(), 2);
     }
 }

@@ -18,24 +18,25 @@ use fe2o3_amqp::types::definitions::{
 };
 use fe2o3_amqp::types::messaging::{DeliveryState, Released, TargetArchetype};
 use fe2o3_amqp::types::performatives::Attach;
-use fe2o3_amqp::types::primitives::{Symbol, Value};
+use nimbus_dialect::address::{self, CBS_NODE};
+use nimbus_dialect::condition;
+use nimbus_dialect::{EntityAddress, Node, Right, SharedAccessKey, SubQueue, attach};
 use nimbus_transport::{Admin, ErrorKind, SessionLock, SessionSelector, Transport};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tracing::{debug, info};
 
-use crate::address::{EntityAddress, Node, SubQueue};
 use crate::admission::{Admission, Admitted};
-use crate::cbs::{self, Grants};
+use crate::cbs;
+use crate::grants::{Grants, management_right};
 use crate::guard::{Guard, Limits, Refusal};
 use crate::held::{HeldDeliveries, HeldSessions};
 use crate::log_limit::{Cause, LogLimit};
 use crate::management::{self, Managed};
-use crate::publish;
+use crate::publish::{self, PublishCheck};
 use crate::receive::{self, QueueHeld, ReceiveMode, SessionHeld};
 use crate::reply::ReplyLink;
-use crate::sas::{Right, SharedAccessKey};
 use crate::sasl::ServiceBusSasl;
 use crate::tap::{self, Tap};
 use crate::tls::ServerTls;
@@ -82,11 +83,6 @@ const PIPE_BUFFER: usize = 1024 * 1024;
 /// How long a closing connection's last frames (a `close`, a SASL
 /// outcome) may take to go out.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
-
-/// A check on each message a client publishes, beyond its token: the
-/// host's (NimBus control messages only from its Manager). `Err` says why
-/// the message is refused.
-pub type PublishCheck = Arc<dyn Fn(&nimbus_transport::Message) -> Result<(), String> + Send + Sync>;
 
 /// Stops a connection's pump when the connection's task ends.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -584,12 +580,10 @@ async fn session_links<T: Transport + Admin>(
     let _ = session.end().await;
 }
 
-/// The key of the `$cbs` node among a session's reply links.
-const CBS_NODE: &str = "$cbs";
-
-/// The key of an entity's `$management` node (names ignore case).
+/// The key of an entity's `$management` node among a session's reply
+/// links (names ignore case); `$cbs`'s is [`CBS_NODE`].
 fn management_node(entity: &EntityAddress) -> String {
-    format!("{}/$management", entity.queue_path().to_ascii_lowercase())
+    address::management_node(&entity.queue_path()).to_ascii_lowercase()
 }
 
 fn reply_link(replies: &mut HashMap<String, Arc<ReplyLink>>, node: &str) -> Arc<ReplyLink> {
@@ -686,7 +680,7 @@ async fn entity_exists<T: Admin>(
     route: &Route,
 ) -> Result<(), AmqpErrorBody> {
     if let Route::ManagementRequests { entity } = route
-        && !grants.allow(management::right_for(entity), &entity.queue_path())
+        && !grants.allow(management_right(entity), &entity.queue_path())
     {
         return Ok(());
     }
@@ -703,8 +697,8 @@ async fn entity_exists<T: Admin>(
     }
 }
 
-fn refusal(condition: AmqpError, description: String) -> AmqpErrorBody {
-    publish::error_body(condition, description)
+fn refusal(refused: AmqpError, description: String) -> AmqpErrorBody {
+    condition::error(refused, description)
 }
 
 /// Detaches a link just attached, with `error`: the SDKs read the reason
@@ -740,24 +734,11 @@ enum Opened<T: Transport> {
     Queue(T::Receiver),
 }
 
-/// Why a receiver could not be opened, as the SDKs map it.
+/// Why a receiver could not be opened, as the SDKs map it (a forwarding
+/// subscription, with nothing in it to receive, is not allowed).
 fn receiver_refusal(error: &nimbus_transport::OpenReceiverError) -> AmqpErrorBody {
-    let condition = match error.kind() {
-        ErrorKind::NotFound => ErrorCondition::AmqpError(AmqpError::NotFound),
-        // A forwarding subscription: nothing stays in it to receive.
-        ErrorKind::Invalid => ErrorCondition::AmqpError(AmqpError::NotAllowed),
-        _ => ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
-    };
-    publish::error_body(condition, error.to_string())
+    condition::error(condition::for_kind(error.kind()), error.to_string())
 }
-
-/// The session filter's key in a receive link's source (spec §A.7.1).
-const SESSION_FILTER: &str = "com.microsoft:session-filter";
-
-/// How long a next-available attach waits for a session when the client
-/// does not say; Service Bus caps any wait at 65 s.
-const DEFAULT_SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-const MAX_SESSION_WAIT: std::time::Duration = std::time::Duration::from_secs(65);
 
 /// Opens what a receive attach asks for: the session it names (or the next
 /// available), or a peek-lock receiver on a dead-letter queue or a
@@ -772,14 +753,8 @@ async fn open_receive<T: Transport + Admin>(
     if let Err(why) = grants.check(Right::Listen, &written) {
         return Err(refusal(AmqpError::UnauthorizedAccess, why));
     }
-    let busy = |error: String| {
-        publish::error_body(
-            ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
-            error,
-        )
-    };
     let (path, subscription) = publish::resolve_subscription(transport, entity).await?;
-    let filter = session_filter(attach);
+    let filter = attach::session_in(attach.source.as_ref().and_then(|s| s.filter.as_ref()));
     if entity.sub_queue == SubQueue::DeadLetter {
         return match transport
             .receiver(&path, nimbus_transport::SubQueue::DeadLetter)
@@ -813,65 +788,31 @@ async fn open_receive<T: Transport + Admin>(
                 // A named session held elsewhere is refused at once, as
                 // Service Bus does.
                 Some(id) => (SessionSelector::Named(id), std::time::Duration::ZERO),
-                None => (SessionSelector::NextAvailable, session_wait(attach)),
+                None => (
+                    SessionSelector::NextAvailable,
+                    attach::wait_in(attach.properties.as_ref()),
+                ),
             };
             match transport.accept_session(&path, selector, wait).await {
                 Ok(lock) => Ok(Opened::Session {
                     lock: Arc::new(lock),
                     path: entity.entity_path(),
                 }),
-                Err(error) => Err(match error.kind() {
-                    ErrorKind::NoSessionAvailable => publish::error_body(
-                        ErrorCondition::Custom(Symbol::from("com.microsoft:timeout")),
-                        format!("no session of '{written}' became available within {wait:?}"),
-                    ),
-                    ErrorKind::SessionCannotBeLocked => publish::error_body(
-                        ErrorCondition::Custom(Symbol::from(
-                            "com.microsoft:session-cannot-be-locked",
-                        )),
-                        error.to_string(),
-                    ),
-                    ErrorKind::NotFound => refusal(AmqpError::NotFound, error.to_string()),
-                    _ => busy(error.to_string()),
-                }),
+                Err(error) => {
+                    let description = match error.kind() {
+                        ErrorKind::NoSessionAvailable => {
+                            format!("no session of '{written}' became available within {wait:?}")
+                        }
+                        _ => error.to_string(),
+                    };
+                    Err(condition::error(
+                        condition::for_kind(error.kind()),
+                        description,
+                    ))
+                }
             }
         }
     }
-}
-
-/// The session a receive attach asks for: `None` without a filter,
-/// `Some(None)` for the next available, `Some(Some(id))` for a named one.
-/// The value may be plain or described (spec §A.7.1).
-fn session_filter(attach: &Attach) -> Option<Option<String>> {
-    let filter = attach.source.as_ref()?.filter.as_ref()?;
-    let value = filter.get(&Symbol::from(SESSION_FILTER))?;
-    let value = match value {
-        Value::Described(described) => &described.value,
-        other => other,
-    };
-    Some(match value {
-        Value::String(id) if !id.is_empty() => Some(id.clone()),
-        _ => None,
-    })
-}
-
-/// How long a next-available attach may wait: `com.microsoft:timeout` in ms
-/// when the client sets it, capped as Service Bus caps it.
-fn session_wait(attach: &Attach) -> std::time::Duration {
-    let asked = attach
-        .properties
-        .as_ref()
-        .and_then(|p| p.get(&Symbol::from("com.microsoft:timeout")))
-        .and_then(|value| match value {
-            Value::Uint(ms) => Some(u64::from(*ms)),
-            Value::Int(ms) => u64::try_from(*ms).ok(),
-            Value::Long(ms) => u64::try_from(*ms).ok(),
-            Value::Ulong(ms) => Some(*ms),
-            _ => None,
-        });
-    asked.map_or(DEFAULT_SESSION_WAIT, |ms| {
-        std::time::Duration::from_millis(ms).min(MAX_SESSION_WAIT)
-    })
 }
 
 /// Answers a receive attach and starts its link, or answers it and detaches
@@ -914,15 +855,14 @@ async fn attach_receive<T: Transport + Admin>(
         // The id is echoed as a plain string, which both SDKs read back as
         // the session they were given.
         if let Some(source) = attach.source.as_mut() {
-            source.filter.get_or_insert_with(Default::default).insert(
-                Symbol::from(SESSION_FILTER),
-                Value::String(lock.session_id().to_owned()),
-            );
+            let (key, id) = attach::session_filter(Some(lock.session_id()));
+            source
+                .filter
+                .get_or_insert_with(Default::default)
+                .insert(key, id);
         }
-        properties.insert(
-            Symbol::from("com.microsoft:locked-until-utc"),
-            Value::Long(crate::convert::ticks(lock.locked_until())),
-        );
+        let (key, until) = attach::locked_until_property(lock.locked_until());
+        properties.insert(key, until);
     }
     let mode = if attach.snd_settle_mode == SenderSettleMode::Settled {
         ReceiveMode::ReceiveAndDelete

@@ -11,17 +11,16 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
-use fe2o3_amqp::types::definitions::{
-    Handle, ReceiverSettleMode, Role, SenderSettleMode,
-};
+use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
 use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Source, Target, TargetArchetype};
 use fe2o3_amqp::types::performatives::{
     Attach, Begin, ChannelMax, Detach, Disposition, End, Flow, MaxFrameSize, Open, Transfer,
 };
 use proptest::prelude::*;
 
-use crate::cbs::Grants;
-use crate::frame_io::{self, encode};
+use nimbus_dialect::frame_io::{self, encode};
+
+use crate::grants::Grants;
 use crate::guard::{Guard, Limits};
 use crate::tap::Tap;
 
@@ -53,12 +52,18 @@ fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
         2 => FrameBody::Attach(Attach {
             name: format!("l{handle}"),
             handle: Handle(handle),
-            role: if handle % 2 == 0 { Role::Sender } else { Role::Receiver },
+            role: if handle.is_multiple_of(2) {
+                Role::Sender
+            } else {
+                Role::Receiver
+            },
             snd_settle_mode: SenderSettleMode::Unsettled,
             rcv_settle_mode: ReceiverSettleMode::First,
             source: Some(Box::new(Source::default())),
             target: Some(Box::new(TargetArchetype::Target(Target {
-                address: Some(["orders", "$cbs", "orders/$management"][handle as usize % 3].to_owned()),
+                address: Some(
+                    ["orders", "$cbs", "orders/$management"][handle as usize % 3].to_owned(),
+                ),
                 ..Target::default()
             }))),
             unsettled: None,
@@ -78,7 +83,7 @@ fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
             delivery_count: Some(0),
             link_credit: Some(10),
             available: None,
-            drain: handle % 3 == 0,
+            drain: handle.is_multiple_of(3),
             echo: false,
             properties: None,
         }),
@@ -88,12 +93,12 @@ fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
                 delivery_id: Some(handle),
                 delivery_tag: Some(vec![1, 2, 3, 4].into()),
                 message_format: Some(0),
-                settled: Some(handle % 2 == 0),
-                more: handle % 3 == 0,
+                settled: Some(handle.is_multiple_of(2)),
+                more: handle.is_multiple_of(3),
                 rcv_settle_mode: None,
                 state: None,
                 resume: false,
-                aborted: handle % 7 == 0,
+                aborted: handle.is_multiple_of(7),
                 batchable: false,
             },
             payload: payload.into(),
@@ -102,7 +107,7 @@ fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
             role: Role::Receiver,
             first: handle,
             last: Some(handle.wrapping_add(3)),
-            settled: handle % 2 == 0,
+            settled: handle.is_multiple_of(2),
             state: Some(DeliveryState::Accepted(Accepted {})),
             batchable: false,
         }),

@@ -1,7 +1,7 @@
 //! What one connection may send and hold, checked on each frame from the
 //! client before fe2o3 or the tap decodes it (issue 40).
 //!
-//! - Every value is read by [`crate::bounds`] first: a frame's
+//! - Every value is read by [`nimbus_dialect::bounds`] first: a frame's
 //!   performative, and the message a transfer's frames carry, across
 //!   frames. Anything nested too deep or malformed closes the connection
 //!   with `amqp:decode-error` before a recursive decoder sees it.
@@ -24,10 +24,11 @@ use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition, Role, SessionErr
 use fe2o3_amqp::types::messaging::TargetArchetype;
 use fe2o3_amqp::types::performatives::{Attach, Transfer};
 
-use crate::address::Node;
-use crate::cbs::Grants;
-use crate::frame_check::{FrameCheck, Performative, Seen};
-use crate::sas::Right;
+use nimbus_dialect::Node;
+use nimbus_dialect::Right;
+use nimbus_dialect::frame_check::{FrameCheck, Performative, Seen};
+
+use crate::grants::{Grants, management_right};
 
 /// The bounds on one connection.
 #[derive(Debug, Clone, Copy)]
@@ -267,9 +268,7 @@ fn needed_to_send(address: &str) -> Option<(Right, String)> {
     match Node::parse(address) {
         Ok(Node::Cbs) => None,
         Ok(Node::Entity(entity)) => Some((Right::Send, entity.queue_path())),
-        Ok(Node::Management(entity)) => {
-            Some((crate::management::right_for(&entity), entity.queue_path()))
-        }
+        Ok(Node::Management(entity)) => Some((management_right(&entity), entity.queue_path())),
         Err(_) => Some((Right::Manage, address.to_owned())),
     }
 }

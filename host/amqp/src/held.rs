@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
-use nimbus_transport::{LockToken, Properties};
+use nimbus_dialect::Outcome;
+use nimbus_transport::LockToken;
 use tokio::sync::{mpsc, oneshot};
 
 /// Session locks held on one connection, by subscription and session id.
@@ -67,15 +68,6 @@ pub(crate) enum LinkCommand {
         token: LockToken,
         reply: oneshot::Sender<Result<SystemTime, SettleFailure>>,
     },
-}
-
-/// What a client asks done with a delivery.
-#[derive(Debug, Clone)]
-pub(crate) enum Outcome {
-    Complete,
-    Abandon(Properties),
-    DeadLetter { reason: String, description: String },
-    Release,
 }
 
 /// Why a settlement or renewal did not take effect.

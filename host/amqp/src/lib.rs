@@ -1,11 +1,11 @@
-//! The Service Bus dialect of AMQP 1.0, as Microsoft's SDKs speak it to an
-//! emulator (`../shared/reference/servicebus-amqp.md`, issue 29).
+//! The AMQP endpoint: the Service Bus dialect of AMQP 1.0 served to
+//! Microsoft's SDKs as an emulator would serve it
+//! (`../shared/reference/servicebus-amqp.md`, issue 29).
 //!
-//! The dialect's rules stand alone and hold no I/O: shared access
-//! signatures checked against the configured keys ([`sas`]), the link
-//! addresses the SDKs write in three forms, read as one ([`address`]), and
-//! an SDK's message read into the broker's ([`convert`]). The endpoint
-//! ([`Endpoint`]) serves them over TCP on fe2o3-amqp's acceptor: SASL
+//! The dialect's rules (addresses, shared access signatures, message
+//! conversion, the bounds on what a peer sends) are `nimbus-dialect`'s,
+//! shared with the client; this crate serves them. The endpoint
+//! ([`Endpoint`]) listens on TCP over fe2o3-amqp's acceptor: SASL
 //! (`MSSBCBS`, `ANONYMOUS`), `$cbs`, links that publish to topics, a
 //! topic's `$management` for scheduling (decision 0135), and links that
 //! receive from sessions and dead-letter queues, settled by the broker's own
@@ -14,31 +14,26 @@
 //! a settlement, credit) a frame tap between the socket and the library
 //! does (decision 0136).
 
-pub mod address;
 mod admission;
-pub mod bounds;
 mod cbs;
-pub mod convert;
 mod endpoint;
-pub mod frame_check;
-pub mod frame_io;
 #[cfg(test)]
 mod fuzz;
+mod grants;
 mod guard;
 mod held;
+mod incoming;
 mod log_limit;
 mod management;
 mod publish;
 mod receive;
 mod reply;
-pub mod sas;
 mod sasl;
 mod tap;
 mod tls;
 
-pub use address::{AddressError, EntityAddress, Node, SubQueue};
 pub use endpoint::{
-    Endpoint, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_PENDING_CONNECTIONS, PublishCheck, TOKEN_TIMEOUT,
+    Endpoint, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_PENDING_CONNECTIONS, TOKEN_TIMEOUT,
 };
-pub use sas::{Grant, Right, Rights, SasError, SharedAccessKey};
+pub use publish::PublishCheck;
 pub use tls::{ServerTls, ServerTlsError};

@@ -15,29 +15,28 @@ use fe2o3_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Body, Message as AmqpMessage, MessageId, Properties,
 };
 use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Value};
-use nimbus_transport::{Admin, CancelError, LockToken, SessionLock, Transport};
+use nimbus_dialect::condition::{
+    ARGUMENT_ERROR, MESSAGE_LOCK_LOST, MESSAGE_NOT_FOUND, NOT_FOUND, NOT_IMPLEMENTED, SERVER_BUSY,
+    SESSION_LOCK_LOST, UNAUTHORIZED_ACCESS,
+};
+use nimbus_dialect::management::operation::{
+    CANCEL_SCHEDULED_MESSAGE, GET_SESSION_STATE, PEEK_MESSAGE, RENEW_LOCK, RENEW_SESSION_LOCK,
+    SCHEDULE_MESSAGE, SET_SESSION_STATE, UPDATE_DISPOSITION,
+};
+use nimbus_dialect::management::{
+    OPERATION, disposition, field, key, lock_tokens_in, map, status, text,
+};
+use nimbus_dialect::outcome::property;
+use nimbus_dialect::{EntityAddress, Outcome, Right, bounds, convert};
+use nimbus_transport::{Admin, CancelError, SessionLock, Transport};
 use tokio::sync::oneshot;
 use tracing::debug;
 
-use crate::address::{EntityAddress, SubQueue};
-use crate::bounds;
-use crate::cbs::Grants;
-use crate::convert;
-use crate::endpoint::PublishCheck;
-use crate::held::{HeldDeliveries, HeldSessions, LinkCommand, Outcome, SettleFailure};
-use crate::publish::{checked, next_delivery, resolve_topic};
-use crate::receive::property;
+use crate::grants::{Grants, management_right};
+use crate::held::{HeldDeliveries, HeldSessions, LinkCommand, SettleFailure};
+use crate::incoming::next_delivery;
+use crate::publish::{PublishCheck, checked, resolve_subscription, resolve_topic};
 use crate::reply::ReplyLink;
-use crate::sas::Right;
-
-const SCHEDULE: &str = "com.microsoft:schedule-message";
-const CANCEL: &str = "com.microsoft:cancel-scheduled-message";
-const GET_SESSION_STATE: &str = "com.microsoft:get-session-state";
-const SET_SESSION_STATE: &str = "com.microsoft:set-session-state";
-const RENEW_SESSION_LOCK: &str = "com.microsoft:renew-session-lock";
-const RENEW_LOCK: &str = "com.microsoft:renew-lock";
-const UPDATE_DISPOSITION: &str = "com.microsoft:update-disposition";
-const PEEK: &str = "com.microsoft:peek-message";
 
 /// The most messages one peek answers: Service Bus's own page.
 const PEEK_MAX: usize = 250;
@@ -79,17 +78,6 @@ impl Answer {
             condition: Some(condition),
             body: Value::Null,
         }
-    }
-}
-
-/// The right a client needs on `entity`'s `$management` node: a topic's
-/// schedules messages (Send), a subscription's and its dead-letter queue's
-/// read and settle them (Listen).
-pub(crate) fn right_for(entity: &EntityAddress) -> Right {
-    if entity.subscription.is_some() || entity.sub_queue != SubQueue::Main {
-        Right::Listen
-    } else {
-        Right::Send
     }
 }
 
@@ -148,15 +136,15 @@ async fn answer<T: Transport + Admin>(
     let operation = request
         .application_properties
         .as_ref()
-        .and_then(|p| p.0.get("operation"))
-        .and_then(text);
+        .and_then(|p| p.0.get(OPERATION))
+        .and_then(simple_text);
     if let Err(why) = grants.check(Right::Send, written) {
-        return Answer::refused(401, "com.microsoft:unauthorized-access", why);
+        return Answer::refused(401, UNAUTHORIZED_ACCESS, why);
     }
     let topic = match resolve_topic(transport, written).await {
         Ok(topic) => topic,
         Err(error) => {
-            return Answer::refused(404, "amqp:not-found", error.description.unwrap_or_default());
+            return Answer::refused(404, NOT_FOUND, error.description.unwrap_or_default());
         }
     };
     let body = match request.body {
@@ -164,17 +152,17 @@ async fn answer<T: Transport + Admin>(
         _ => {
             return Answer::refused(
                 400,
-                "com.microsoft:argument-error",
+                ARGUMENT_ERROR,
                 "a $management request's body is a map".to_owned(),
             );
         }
     };
     match operation.as_deref() {
-        Some(SCHEDULE) => schedule(transport, &topic, &body, check).await,
-        Some(CANCEL) => cancel(transport, &topic, &body).await,
+        Some(SCHEDULE_MESSAGE) => schedule(transport, &topic, &body, check).await,
+        Some(CANCEL_SCHEDULED_MESSAGE) => cancel(transport, &topic, &body).await,
         other => Answer::refused(
             501,
-            "com.microsoft:not-implemented",
+            NOT_IMPLEMENTED,
             format!(
                 "'{}' is not an operation this endpoint serves on a topic's $management yet \
                  (it serves schedule-message and cancel-scheduled-message)",
@@ -193,8 +181,8 @@ async fn schedule<T: Transport>(
     body: &OrderedMap<Value, Value>,
     check: Option<&PublishCheck>,
 ) -> Answer {
-    let argument = |why: String| Answer::refused(400, "com.microsoft:argument-error", why);
-    let entries = match field(body, "messages") {
+    let argument = |why: String| Answer::refused(400, ARGUMENT_ERROR, why);
+    let entries = match field(body, key::MESSAGES) {
         Some(Value::List(entries)) => entries.clone(),
         Some(Value::Array(entries)) => entries.0.clone(),
         _ => return argument("schedule-message needs `messages`, a list".to_owned()),
@@ -202,7 +190,7 @@ async fn schedule<T: Transport>(
     let mut messages = Vec::with_capacity(entries.len());
     for (index, entry) in entries.iter().enumerate() {
         let encoded = match entry {
-            Value::Map(entry) => match field(entry, "message") {
+            Value::Map(entry) => match field(entry, key::MESSAGE) {
                 Some(Value::Binary(bytes)) => bytes.clone(),
                 _ => return argument(format!("messages[{index}] has no `message` (binary)")),
             },
@@ -234,22 +222,22 @@ async fn schedule<T: Transport>(
     if let Err(refused) = checked(check, &messages) {
         return Answer::refused(
             401,
-            "com.microsoft:unauthorized-access",
+            UNAUTHORIZED_ACCESS,
             refused.description.unwrap_or_default(),
         );
     }
     match transport.publish(topic, messages).await {
         Ok(sequence_numbers) => {
             let numbers = Array(sequence_numbers.into_iter().map(Value::Long).collect());
-            Answer::ok(map([("sequence-numbers", Value::Array(numbers))]))
+            Answer::ok(map([(key::SEQUENCE_NUMBERS, Value::Array(numbers))]))
         }
         Err(error @ nimbus_transport::PublishError::TopicNotFound { .. }) => {
-            Answer::refused(404, "amqp:not-found", error.to_string())
+            Answer::refused(404, NOT_FOUND, error.to_string())
         }
         Err(error @ nimbus_transport::PublishError::InvalidMessage { .. }) => {
-            Answer::refused(400, "com.microsoft:argument-error", error.to_string())
+            Answer::refused(400, ARGUMENT_ERROR, error.to_string())
         }
-        Err(error) => Answer::refused(500, "com.microsoft:server-busy", error.to_string()),
+        Err(error) => Answer::refused(500, SERVER_BUSY, error.to_string()),
     }
 }
 
@@ -260,13 +248,13 @@ async fn cancel<T: Transport>(
     topic: &str,
     body: &OrderedMap<Value, Value>,
 ) -> Answer {
-    let numbers: Vec<i64> = match field(body, "sequence-numbers") {
+    let numbers: Vec<i64> = match field(body, key::SEQUENCE_NUMBERS) {
         Some(Value::Array(numbers)) => numbers.0.iter().filter_map(long).collect(),
         Some(Value::List(numbers)) => numbers.iter().filter_map(long).collect(),
         _ => {
             return Answer::refused(
                 400,
-                "com.microsoft:argument-error",
+                ARGUMENT_ERROR,
                 "cancel-scheduled-message needs `sequence-numbers`, an array of longs".to_owned(),
             );
         }
@@ -277,12 +265,12 @@ async fn cancel<T: Transport>(
             Err(CancelError::NotFound { .. }) => {
                 return Answer::refused(
                     404,
-                    "com.microsoft:message-not-found",
+                    MESSAGE_NOT_FOUND,
                     format!("no message of '{topic}' is scheduled with sequence number {number}"),
                 );
             }
             Err(error) => {
-                return Answer::refused(500, "com.microsoft:server-busy", error.to_string());
+                return Answer::refused(500, SERVER_BUSY, error.to_string());
             }
         }
     }
@@ -312,30 +300,30 @@ async fn subscription_answer<T: Transport + Admin>(
     let operation = request
         .application_properties
         .as_ref()
-        .and_then(|p| p.0.get("operation"))
-        .and_then(text);
-    if let Err(why) = grants.check(right_for(entity), &entity.queue_path()) {
-        return Answer::refused(401, "com.microsoft:unauthorized-access", why);
+        .and_then(|p| p.0.get(OPERATION))
+        .and_then(simple_text);
+    if let Err(why) = grants.check(management_right(entity), &entity.queue_path()) {
+        return Answer::refused(401, UNAUTHORIZED_ACCESS, why);
     }
     // Sessions are the subscription's; its dead-letter queue has none.
     let path = entity.entity_path();
     let Body::Value(AmqpValue(Value::Map(body))) = request.body else {
         return Answer::refused(
             400,
-            "com.microsoft:argument-error",
+            ARGUMENT_ERROR,
             "a $management request's body is a map".to_owned(),
         );
     };
     let operation = operation.unwrap_or_default();
     match operation.as_str() {
         RENEW_LOCK => return renew_locks(deliveries, &body).await,
-        PEEK => return peek(transport, entity, &body).await,
+        PEEK_MESSAGE => return peek(transport, entity, &body).await,
         UPDATE_DISPOSITION => return update_disposition(deliveries, &body).await,
         GET_SESSION_STATE | SET_SESSION_STATE | RENEW_SESSION_LOCK => {}
         _ => {
             return Answer::refused(
                 501,
-                "com.microsoft:not-implemented",
+                NOT_IMPLEMENTED,
                 format!(
                     "'{operation}' is not an operation this endpoint serves on a subscription's \
                      $management (it serves get-session-state, set-session-state, \
@@ -344,10 +332,10 @@ async fn subscription_answer<T: Transport + Admin>(
             );
         }
     }
-    let Some(session_id) = field(&body, "session-id").and_then(text_value) else {
+    let Some(session_id) = field(&body, key::SESSION_ID).and_then(text) else {
         return Answer::refused(
             400,
-            "com.microsoft:argument-error",
+            ARGUMENT_ERROR,
             format!("'{operation}' needs `session-id`, a string"),
         );
     };
@@ -357,19 +345,19 @@ async fn subscription_answer<T: Transport + Admin>(
     match operation.as_str() {
         GET_SESSION_STATE => match lock.get_state().await {
             Ok(state) => Answer::ok(map([(
-                "session-state",
+                key::SESSION_STATE,
                 state.map_or(Value::Null, |bytes| Value::Binary(bytes.into())),
             )])),
             Err(error) => state_error(&path, &session_id, &error.to_string(), error.kind()),
         },
         SET_SESSION_STATE => {
-            let state = match field(&body, "session-state") {
+            let state = match field(&body, key::SESSION_STATE) {
                 None | Some(Value::Null) => None,
                 Some(Value::Binary(bytes)) => Some(bytes.to_vec()).filter(|b| !b.is_empty()),
                 Some(_) => {
                     return Answer::refused(
                         400,
-                        "com.microsoft:argument-error",
+                        ARGUMENT_ERROR,
                         "`session-state` is binary or null".to_owned(),
                     );
                 }
@@ -380,7 +368,7 @@ async fn subscription_answer<T: Transport + Admin>(
             }
         }
         _ => match lock.renew().await {
-            Ok(until) => Answer::ok(map([("expiration", convert::timestamp(until))])),
+            Ok(until) => Answer::ok(map([(key::EXPIRATION, convert::timestamp(until))])),
             Err(error) => state_error(&path, &session_id, &error.to_string(), error.kind()),
         },
     }
@@ -394,25 +382,25 @@ async fn peek<T: Transport + Admin>(
     entity: &EntityAddress,
     body: &OrderedMap<Value, Value>,
 ) -> Answer {
-    let argument = |why: &str| Answer::refused(400, "com.microsoft:argument-error", why.to_owned());
-    let Some(from) = field(body, "from-sequence-number").and_then(long) else {
+    let argument = |why: &str| Answer::refused(400, ARGUMENT_ERROR, why.to_owned());
+    let Some(from) = field(body, key::FROM_SEQUENCE_NUMBER).and_then(long) else {
         return argument("peek-message needs `from-sequence-number`, a long");
     };
-    let Some(count) = field(body, "message-count").and_then(long) else {
+    let Some(count) = field(body, key::MESSAGE_COUNT).and_then(long) else {
         return argument("peek-message needs `message-count`, an int");
     };
     let Ok(count) = usize::try_from(count) else {
         return argument("`message-count` is negative");
     };
-    let session = field(body, "session-id").and_then(text_value);
-    let (path, _) = match crate::publish::resolve_subscription(transport, entity).await {
+    let session = field(body, key::SESSION_ID).and_then(text);
+    let (path, _) = match resolve_subscription(transport, entity).await {
         Ok(found) => found,
         Err(error) => {
-            return Answer::refused(404, "amqp:not-found", error.description.unwrap_or_default());
+            return Answer::refused(404, NOT_FOUND, error.description.unwrap_or_default());
         }
     };
     let queue = match entity.sub_queue {
-        crate::address::SubQueue::DeadLetter => nimbus_transport::SubQueue::DeadLetter,
+        nimbus_dialect::SubQueue::DeadLetter => nimbus_transport::SubQueue::DeadLetter,
         _ => nimbus_transport::SubQueue::Main,
     };
     let peeked = match transport
@@ -420,63 +408,49 @@ async fn peek<T: Transport + Admin>(
         .await
     {
         Ok(peeked) => peeked,
-        Err(error) => return Answer::refused(500, "com.microsoft:server-busy", error.to_string()),
+        Err(error) => return Answer::refused(500, SERVER_BUSY, error.to_string()),
     };
     if peeked.is_empty() {
         return Answer {
             status: 204,
             description: "No messages to peek".to_owned(),
-            condition: Some("com.microsoft:message-not-found"),
+            condition: Some(MESSAGE_NOT_FOUND),
             body: Value::Null,
         };
     }
     let mut messages = Vec::with_capacity(peeked.len());
     for message in &peeked {
         match convert::encode_received(message) {
-            Ok(bytes) => messages.push(map([("message", Value::Binary(bytes.into()))])),
+            Ok(bytes) => messages.push(map([(key::MESSAGE, Value::Binary(bytes.into()))])),
             Err(error) => {
-                return Answer::refused(500, "com.microsoft:server-busy", error.to_string());
+                return Answer::refused(500, SERVER_BUSY, error.to_string());
             }
         }
     }
-    Answer::ok(map([("messages", Value::List(messages))]))
+    Answer::ok(map([(key::MESSAGES, Value::List(messages))]))
 }
 
-/// The lock tokens of a request: an array (or list) of uuids, in RFC
-/// order (spec §A.10).
-fn lock_tokens(body: &OrderedMap<Value, Value>) -> Option<Vec<LockToken>> {
-    let values = match field(body, "lock-tokens")? {
-        Value::Array(values) => values.0.clone(),
-        Value::List(values) => values.clone(),
-        _ => return None,
-    };
-    values
-        .into_iter()
-        .map(|value| match value {
-            Value::Uuid(uuid) => Some(LockToken::from_uuid(uuid::Uuid::from_bytes(
-                uuid.into_inner(),
-            ))),
-            _ => None,
-        })
-        .collect()
+/// The lock tokens of a request (spec §A.10).
+fn lock_tokens(body: &OrderedMap<Value, Value>) -> Option<Vec<nimbus_transport::LockToken>> {
+    lock_tokens_in(field(body, key::LOCK_TOKENS)?)
 }
 
 fn failed(failure: SettleFailure) -> Answer {
     match failure {
         SettleFailure::LockLost => Answer::refused(
             410,
-            "com.microsoft:message-lock-lost",
+            MESSAGE_LOCK_LOST,
             "the message's lock was lost (or it was settled already): it will be delivered \
              again"
                 .to_owned(),
         ),
         SettleFailure::SessionLockLost => Answer::refused(
             410,
-            "com.microsoft:session-lock-lost",
+            SESSION_LOCK_LOST,
             "the session lock was lost: its messages will be delivered again".to_owned(),
         ),
-        SettleFailure::Invalid(why) => Answer::refused(400, "com.microsoft:argument-error", why),
-        SettleFailure::Busy(why) => Answer::refused(500, "com.microsoft:server-busy", why),
+        SettleFailure::Invalid(why) => Answer::refused(400, ARGUMENT_ERROR, why),
+        SettleFailure::Busy(why) => Answer::refused(500, SERVER_BUSY, why),
     }
 }
 
@@ -486,7 +460,7 @@ async fn renew_locks(deliveries: &HeldDeliveries, body: &OrderedMap<Value, Value
     let Some(tokens) = lock_tokens(body) else {
         return Answer::refused(
             400,
-            "com.microsoft:argument-error",
+            ARGUMENT_ERROR,
             "renew-lock needs `lock-tokens`, an array of uuids".to_owned(),
         );
     };
@@ -505,7 +479,7 @@ async fn renew_locks(deliveries: &HeldDeliveries, body: &OrderedMap<Value, Value
             Err(failure) => return failed(failure),
         }
     }
-    Answer::ok(map([("expirations", Value::Array(Array(expirations)))]))
+    Answer::ok(map([(key::EXPIRATIONS, Value::Array(Array(expirations)))]))
 }
 
 /// Settles each message by lock token through the link that holds it: the
@@ -515,29 +489,29 @@ async fn update_disposition(
     deliveries: &HeldDeliveries,
     body: &OrderedMap<Value, Value>,
 ) -> Answer {
-    let argument = |why: &str| Answer::refused(400, "com.microsoft:argument-error", why.to_owned());
+    let argument = |why: &str| Answer::refused(400, ARGUMENT_ERROR, why.to_owned());
     let Some(tokens) = lock_tokens(body) else {
         return argument("update-disposition needs `lock-tokens`, an array of uuids");
     };
-    let session = field(body, "session-id").and_then(text_value).is_some();
-    let text_field = |key: &str| field(body, key).and_then(text_value).unwrap_or_default();
-    let outcome = match text_field("disposition-status").as_str() {
-        "completed" => Outcome::Complete,
-        "abandoned" => Outcome::Abandon(match field(body, "properties-to-modify") {
+    let session = field(body, key::SESSION_ID).and_then(text).is_some();
+    let text_field = |key: &str| field(body, key).and_then(text).unwrap_or_default();
+    let outcome = match text_field(key::DISPOSITION_STATUS).as_str() {
+        disposition::COMPLETED => Outcome::Complete,
+        disposition::ABANDONED => Outcome::Abandon(match field(body, key::PROPERTIES_TO_MODIFY) {
             Some(Value::Map(properties)) => properties
                 .iter()
-                .filter_map(|(key, value)| Some((text_value(key)?, property(value)?)))
+                .filter_map(|(key, value)| Some((text(key)?, property(value)?)))
                 .collect(),
             _ => Default::default(),
         }),
-        "suspended" => Outcome::DeadLetter {
-            reason: text_field("deadletter-reason"),
-            description: text_field("deadletter-description"),
+        disposition::SUSPENDED => Outcome::DeadLetter {
+            reason: text_field(key::DEADLETTER_REASON),
+            description: text_field(key::DEADLETTER_DESCRIPTION),
         },
-        "defered" | "deferred" => {
+        disposition::DEFERED | disposition::DEFERRED => {
             return Answer::refused(
                 501,
-                "com.microsoft:not-implemented",
+                NOT_IMPLEMENTED,
                 "deferring a message is not supported by nimbus; abandon or dead-letter it"
                     .to_owned(),
             );
@@ -576,7 +550,7 @@ async fn update_disposition(
 fn session_lock_lost(path: &str, session_id: &str) -> Answer {
     Answer::refused(
         410,
-        "com.microsoft:session-lock-lost",
+        SESSION_LOCK_LOST,
         format!(
             "session '{session_id}' of '{path}' is not locked by a receiver on this connection \
              (its lock lapsed, or another receiver holds it)"
@@ -594,7 +568,7 @@ fn state_error(
         nimbus_transport::ErrorKind::SessionLockLost | nimbus_transport::ErrorKind::LockLost => {
             session_lock_lost(path, session_id)
         }
-        _ => Answer::refused(500, "com.microsoft:server-busy", description.to_owned()),
+        _ => Answer::refused(500, SERVER_BUSY, description.to_owned()),
     }
 }
 
@@ -602,11 +576,11 @@ fn envelope(correlation: Option<MessageId>, answer: Answer) -> AmqpMessage<AmqpV
     let mut properties = Properties::builder().build();
     properties.correlation_id = correlation;
     let mut application = ApplicationProperties::builder()
-        .insert("statusCode", SimpleValue::Int(answer.status))
-        .insert("statusDescription", SimpleValue::String(answer.description));
+        .insert(status::CODE, SimpleValue::Int(answer.status))
+        .insert(status::DESCRIPTION, SimpleValue::String(answer.description));
     if let Some(condition) = answer.condition {
         application = application.insert(
-            "errorCondition",
+            status::ERROR_CONDITION,
             SimpleValue::Symbol(Symbol::from(condition)),
         );
     }
@@ -617,36 +591,11 @@ fn envelope(correlation: Option<MessageId>, answer: Answer) -> AmqpMessage<AmqpV
         .build()
 }
 
-/// A map with string keys, as the SDKs read answers.
-fn map<const N: usize>(entries: [(&str, Value); N]) -> Value {
-    Value::Map(
-        entries
-            .into_iter()
-            .map(|(key, value)| (Value::String(key.to_owned()), value))
-            .collect(),
-    )
-}
-
-/// The value under `key`, written as a string or a symbol.
-fn field<'a>(map: &'a OrderedMap<Value, Value>, key: &str) -> Option<&'a Value> {
-    map.iter()
-        .find(|(k, _)| text_value(k).as_deref() == Some(key))
-        .map(|(_, value)| value)
-}
-
-fn text(value: &SimpleValue) -> Option<String> {
+fn simple_text(value: &SimpleValue) -> Option<String> {
     match value {
         SimpleValue::String(text) => Some(text.clone()),
         SimpleValue::Symbol(symbol) => Some(symbol.0.clone()),
         SimpleValue::Binary(bytes) => String::from_utf8(bytes.to_vec()).ok(),
-        _ => None,
-    }
-}
-
-fn text_value(value: &Value) -> Option<String> {
-    match value {
-        Value::String(text) => Some(text.clone()),
-        Value::Symbol(symbol) => Some(symbol.0.clone()),
         _ => None,
     }
 }

@@ -6,21 +6,22 @@
 use std::sync::Arc;
 
 use fe2o3_amqp::link::Receiver;
-use fe2o3_amqp::link::RecvError;
-use fe2o3_amqp::types::definitions::{AmqpError, Error as AmqpErrorBody, ErrorCondition, Fields};
+use fe2o3_amqp::types::definitions::{AmqpError, Error as AmqpErrorBody, ErrorCondition};
 use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage};
-use fe2o3_amqp::types::primitives::{Symbol, Value};
+use fe2o3_amqp::types::primitives::Value;
+use nimbus_dialect::condition::{self, SERVER_BUSY};
+use nimbus_dialect::convert::{self, BATCH_FORMAT, ConvertError};
+use nimbus_dialect::{EntityAddress, Right};
 use nimbus_transport::{Admin, PublishError, Transport};
 use tracing::debug;
 
-use crate::cbs::Grants;
-use crate::convert::{self, ConvertError};
-use crate::endpoint::PublishCheck;
-use crate::log_limit::{Cause, LogLimit};
-use crate::sas::Right;
+use crate::grants::Grants;
+use crate::incoming::next_delivery;
 
-/// The message format of a batch: one data section per encoded message.
-const BATCH_FORMAT: u32 = 0x8001_3700;
+/// A check on each message a client publishes, beyond its token: the
+/// host's (NimBus control messages only from its Manager). `Err` says why
+/// the message is refused.
+pub type PublishCheck = Arc<dyn Fn(&nimbus_transport::Message) -> Result<(), String> + Send + Sync>;
 
 /// Publishes what the client sends on `receiver` to the topic it named as
 /// `written` until it detaches. Each delivery is checked on its own: a
@@ -63,27 +64,6 @@ pub(crate) async fn serve<T: Transport + Admin>(
     let _ = receiver.close().await;
 }
 
-/// The next delivery on `receiver`, or `None` once the link is gone. A
-/// delivery that does not decode is skipped (logged): the link goes on.
-pub(crate) async fn next_delivery(
-    receiver: &mut Receiver,
-) -> Option<fe2o3_amqp::link::delivery::Delivery<Body<Value>>> {
-    loop {
-        match receiver.recv::<Body<Value>>().await {
-            Ok(delivery) => return Some(delivery),
-            Err(RecvError::MessageDecode(error)) => {
-                LogLimit::global().warn(Cause::NotAMessage, || {
-                    format!("a delivery that is not an AMQP message was skipped: {error}")
-                });
-            }
-            Err(error) => {
-                debug!(%error, "a link ended");
-                return None;
-            }
-        }
-    }
-}
-
 async fn publish<T: Transport + Admin>(
     transport: &T,
     (written, topic): (&str, &mut Option<String>),
@@ -94,7 +74,7 @@ async fn publish<T: Transport + Admin>(
 ) -> Result<(), AmqpErrorBody> {
     grants
         .check(Right::Send, written)
-        .map_err(|why| error_body(AmqpError::UnauthorizedAccess, why))?;
+        .map_err(|why| condition::error(AmqpError::UnauthorizedAccess, why))?;
     let messages = if format == BATCH_FORMAT {
         convert::batch(message)
     } else {
@@ -133,7 +113,7 @@ pub(crate) fn checked(
         return Ok(());
     };
     for message in messages {
-        check(message).map_err(|why| error_body(AmqpError::UnauthorizedAccess, why))?;
+        check(message).map_err(|why| condition::error(AmqpError::UnauthorizedAccess, why))?;
     }
     Ok(())
 }
@@ -144,8 +124,8 @@ pub(crate) async fn resolve_topic<T: Admin>(
     written: &str,
 ) -> Result<String, AmqpErrorBody> {
     let topics = admin.list_topics().await.map_err(|error| {
-        error_body(
-            ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+        condition::error(
+            condition::named(SERVER_BUSY),
             format!("the broker's topics cannot be listed: {error}"),
         )
     })?;
@@ -154,7 +134,7 @@ pub(crate) async fn resolve_topic<T: Admin>(
         .map(|topic| topic.name)
         .find(|name| name.eq_ignore_ascii_case(written))
         .ok_or_else(|| {
-            error_body(
+            condition::error(
                 AmqpError::NotFound,
                 format!("the messaging entity '{written}' could not be found"),
             )
@@ -165,7 +145,7 @@ pub(crate) async fn resolve_topic<T: Admin>(
 /// its description.
 pub(crate) async fn resolve_subscription<T: Admin>(
     admin: &T,
-    entity: &crate::address::EntityAddress,
+    entity: &EntityAddress,
 ) -> Result<
     (
         nimbus_transport::SubscriptionPath,
@@ -179,15 +159,15 @@ pub(crate) async fn resolve_subscription<T: Admin>(
         .list_subscriptions(&topic)
         .await
         .map_err(|error| {
-            error_body(
-                ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+            condition::error(
+                condition::named(SERVER_BUSY),
                 format!("the subscriptions of '{topic}' cannot be listed: {error}"),
             )
         })?
         .into_iter()
         .find(|s| s.name.eq_ignore_ascii_case(wanted))
         .ok_or_else(|| {
-            error_body(
+            condition::error(
                 AmqpError::NotFound,
                 format!(
                     "the messaging entity '{}' could not be found",
@@ -202,16 +182,16 @@ pub(crate) async fn resolve_subscription<T: Admin>(
 fn published_error(error: &PublishError) -> AmqpErrorBody {
     let condition = match error {
         PublishError::TopicNotFound { topic } => {
-            return error_body(
+            return condition::error(
                 AmqpError::NotFound,
                 format!("the messaging entity '{topic}' could not be found"),
             );
         }
         PublishError::InvalidMessage { .. } => ErrorCondition::AmqpError(AmqpError::InvalidField),
         // Python maps it to a retryable busy error.
-        _ => ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
+        _ => condition::named(SERVER_BUSY),
     };
-    error_body(condition, error.to_string())
+    condition::error(condition, error.to_string())
 }
 
 fn converted_error(error: &ConvertError) -> AmqpErrorBody {
@@ -221,14 +201,5 @@ fn converted_error(error: &ConvertError) -> AmqpErrorBody {
         // Only a received message has a tag and the broker's stamps.
         ConvertError::Tag(_) | ConvertError::Missing(_) => AmqpError::InvalidField,
     };
-    error_body(condition, error.to_string())
-}
-
-/// An error as the SDKs read it: Python indexes `info`, so it is sent, if
-/// empty, rather than left off the end of the list.
-pub(crate) fn error_body(
-    condition: impl Into<ErrorCondition>,
-    description: String,
-) -> AmqpErrorBody {
-    AmqpErrorBody::new(condition, description, Some(Fields::default()))
+    condition::error(condition, error.to_string())
 }

@@ -15,20 +15,19 @@ use std::time::{Duration, SystemTime};
 use fe2o3_amqp::Sendable;
 use fe2o3_amqp::link::Sender;
 use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
-use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Rejected, Released};
-use fe2o3_amqp::types::primitives::{Symbol, Value};
+use fe2o3_amqp::types::messaging::{DeliveryState, Rejected};
+use nimbus_dialect::condition::{self, SERVER_BUSY, SESSION_LOCK_LOST};
+use nimbus_dialect::convert;
+use nimbus_dialect::outcome::{NotAnOutcome, Outcome};
 use nimbus_transport::{
-    LockToken, Properties, PropertyValue, ReceiveError, ReceivedMessage, Receiver, SessionLock,
+    ErrorKind, LockToken, Properties, ReceiveError, ReceivedMessage, Receiver, SessionLock,
     SettleError,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
+use crate::held::{HeldDeliveries, LinkCommand, SettleFailure};
 use crate::log_limit::{Cause, LogLimit};
-
-use crate::convert;
-use crate::held::{HeldDeliveries, LinkCommand, Outcome, SettleFailure};
-use crate::publish::error_body;
 use crate::tap::{ClientDisposition, ClientEvent, LinkEvents, Tap};
 
 /// How long the fetcher waits on the broker before it looks at the credit
@@ -135,9 +134,7 @@ impl<R: Receiver> Held for QueueHeld<R> {
             .renew_lock(message)
             .await
             .map_err(|error| match error.kind() {
-                nimbus_transport::ErrorKind::LockLost | nimbus_transport::ErrorKind::NotFound => {
-                    SettleFailure::LockLost
-                }
+                ErrorKind::LockLost | ErrorKind::NotFound => SettleFailure::LockLost,
                 _ => SettleFailure::Busy(error.to_string()),
             })
     }
@@ -239,8 +236,8 @@ pub(crate) async fn serve<H: Held>(
             },
             () = sleep_until(lapse), if lapse.is_some() => {
                 if held.session_locked_until().is_some_and(|until| until <= SystemTime::now()) {
-                    break Some(error_body(
-                        ErrorCondition::Custom(Symbol::from("com.microsoft:session-lock-lost")),
+                    break Some(condition::error(
+                        condition::named(SESSION_LOCK_LOST),
                         "the session lock lapsed: renew it before it does".to_owned(),
                     ));
                 }
@@ -354,7 +351,7 @@ impl<H: Held> Link<'_, H> {
                 // Given back uncounted it would come straight back: the link
                 // ends, saying why, and the message waits for a client that
                 // takes messages this large.
-                return Err(error_body(
+                return Err(condition::error(
                     ErrorCondition::LinkError(
                         fe2o3_amqp::types::definitions::LinkError::MessageSizeExceeded,
                     ),
@@ -372,7 +369,7 @@ impl<H: Held> Link<'_, H> {
         if went_out {
             // The transfer began and did not finish: the client holds part
             // of a delivery that will not complete. Only a detach clears it.
-            return Err(error_body(
+            return Err(condition::error(
                 ErrorCondition::LinkError(fe2o3_amqp::types::definitions::LinkError::DetachForced),
                 format!("a delivery could not be finished ({failure}); attach again"),
             ));
@@ -429,11 +426,9 @@ async fn settle<H: Held>(
             tap.answer(channel, delivery_id, state);
         }
     };
-    let (outcome, applied_state) = match state {
-        Some(DeliveryState::Accepted(_)) => {
-            (Outcome::Complete, DeliveryState::Accepted(Accepted {}))
-        }
-        Some(DeliveryState::Modified(modified)) if modified.undeliverable_here == Some(true) => {
+    let (outcome, asked) = match (Outcome::asked_by(state.as_ref()), state) {
+        (Ok(outcome), Some(asked)) => (outcome, asked),
+        (Err(NotAnOutcome::Deferral), _) => {
             // Deferral needs receive-by-sequence-number, which this endpoint
             // does not serve: the message stays as it was.
             answer(rejected(
@@ -443,58 +438,33 @@ async fn settle<H: Held>(
             ));
             return;
         }
-        Some(DeliveryState::Modified(modified)) => {
-            let properties = modified
-                .message_annotations
-                .as_ref()
-                .map(|fields| {
-                    fields
-                        .iter()
-                        .filter_map(|(key, value)| Some((key.0.clone(), property(value)?)))
-                        .collect()
-                })
-                .unwrap_or_default();
-            (
-                Outcome::Abandon(properties),
-                DeliveryState::Modified(modified),
-            )
-        }
-        Some(DeliveryState::Rejected(rejected_state)) => {
-            let (reason, description) = dead_letter_reason(&rejected_state);
-            // A dead-letter is answered without the error the client sent:
-            // Python takes an error in the answer as a failure.
-            (
-                Outcome::DeadLetter {
-                    reason,
-                    description,
-                },
-                DeliveryState::Rejected(Rejected { error: None }),
-            )
-        }
-        Some(DeliveryState::Released(_)) => {
-            (Outcome::Release, DeliveryState::Released(Released {}))
-        }
-        other => {
+        (_, state) => {
             LogLimit::global().warn(Cause::OddDisposition, || {
-                format!("a disposition with no outcome ({other:?}); the message stays locked")
+                format!("a disposition with no outcome ({state:?}); the message stays locked")
             });
             answer(rejected(
                 ErrorCondition::AmqpError(AmqpError::NotImplemented),
                 format!(
                     "a disposition needs an outcome (accepted, rejected, released or modified), \
-                     not {other:?}; the message stays locked"
+                     not {state:?}; the message stays locked"
                 ),
             ));
             return;
         }
     };
+    // The client's own state is the answer, but a dead-letter is answered
+    // without the error the client sent: Python takes an error in the
+    // answer as a failure.
+    let applied_state = match outcome {
+        Outcome::DeadLetter { .. } => DeliveryState::Rejected(Rejected { error: None }),
+        _ => asked,
+    };
     match apply(held, in_flight, lock_token, outcome).await {
         Ok(()) => answer(applied_state),
         Err(SettleFailure::LockLost | SettleFailure::SessionLockLost) => answer(lock_lost(held)),
-        Err(SettleFailure::Invalid(why) | SettleFailure::Busy(why)) => answer(rejected(
-            ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
-            why,
-        )),
+        Err(SettleFailure::Invalid(why) | SettleFailure::Busy(why)) => {
+            answer(rejected(condition::named(SERVER_BUSY), why));
+        }
     }
 }
 
@@ -587,66 +557,24 @@ async fn command<H: Held>(held: &H, in_flight: &mut InFlight, command: LinkComma
 fn lock_lost<H: Held>(held: &H) -> DeliveryState {
     if held.session_locked_until().is_some() {
         rejected(
-            ErrorCondition::Custom(Symbol::from("com.microsoft:session-lock-lost")),
+            condition::for_kind(ErrorKind::SessionLockLost),
             "the session lock was lost: the message will be delivered again".to_owned(),
         )
     } else {
         rejected(
-            ErrorCondition::Custom(Symbol::from("com.microsoft:message-lock-lost")),
+            condition::for_kind(ErrorKind::LockLost),
             "the message's lock was lost: it will be delivered again".to_owned(),
         )
     }
 }
 
-fn rejected(condition: ErrorCondition, description: String) -> DeliveryState {
+fn rejected(refused: ErrorCondition, description: String) -> DeliveryState {
     DeliveryState::Rejected(Rejected {
-        error: Some(error_body(condition, description)),
-    })
-}
-
-/// The reason and description of a dead-letter: Python and .NET put them in
-/// the error's `info`; a bare description is taken as the reason.
-fn dead_letter_reason(rejected: &Rejected) -> (String, String) {
-    let Some(error) = &rejected.error else {
-        return (String::new(), String::new());
-    };
-    let info = |key: &str| {
-        error
-            .info
-            .as_ref()
-            .and_then(|info| info.get(&Symbol::from(key)))
-            .and_then(|value| match value {
-                Value::String(text) => Some(text.clone()),
-                _ => None,
-            })
-    };
-    let reason = info("DeadLetterReason")
-        .or_else(|| error.description.clone())
-        .unwrap_or_default();
-    let description = info("DeadLetterErrorDescription").unwrap_or_default();
-    (reason, description)
-}
-
-/// A property an abandon asks to set, if the broker keeps its type.
-pub(crate) fn property(value: &Value) -> Option<PropertyValue> {
-    Some(match value {
-        Value::String(text) => PropertyValue::String(text.clone()),
-        Value::Bool(flag) => PropertyValue::Bool(*flag),
-        Value::Int(n) => PropertyValue::Int((*n).into()),
-        Value::Long(n) => PropertyValue::Int(*n),
-        Value::Double(f) => PropertyValue::Float(f.into_inner()),
-        _ => return None,
+        error: Some(condition::error(refused, description)),
     })
 }
 
 /// The detach a failed receive ends the link with.
 fn receive_error(error: &ReceiveError) -> fe2o3_amqp::types::definitions::Error {
-    let condition = match error {
-        ReceiveError::SessionLockLost { .. } => {
-            ErrorCondition::Custom(Symbol::from("com.microsoft:session-lock-lost"))
-        }
-        ReceiveError::NotFound { .. } => ErrorCondition::AmqpError(AmqpError::NotFound),
-        _ => ErrorCondition::Custom(Symbol::from("com.microsoft:server-busy")),
-    };
-    error_body(condition, error.to_string())
+    condition::error(condition::for_kind(error.kind()), error.to_string())
 }

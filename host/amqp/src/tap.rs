@@ -26,11 +26,13 @@ use fe2o3_amqp::types::messaging::DeliveryState;
 use fe2o3_amqp::types::performatives::Disposition;
 use nimbus_transport::LockToken;
 
-use fe2o3_amqp::types::definitions::{Error as AmqpErrorBody, ErrorCondition};
+use fe2o3_amqp::types::definitions::Error as AmqpErrorBody;
 use fe2o3_amqp::types::performatives::{ChannelMax, Close, MaxFrameSize, Open};
 
-use crate::convert::HeaderPatch;
-use crate::frame_io::{Unit, UnitReader, decode, descriptor, encode};
+use nimbus_dialect::condition;
+use nimbus_dialect::convert::{HeaderPatch, delivery_tag};
+use nimbus_dialect::frame_io::{Unit, UnitReader, code, decode, descriptor, encode};
+
 use crate::guard::{Guard, Refusal};
 use crate::log_limit::{Cause, LogLimit};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -449,8 +451,7 @@ impl Tap {
                     }
                     return None;
                 };
-                performative.delivery_tag =
-                    Some(DeliveryTag::from(token.as_uuid().to_bytes_le().to_vec()));
+                performative.delivery_tag = Some(DeliveryTag::from(delivery_tag(token).to_vec()));
                 // The header opens the message, so it is in the first frame.
                 if let Some(header) = header
                     && payload.starts_with(&header.written)
@@ -506,16 +507,9 @@ impl Tap {
 }
 
 /// The performatives the tap reads, by descriptor code (AMQP 1.0 2.7).
-fn wanted(code: u64, inbound: bool) -> bool {
-    const OPEN: u64 = 0x10;
-    const BEGIN: u64 = 0x11;
-    const ATTACH: u64 = 0x12;
-    const FLOW: u64 = 0x13;
-    const TRANSFER: u64 = 0x14;
-    const DISPOSITION: u64 = 0x15;
-    const DETACH: u64 = 0x16;
-    const END: u64 = 0x17;
-    match code {
+fn wanted(performative: u64, inbound: bool) -> bool {
+    use code::{ATTACH, BEGIN, DETACH, DISPOSITION, END, FLOW, OPEN, TRANSFER};
+    match performative {
         ATTACH | FLOW | DETACH | END => true,
         OPEN | DISPOSITION => inbound,
         BEGIN | TRANSFER => !inbound,
@@ -581,7 +575,7 @@ impl Said {
     fn saw(&mut self, unit: &Unit) {
         match unit {
             Unit::Header(header) => self.amqp_header |= header[4] == 0,
-            Unit::Frame(frame) => self.open |= descriptor(frame) == Some(0x10),
+            Unit::Frame(frame) => self.open |= descriptor(frame) == Some(code::OPEN),
         }
     }
 }
@@ -674,7 +668,7 @@ pub(crate) async fn pump<C, L>(
                         format!(
                             "an AMQP connection from {} was closed: {}: {}",
                             peer.map_or_else(|| "a client".to_owned(), |p| p.to_string()),
-                            condition_name(&refusal.condition),
+                            condition::name(&refusal.condition),
                             refusal.description
                         )
                     });
@@ -723,14 +717,6 @@ pub(crate) async fn pump<C, L>(
     };
     if let Err(error) = result {
         tracing::debug!(%error, "an AMQP connection's frames stopped");
-    }
-}
-
-/// An error condition as AMQP names it.
-fn condition_name(condition: &ErrorCondition) -> String {
-    match serde_amqp::to_value(condition) {
-        Ok(serde_amqp::Value::Symbol(symbol)) => symbol.0,
-        _ => format!("{condition:?}"),
     }
 }
 

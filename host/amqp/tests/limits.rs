@@ -22,9 +22,10 @@ use fe2o3_amqp::types::sasl::{SaslCode, SaslInit};
 use fe2o3_amqp::{Connection, Session};
 use fe2o3_amqp_cbs::client::CbsClient;
 use fe2o3_amqp_cbs::token::CbsToken;
-use nimbus_amqp::frame_io::{Unit, UnitReader, encode};
-use nimbus_amqp::{Endpoint, SharedAccessKey};
+use nimbus_amqp::Endpoint;
 use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_dialect::SharedAccessKey;
+use nimbus_dialect::frame_io::{Unit, UnitReader, encode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::Encoder as _;
@@ -171,7 +172,7 @@ impl Raw {
         loop {
             match self.next().await? {
                 Unit::Header(_) => panic!("a header after the handshake"),
-                Unit::Frame(frame) => match nimbus_amqp::frame_io::decode(&frame)?.body {
+                Unit::Frame(frame) => match nimbus_dialect::frame_io::decode(&frame)?.body {
                     FrameBody::Empty => {}
                     body => return Some(body),
                 },

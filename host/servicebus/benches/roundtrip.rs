@@ -23,8 +23,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nimbus_amqp::{Endpoint, SharedAccessKey};
+use nimbus_amqp::Endpoint;
 use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_dialect::SharedAccessKey;
 use nimbus_servicebus::{ConnectionString, ServiceBus};
 use nimbus_transport::{
     Admin, Message, SessionLock, SessionSelector, SubscriptionPath, SubscriptionSettings,

@@ -9,75 +9,17 @@ use std::time::{Duration, SystemTime};
 
 use fe2o3_amqp_management::client::MgmtClient;
 use fe2o3_amqp_management::error::Error as ManagementError;
+use nimbus_dialect::address::management_node;
+use nimbus_dialect::convert;
 use nimbus_transport::{CancelError, Message, PublishError, TransientError};
 use tokio::sync::Mutex;
 use tracing::warn;
 
-use crate::connection::Live;
+use crate::connection::{ConnectError, Live};
 use crate::connection_string::ConnectionString;
 use crate::management::{CancelScheduled, ScheduleMessages, ScheduledMessage};
 use crate::session_state::Stored;
-use crate::tls::{RootsError, TrustedRoots};
-
-/// Why a connection could not be made, naming the step.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// No certificate authority to check the namespace's certificate
-    /// against.
-    #[error("connecting to {host} over TLS: {source}")]
-    Roots {
-        /// The namespace.
-        host: String,
-        /// Why.
-        #[source]
-        source: RootsError,
-    },
-    /// The TLS handshake failed (most often: a certificate not trusted,
-    /// or not for this name).
-    #[error(
-        "the TLS handshake with {host}:{port} failed: {why} (an emulator speaking plain AMQP \
-         needs UseDevelopmentEmulator=true in the connection string, and no CA file)"
-    )]
-    Tls {
-        /// The namespace.
-        host: String,
-        /// Which port.
-        port: u16,
-        /// What rustls said.
-        why: String,
-    },
-    /// The connection did not open.
-    #[error("connecting to {host}:{port} failed: {why}")]
-    Open {
-        /// Where.
-        host: String,
-        /// Which port.
-        port: u16,
-        /// The library's words.
-        why: String,
-    },
-    /// The session did not begin.
-    #[error("beginning an AMQP session on {host} failed: {why}")]
-    Begin {
-        /// Where.
-        host: String,
-        /// The library's words.
-        why: String,
-    },
-    /// The token was refused (a wrong key or key name, most often).
-    #[error(
-        "{host} refused the token signed with key '{key_name}': {why} (is the key right for this \
-         namespace?)"
-    )]
-    Token {
-        /// Where.
-        host: String,
-        /// The key's name.
-        key_name: String,
-        /// What the namespace said.
-        why: String,
-    },
-}
+use crate::tls::TrustedRoots;
 
 /// An entity's `$management` client, while no request has it out, with
 /// the generation of the connection it is attached on.
@@ -208,10 +150,11 @@ impl ServiceBus {
             // Service Bus schedules only what has a time; now is enqueued
             // at once.
             message.scheduled_enqueue_time.get_or_insert(now);
-            let encoded = nimbus_amqp::convert::encode(nimbus_amqp::convert::outgoing(&message))
-                .map_err(|error| PublishError::InvalidMessage {
+            let encoded = convert::encode(convert::outgoing(&message)).map_err(|error| {
+                PublishError::InvalidMessage {
                     reason: format!("message '{message_id}' does not encode: {error}"),
-                })?;
+                }
+            })?;
             scheduled.push(ScheduledMessage {
                 message_id,
                 session_id: message.session_id.clone(),
@@ -444,7 +387,7 @@ impl CallError {
 async fn attach_management(live: &Live, entity: &str) -> Result<MgmtClient, CallError> {
     let attach = async {
         MgmtClient::builder()
-            .management_node_address(format!("{entity}/$management"))
+            .management_node_address(management_node(entity))
             .client_node_addr(format!("nimbus-{}", uuid::Uuid::new_v4().simple()))
             .attach(&mut *live.session().await)
             .await

@@ -14,23 +14,20 @@ use fe2o3_amqp::types::primitives::Timestamp;
 use fe2o3_amqp::{Connection, Session};
 use fe2o3_amqp_cbs::client::CbsClient;
 use fe2o3_amqp_cbs::token::CbsToken;
+use nimbus_dialect::sas::SAS_TOKEN_TYPE;
 use nimbus_transport::TransientError;
 use tokio::sync::{Mutex, MutexGuard};
 use tracing::{debug, warn};
 
-use crate::client::ConnectError;
 use crate::connection_string::ConnectionString;
 use crate::outcomes::{self, Outcomes};
-use crate::tls::TrustedRoots;
+use crate::tls::{RootsError, TrustedRoots};
 
 /// How long a token this client signs is valid.
 const TOKEN_LIFETIME: Duration = Duration::from_secs(60 * 60);
 
 /// How long before a token lapses it is replaced.
 const TOKEN_RENEWAL_MARGIN: Duration = Duration::from_secs(10 * 60);
-
-/// The token type Service Bus takes a shared access signature as.
-const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
 
 /// The pipe between the wire reader and fe2o3.
 const PIPE_BUFFER: usize = 1024 * 1024;
@@ -47,6 +44,66 @@ const CONNECT_WAIT: Duration = Duration::from_secs(30);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const KEEPALIVE_RETRIES: u32 = 3;
+
+/// Why a connection could not be made, naming the step.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// No certificate authority to check the namespace's certificate
+    /// against.
+    #[error("connecting to {host} over TLS: {source}")]
+    Roots {
+        /// The namespace.
+        host: String,
+        /// Why.
+        #[source]
+        source: RootsError,
+    },
+    /// The TLS handshake failed (most often: a certificate not trusted,
+    /// or not for this name).
+    #[error(
+        "the TLS handshake with {host}:{port} failed: {why} (an emulator speaking plain AMQP \
+         needs UseDevelopmentEmulator=true in the connection string, and no CA file)"
+    )]
+    Tls {
+        /// The namespace.
+        host: String,
+        /// Which port.
+        port: u16,
+        /// What rustls said.
+        why: String,
+    },
+    /// The connection did not open.
+    #[error("connecting to {host}:{port} failed: {why}")]
+    Open {
+        /// Where.
+        host: String,
+        /// Which port.
+        port: u16,
+        /// The library's words.
+        why: String,
+    },
+    /// The session did not begin.
+    #[error("beginning an AMQP session on {host} failed: {why}")]
+    Begin {
+        /// Where.
+        host: String,
+        /// The library's words.
+        why: String,
+    },
+    /// The token was refused (a wrong key or key name, most often).
+    #[error(
+        "{host} refused the token signed with key '{key_name}': {why} (is the key right for this \
+         namespace?)"
+    )]
+    Token {
+        /// Where.
+        host: String,
+        /// The key's name.
+        key_name: String,
+        /// What the namespace said.
+        why: String,
+    },
+}
 
 /// The connection dropped while something waited on it.
 #[derive(Debug, Clone, Copy, thiserror::Error)]

@@ -2,7 +2,7 @@
 //! it: `Endpoint=sb://HOST[:PORT]/;SharedAccessKeyName=K;SharedAccessKey=S;`
 //! and, for an emulator, `UseDevelopmentEmulator=true;`.
 
-use nimbus_amqp::SharedAccessKey;
+use nimbus_dialect::SharedAccessKey;
 
 /// The parts of a connection string this client uses.
 #[derive(Clone)]

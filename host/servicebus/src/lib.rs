@@ -13,6 +13,12 @@
 //! renewal go through the subscription's `$management`, and a settlement's
 //! steps go in the order that makes a crash between them harmless, the
 //! inbox kept in the session's state.
+//!
+//! The dialect itself (addresses, tokens, operations, conditions, message
+//! conversion, frame bounds) is `nimbus-dialect`'s, shared with the
+//! endpoint; this crate does not depend on the endpoint (`nimbus-amqp`),
+//! and so builds no AMQP server. Only its tests and benchmark do: they
+//! serve nimbus's own endpoint to test the client against.
 
 mod client;
 mod connection;
@@ -25,7 +31,8 @@ mod session_state;
 mod tls;
 mod transport;
 
-pub use client::{ConnectError, ServiceBus};
+pub use client::ServiceBus;
+pub use connection::ConnectError;
 pub use connection_string::{ConnectionString, ConnectionStringError};
 pub use locks::{ServiceBusReceiver, ServiceBusSession};
 pub use tls::{RootsError, TrustedRoots};

@@ -15,19 +15,17 @@ use fe2o3_amqp::session::SessionHandle;
 use fe2o3_amqp::types::definitions::{
     Error as AmqpError, ErrorCondition, Fields, ReceiverSettleMode, SenderSettleMode,
 };
-use fe2o3_amqp::types::messaging::{
-    Accepted, Body, DeliveryState, Modified, Rejected, Released, Source,
-};
-use fe2o3_amqp::types::primitives::{OrderedMap, Symbol, Value};
+use fe2o3_amqp::types::messaging::{Body, DeliveryState, Rejected, Released, Source};
+use fe2o3_amqp::types::primitives::{OrderedMap, Value};
+use nimbus_dialect::convert::{self, ConvertError};
+use nimbus_dialect::{Outcome, address, attach, condition};
 use nimbus_transport::{
-    LockToken, Properties, PropertyValue, ReceiveError, ReceivedMessage, SettleError,
-    TransientError,
+    ErrorKind, LockToken, ReceiveError, ReceivedMessage, SettleError, TransientError,
 };
 use tokio::sync::Mutex;
 
 use crate::client::Inner;
 use crate::connection::Live;
-use crate::transport::DEAD_LETTER_SUFFIX;
 
 /// How long one wait on the link lasts before the link is let go of, so a
 /// settlement is never held up behind a receive.
@@ -43,17 +41,6 @@ const ANSWER_WAIT: Duration = Duration::from_secs(60);
 /// How much longer than the wait it asked for an attach may take to be
 /// answered.
 const ATTACH_MARGIN: Duration = Duration::from_secs(30);
-
-/// The session filter's key (spec §A.7.1).
-pub(crate) const SESSION_FILTER: &str = "com.microsoft:session-filter";
-
-/// What a client asks done with a delivery.
-pub(crate) enum Outcome {
-    Complete,
-    Abandon(Properties),
-    DeadLetter { reason: String, description: String },
-    Release,
-}
 
 /// An open receive link.
 pub(crate) struct Link {
@@ -88,12 +75,12 @@ pub(crate) struct Opened {
 }
 
 impl Link {
-    /// Attaches a peek-lock receiver to `entity`, asking for a session with
-    /// `filter` (a session id, or null for the next available) when given.
+    /// Attaches a peek-lock receiver to `entity`, asking for a session when
+    /// given one: `Some(id)` names it, `None` asks for the next available.
     pub(crate) async fn open(
         bus: Arc<Inner>,
         entity: String,
-        filter: Option<Value>,
+        session: Option<Option<String>>,
         timeout: Duration,
     ) -> Result<Opened, OpenFailure> {
         let live = bus.live().await.map_err(OpenFailure::Transient)?;
@@ -102,17 +89,16 @@ impl Link {
             .await
             .map_err(OpenFailure::Transient)?;
         let mut source = Source::builder().address(entity.clone());
-        let asked_session = filter.is_some();
-        if let Some(filter) = filter {
+        let asked_session = session.is_some();
+        if let Some(session) = session {
+            let (key, value) = attach::session_filter(session.as_deref());
             let mut filters = OrderedMap::new();
-            filters.insert(Symbol::from(SESSION_FILTER), filter);
+            filters.insert(key, value);
             source = source.filter(filters);
         }
         let mut properties = Fields::new();
-        properties.insert(
-            Symbol::from("com.microsoft:timeout"),
-            Value::Uint(u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX)),
-        );
+        let (key, wait) = attach::wait_property(timeout);
+        properties.insert(key, wait);
         let attach = Receiver::builder()
             .name(format!("nimbus-receiver-{}", uuid::Uuid::new_v4().simple()))
             .source(source.build())
@@ -147,24 +133,15 @@ impl Link {
                 ))));
             }
         };
-        let session_id = receiver
-            .source()
-            .as_ref()
-            .and_then(|source| source.filter.as_ref())
-            .and_then(|filter| filter.get(&Symbol::from(SESSION_FILTER)))
-            .and_then(|value| match value {
-                Value::String(id) if !id.is_empty() => Some(id.clone()),
-                _ => None,
-            });
-        let locked_until = receiver.properties(|properties| {
-            properties
+        let session_id = attach::session_in(
+            receiver
+                .source()
                 .as_ref()
-                .and_then(|p| p.get(&Symbol::from("com.microsoft:locked-until-utc")))
-                .and_then(|value| match value {
-                    Value::Long(ticks) => Some(nimbus_amqp::convert::from_ticks(*ticks)),
-                    _ => None,
-                })
-        });
+                .and_then(|source| source.filter.as_ref()),
+        )
+        .flatten();
+        let locked_until =
+            receiver.properties(|properties| attach::locked_until_in(properties.as_ref()));
         // A broker that refuses a link answers its attach (echoing it, for
         // Python) and detaches at once, saying why. A session given comes
         // with its lock's expiry; a refused one without. A link without
@@ -255,11 +232,11 @@ impl Link {
                     self.credit_out.store(false, Ordering::SeqCst);
                     let info = DeliveryInfo::from(&delivery);
                     let tag = delivery.delivery_tag().to_vec();
-                    match nimbus_amqp::convert::delivered(
+                    match convert::delivered(
                         delivery.into_message(),
                         Some(&tag),
                         locked_until,
-                        self.entity.ends_with(DEAD_LETTER_SUFFIX),
+                        address::is_dead_letter_queue(&self.entity),
                     ) {
                         Ok(message) => {
                             self.deliveries().insert(message.lock_token, info);
@@ -307,27 +284,15 @@ impl Link {
         &self,
         receiver: &Receiver,
         info: DeliveryInfo,
-        error: &nimbus_amqp::convert::ConvertError,
+        error: &ConvertError,
     ) {
         tracing::warn!(entity = %self.entity, %error, "a message that does not read is dead-lettered");
-        let mut fields = Fields::new();
-        fields.insert(
-            Symbol::from("DeadLetterReason"),
-            Value::String("MessageUnreadable".to_owned()),
-        );
-        fields.insert(
-            Symbol::from("DeadLetterErrorDescription"),
-            Value::String(error.to_string()),
-        );
-        let rejected = Rejected {
-            error: Some(AmqpError::new(
-                ErrorCondition::Custom(Symbol::from("com.microsoft:dead-letter")),
-                Some("MessageUnreadable".to_owned()),
-                Some(fields),
-            )),
+        let unreadable = Outcome::DeadLetter {
+            reason: "MessageUnreadable".to_owned(),
+            description: error.to_string(),
         };
         if let Err(error) = receiver
-            .dispose(info, terminal(DeliveryState::Rejected(rejected)))
+            .dispose(info, terminal(unreadable.delivery_state()))
             .await
         {
             tracing::warn!(entity = %self.entity, %error, "dead-lettering a message that does not read failed");
@@ -339,20 +304,14 @@ impl Link {
             error.condition,
             ErrorCondition::LinkError(fe2o3_amqp::types::definitions::LinkError::DetachForced)
         );
-        match (&error.condition, &self.session) {
-            (_, Some(session_id)) if forced => ReceiveError::SessionLockLost {
+        let lost = condition::kind_of(&error.condition) == Some(ErrorKind::SessionLockLost);
+        match &self.session {
+            Some(session_id) if forced || lost => ReceiveError::SessionLockLost {
                 session_id: session_id.clone(),
             },
-            (ErrorCondition::Custom(symbol), Some(session_id))
-                if symbol.as_str() == "com.microsoft:session-lock-lost" =>
-            {
-                ReceiveError::SessionLockLost {
-                    session_id: session_id.clone(),
-                }
-            }
             _ => self.link_error(&format!(
                 "{}: {}",
-                condition_text(&error.condition),
+                condition::name(&error.condition),
                 error.description.as_deref().unwrap_or_default()
             )),
         }
@@ -387,36 +346,7 @@ impl Link {
                 message_id: message_id.clone(),
             });
         };
-        let state = match outcome {
-            Outcome::Complete => DeliveryState::Accepted(Accepted {}),
-            Outcome::Abandon(properties) => DeliveryState::Modified(Modified {
-                delivery_failed: Some(true),
-                undeliverable_here: Some(false),
-                message_annotations: (!properties.is_empty()).then(|| fields(&properties)),
-            }),
-            Outcome::DeadLetter {
-                reason,
-                description,
-            } => {
-                let mut info = Fields::new();
-                info.insert(
-                    Symbol::from("DeadLetterReason"),
-                    Value::String(reason.clone()),
-                );
-                info.insert(
-                    Symbol::from("DeadLetterErrorDescription"),
-                    Value::String(description),
-                );
-                DeliveryState::Rejected(Rejected {
-                    error: Some(AmqpError::new(
-                        ErrorCondition::Custom(Symbol::from("com.microsoft:dead-letter")),
-                        Some(reason),
-                        Some(info),
-                    )),
-                })
-            }
-            Outcome::Release => DeliveryState::Released(Released {}),
-        };
+        let state = outcome.delivery_state();
         let answer = self.live.outcomes.expect(message.lock_token);
         let sent = self
             .live
@@ -444,14 +374,12 @@ impl Link {
         }
         match answered {
             Ok(Ok(DeliveryState::Rejected(Rejected { error: Some(error) }))) => {
-                match &error.condition {
-                    ErrorCondition::Custom(symbol) if symbol.as_str().ends_with("lock-lost") => {
-                        Err(lost())
-                    }
-                    other => Err(SettleError::Transient(TransientError::new(format!(
+                match condition::kind_of(&error.condition) {
+                    Some(ErrorKind::LockLost | ErrorKind::SessionLockLost) => Err(lost()),
+                    _ => Err(SettleError::Transient(TransientError::new(format!(
                         "'{}' refused settling '{message_id}': {}: {}",
                         self.entity,
-                        condition_text(other),
+                        condition::name(&error.condition),
                         error.description.unwrap_or_default()
                     )))),
                 }
@@ -494,27 +422,5 @@ fn terminal(state: DeliveryState) -> fe2o3_amqp::link::receiver::TerminalDeliver
         DeliveryState::Rejected(rejected) => TerminalDeliveryState::Rejected(rejected),
         DeliveryState::Modified(modified) => TerminalDeliveryState::Modified(modified),
         _ => TerminalDeliveryState::Released(Released {}),
-    }
-}
-
-fn fields(properties: &Properties) -> Fields {
-    properties
-        .iter()
-        .map(|(name, value)| {
-            let value = match value {
-                PropertyValue::String(text) => Value::String(text.clone()),
-                PropertyValue::Int(n) => Value::Long(*n),
-                PropertyValue::Float(f) => Value::Double((*f).into()),
-                PropertyValue::Bool(flag) => Value::Bool(*flag),
-            };
-            (Symbol::from(name.as_str()), value)
-        })
-        .collect()
-}
-
-fn condition_text(condition: &ErrorCondition) -> String {
-    match condition {
-        ErrorCondition::Custom(symbol) => symbol.as_str().to_owned(),
-        other => format!("{other:?}"),
     }
 }

@@ -6,16 +6,17 @@ use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use fe2o3_amqp::types::primitives::{Array, Value};
+use nimbus_dialect::convert::time_of;
+use nimbus_dialect::management::{key, lock_tokens};
+use nimbus_dialect::{Outcome, address};
 use nimbus_transport::{
     Disposition, ReceiveError, ReceivedMessage, Receiver, RenewError, SessionLock,
     SessionStateError, SettleError, SettleReceipt, Settlement, TransientError,
 };
 
 use crate::ServiceBus;
-use nimbus_amqp::convert::time_of;
-
 use crate::client::CallError;
-use crate::link::{Link, Outcome};
+use crate::link::Link;
 use crate::management::{GetSessionState, RenewLock, RenewSessionLock, SetSessionState};
 use crate::session_state::{InboxRecord, Stored};
 
@@ -73,11 +74,14 @@ pub(crate) async fn read_state(
         .call_on(
             link.live(),
             entity,
-            GetSessionState(vec![("session-id", Value::String(session_id.to_owned()))]),
+            GetSessionState(vec![(
+                key::SESSION_ID,
+                Value::String(session_id.to_owned()),
+            )]),
         )
         .await
         .map_err(|error| state_error(entity, session_id, &error))?;
-    let bytes = match answer.get("session-state") {
+    let bytes = match answer.get(key::SESSION_STATE) {
         Some(Value::Binary(bytes)) => Some(bytes.to_vec()),
         _ => None,
     };
@@ -119,8 +123,8 @@ impl ServiceBusSession {
                 self.link.live(),
                 &self.link.entity,
                 SetSessionState(vec![
-                    ("session-id", Value::String(self.session_id.clone())),
-                    ("session-state", value),
+                    (key::SESSION_ID, Value::String(self.session_id.clone())),
+                    (key::SESSION_STATE, value),
                 ]),
             )
             .await
@@ -168,7 +172,10 @@ impl SessionLock for ServiceBusSession {
             .call_on(
                 self.link.live(),
                 &self.link.entity,
-                RenewSessionLock(vec![("session-id", Value::String(self.session_id.clone()))]),
+                RenewSessionLock(vec![(
+                    key::SESSION_ID,
+                    Value::String(self.session_id.clone()),
+                )]),
             )
             .await
             .map_err(|error| match error.lock_lost() {
@@ -180,7 +187,7 @@ impl SessionLock for ServiceBusSession {
                     self.session_id, self.link.entity
                 ))),
             })?;
-        let until = time_of(answer.get("expiration")).ok_or_else(|| {
+        let until = time_of(answer.get(key::EXPIRATION)).ok_or_else(|| {
             RenewError::Transient(TransientError::new(
                 "renew-session-lock answered no expiration".to_owned(),
             ))
@@ -305,8 +312,6 @@ impl Receiver for ServiceBusReceiver {
     }
 
     async fn renew_lock(&self, message: &mut ReceivedMessage) -> Result<SystemTime, RenewError> {
-        let uuid =
-            fe2o3_amqp::types::primitives::Uuid::from(*message.lock_token.as_uuid().as_bytes());
         let message_id = message.message.message_id.clone().unwrap_or_default();
         let answer = self
             .bus
@@ -314,10 +319,7 @@ impl Receiver for ServiceBusReceiver {
             .call_on(
                 self.link.live(),
                 &self.link.entity,
-                RenewLock(vec![(
-                    "lock-tokens",
-                    Value::Array(Array(vec![Value::Uuid(uuid)])),
-                )]),
+                RenewLock(vec![(key::LOCK_TOKENS, lock_tokens([message.lock_token]))]),
             )
             .await
             .map_err(|error| match error.lock_lost() {
@@ -329,7 +331,7 @@ impl Receiver for ServiceBusReceiver {
                     self.link.entity
                 ))),
             })?;
-        let until = match answer.get("expirations") {
+        let until = match answer.get(key::EXPIRATIONS) {
             Some(Value::Array(Array(times))) => time_of(times.first()),
             _ => None,
         }
@@ -368,12 +370,7 @@ impl Receiver for ServiceBusReceiver {
     /// dead-lettered one is completed. A crash between the two leaves both
     /// (at least once).
     async fn replay_dead_letter(&self, message: ReceivedMessage) -> Result<(), SettleError> {
-        if !self
-            .link
-            .entity
-            .to_ascii_lowercase()
-            .ends_with("/$deadletterqueue")
-        {
+        if !address::is_dead_letter_queue(&self.link.entity) {
             return Err(SettleError::Invalid {
                 reason: "replay is only possible from a dead-letter queue receiver".to_owned(),
             });

@@ -1,11 +1,13 @@
 //! The `$management` requests this client makes (spec §A.10, §A.11), as
 //! fe2o3-amqp-management requests: a map with string keys for a body, an
-//! answer with `statusCode`.
+//! answer with `statusCode`. The operations and keys are the dialect's
+//! ([`nimbus_dialect::management`]).
 
 use fe2o3_amqp::types::messaging::{AmqpValue, Message as AmqpMessage};
 use fe2o3_amqp::types::primitives::{Array, OrderedMap, Value};
 use fe2o3_amqp_management::error::Error as ManagementError;
 use fe2o3_amqp_management::{Request, Response};
+use nimbus_dialect::management::{field, key, map, operation};
 
 /// `schedule-message`: each message whole, with its id and session.
 pub(crate) struct ScheduleMessages {
@@ -18,17 +20,8 @@ pub(crate) struct ScheduledMessage {
     pub encoded: Vec<u8>,
 }
 
-fn map<const N: usize>(entries: [(&str, Value); N]) -> Value {
-    Value::Map(
-        entries
-            .into_iter()
-            .map(|(key, value)| (Value::String(key.to_owned()), value))
-            .collect::<OrderedMap<_, _>>(),
-    )
-}
-
 impl Request for ScheduleMessages {
-    const OPERATION: &'static str = "com.microsoft:schedule-message";
+    const OPERATION: &'static str = operation::SCHEDULE_MESSAGE;
     type Response = SequenceNumbers;
     type Body = AmqpValue<Value>;
 
@@ -39,23 +32,23 @@ impl Request for ScheduleMessages {
             .map(|message| {
                 let mut entry = OrderedMap::new();
                 entry.insert(
-                    Value::String("message-id".to_owned()),
+                    Value::String(key::MESSAGE_ID.to_owned()),
                     Value::String(message.message_id),
                 );
                 if let Some(session_id) = message.session_id {
                     entry.insert(
-                        Value::String("session-id".to_owned()),
+                        Value::String(key::SESSION_ID.to_owned()),
                         Value::String(session_id),
                     );
                 }
                 entry.insert(
-                    Value::String("message".to_owned()),
+                    Value::String(key::MESSAGE.to_owned()),
                     Value::Binary(message.encoded.into()),
                 );
                 Value::Map(entry)
             })
             .collect();
-        AmqpValue(map([("messages", Value::List(messages))]))
+        AmqpValue(map([(key::MESSAGES, Value::List(messages))]))
     }
 }
 
@@ -71,11 +64,7 @@ impl Response for SequenceNumbers {
         let AmqpValue(Value::Map(body)) = message.body else {
             return Err(ManagementError::DecodeError(None));
         };
-        let numbers = body
-            .iter()
-            .find(|(key, _)| matches!(key, Value::String(k) if k == "sequence-numbers"))
-            .map(|(_, value)| value);
-        let numbers = match numbers {
+        let numbers = match field(&body, key::SEQUENCE_NUMBERS) {
             Some(Value::Array(Array(numbers))) => numbers,
             Some(Value::List(numbers)) => numbers,
             _ => return Err(ManagementError::DecodeError(None)),
@@ -97,13 +86,13 @@ pub(crate) struct CancelScheduled {
 }
 
 impl Request for CancelScheduled {
-    const OPERATION: &'static str = "com.microsoft:cancel-scheduled-message";
+    const OPERATION: &'static str = operation::CANCEL_SCHEDULED_MESSAGE;
     type Response = Empty;
     type Body = AmqpValue<Value>;
 
     fn encode_body(self) -> Self::Body {
         let numbers = self.sequence_numbers.into_iter().map(Value::Long).collect();
-        AmqpValue(map([("sequence-numbers", Value::Array(Array(numbers)))]))
+        AmqpValue(map([(key::SEQUENCE_NUMBERS, Value::Array(Array(numbers)))]))
     }
 }
 
@@ -125,12 +114,9 @@ impl Response for Empty {
 pub(crate) struct MapAnswer(pub OrderedMap<Value, Value>);
 
 impl MapAnswer {
-    /// The value under `key` (a string key, as Service Bus writes them).
+    /// The value under `key`.
     pub(crate) fn get(&self, key: &str) -> Option<&Value> {
-        self.0
-            .iter()
-            .find(|(k, _)| matches!(k, Value::String(k) if k == key))
-            .map(|(_, value)| value)
+        field(&self.0, key)
     }
 }
 
@@ -150,7 +136,7 @@ impl Response for MapAnswer {
 
 /// Operations whose request is a map and whose answer is read as a map.
 macro_rules! map_operation {
-    ($($name:ident => $operation:literal),* $(,)?) => {
+    ($($name:ident => $operation:expr),* $(,)?) => {
         $(
             pub(crate) struct $name(pub Vec<(&'static str, Value)>);
 
@@ -173,9 +159,9 @@ macro_rules! map_operation {
 }
 
 map_operation! {
-    GetSessionState => "com.microsoft:get-session-state",
-    SetSessionState => "com.microsoft:set-session-state",
-    RenewSessionLock => "com.microsoft:renew-session-lock",
-    RenewLock => "com.microsoft:renew-lock",
-    Peek => "com.microsoft:peek-message",
+    GetSessionState => operation::GET_SESSION_STATE,
+    SetSessionState => operation::SET_SESSION_STATE,
+    RenewSessionLock => operation::RENEW_SESSION_LOCK,
+    RenewLock => operation::RENEW_LOCK,
+    Peek => operation::PEEK_MESSAGE,
 }

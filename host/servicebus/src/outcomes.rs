@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::{DeliveryNumber, Role};
 use fe2o3_amqp::types::messaging::DeliveryState;
-use nimbus_amqp::frame_check::FrameCheck;
-use nimbus_amqp::frame_io::{Unit, UnitReader, decode, descriptor};
+use nimbus_dialect::convert::lock_token_of;
+use nimbus_dialect::frame_check::FrameCheck;
+use nimbus_dialect::frame_io::{Unit, UnitReader, code, decode, descriptor};
 use nimbus_transport::LockToken;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -72,15 +73,11 @@ impl Outcomes {
             // A pre-settled transfer (a `$management` answer) gets no answer.
             FrameBody::Transfer { performative, .. } if performative.settled != Some(true) => {
                 if let (Some(id), Some(tag)) = (performative.delivery_id, performative.delivery_tag)
-                    && let Ok(bytes) = <[u8; 16]>::try_from(tag.as_slice())
+                    && let Some(token) = lock_token_of(tag.as_slice())
                 {
-                    self.state().tokens.insert(
-                        (channel, id),
-                        (
-                            performative.handle.0,
-                            LockToken::from_uuid(uuid::Uuid::from_bytes_le(bytes)),
-                        ),
-                    );
+                    self.state()
+                        .tokens
+                        .insert((channel, id), (performative.handle.0, token));
                 }
             }
             FrameBody::Disposition(disposition) if disposition.role == Role::Sender => {
@@ -151,10 +148,7 @@ where
     B: AsyncRead + AsyncWrite + Unpin,
     L: AsyncRead + AsyncWrite + Unpin,
 {
-    const TRANSFER: u64 = 0x14;
-    const DISPOSITION: u64 = 0x15;
-    const DETACH: u64 = 0x16;
-    const END: u64 = 0x17;
+    use code::{DETACH, DISPOSITION, END, TRANSFER};
     let (broker_read, mut broker_write) = tokio::io::split(broker);
     let (mut library_read, mut library_write) = tokio::io::split(library);
     let from_broker = async {

@@ -3,11 +3,14 @@
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
 use fe2o3_amqp::types::primitives::Value;
+use nimbus_dialect::attach::MAX_SESSION_WAIT;
+use nimbus_dialect::management::{field, key};
+use nimbus_dialect::{EntityAddress, bounds, condition, convert};
 use nimbus_transport::{
-    AcceptSessionError, CancelError, Message, OpenReceiverError, PublishError, ReceiveError,
-    ReceivedMessage, SessionSelector, SubQueue, SubscriptionPath, TransientError, Transport,
+    AcceptSessionError, CancelError, ErrorKind, Message, OpenReceiverError, PublishError,
+    ReceiveError, ReceivedMessage, SessionSelector, SubQueue, SubscriptionPath, TransientError,
+    Transport,
 };
 
 use crate::ServiceBus;
@@ -16,18 +19,11 @@ use crate::link::{Link, OpenFailure};
 use crate::locks::{ServiceBusReceiver, ServiceBusSession, read_state};
 use crate::management::{CancelScheduled, MapAnswer, Peek};
 
-/// The longest a next-available attach may wait: Service Bus caps it at
-/// 65 s.
-const MAX_SESSION_WAIT: Duration = Duration::from_secs(65);
-
 /// How often a named session held elsewhere is asked for again.
 const NAMED_RETRY: Duration = Duration::from_millis(250);
 
-/// What a dead-letter queue's address adds to its subscription's.
-pub(crate) const DEAD_LETTER_SUFFIX: &str = "/$DeadLetterQueue";
-
 fn subscription_entity(path: &SubscriptionPath) -> String {
-    format!("{}/Subscriptions/{}", path.topic, path.subscription)
+    queue_entity(path, SubQueue::Main)
 }
 
 impl ServiceBus {
@@ -58,8 +54,8 @@ impl ServiceBus {
         path: &SubscriptionPath,
     ) -> Result<bool, TransientError> {
         let past_the_end = Peek(vec![
-            ("from-sequence-number", Value::Long(i64::MAX)),
-            ("message-count", Value::Int(1)),
+            (key::FROM_SEQUENCE_NUMBER, Value::Long(i64::MAX)),
+            (key::MESSAGE_COUNT, Value::Int(1)),
         ]);
         self.exists(&subscription_entity(path), past_the_end).await
     }
@@ -84,20 +80,14 @@ impl ServiceBus {
     }
 }
 
+/// The path of the subscription at `path`, or of its dead-letter queue.
 fn queue_entity(path: &SubscriptionPath, queue: SubQueue) -> String {
-    match queue {
-        SubQueue::DeadLetter => format!("{}{DEAD_LETTER_SUFFIX}", subscription_entity(path)),
-        _ => subscription_entity(path),
-    }
+    EntityAddress::subscription(&path.topic, &path.subscription, queue.into()).queue_path()
 }
 
-fn condition(error: &fe2o3_amqp::types::definitions::Error) -> String {
-    match &error.condition {
-        ErrorCondition::Custom(symbol) => symbol.as_str().to_owned(),
-        ErrorCondition::AmqpError(AmqpError::NotFound) => "amqp:not-found".to_owned(),
-        ErrorCondition::AmqpError(AmqpError::NotAllowed) => "amqp:not-allowed".to_owned(),
-        other => format!("{other:?}"),
-    }
+/// The kind of error a refusal's condition reads as.
+fn refused_kind(error: &fe2o3_amqp::types::definitions::Error) -> Option<ErrorKind> {
+    condition::kind_of(&error.condition)
 }
 
 impl Transport for ServiceBus {
@@ -119,23 +109,23 @@ impl Transport for ServiceBus {
         timeout: Duration,
     ) -> Result<ServiceBusSession, AcceptSessionError> {
         let entity = subscription_entity(path);
-        let (filter, wait) = match &selector {
-            SessionSelector::Named(id) => (Value::String(id.clone()), timeout),
-            _ => (Value::Null, timeout.min(MAX_SESSION_WAIT)),
+        let (session, wait) = match &selector {
+            SessionSelector::Named(id) => (Some(id.clone()), timeout),
+            _ => (None, timeout.min(MAX_SESSION_WAIT)),
         };
         let deadline = tokio::time::Instant::now() + timeout;
         let opened = loop {
             let attempt = Link::open(
                 Arc::clone(&self.inner),
                 entity.clone(),
-                Some(filter.clone()),
+                Some(session.clone()),
                 wait,
             )
             .await;
             // Service Bus refuses a named session held elsewhere at once; the
             // contract waits up to `timeout` for its release.
             if let Err(OpenFailure::Refused(error)) = &attempt
-                && condition(error) == "com.microsoft:session-cannot-be-locked"
+                && refused_kind(error) == Some(ErrorKind::SessionCannotBeLocked)
                 && tokio::time::Instant::now() + NAMED_RETRY < deadline
             {
                 tokio::time::sleep(NAMED_RETRY).await;
@@ -147,11 +137,11 @@ impl Transport for ServiceBus {
             Ok(opened) => opened,
             Err(OpenFailure::Refused(error)) => {
                 let why = error.description.clone().unwrap_or_default();
-                return Err(match condition(&error).as_str() {
-                    "com.microsoft:timeout" => AcceptSessionError::NoSessionAvailable {
+                return Err(match refused_kind(&error) {
+                    Some(ErrorKind::NoSessionAvailable) => AcceptSessionError::NoSessionAvailable {
                         entity: path.to_string(),
                     },
-                    "com.microsoft:session-cannot-be-locked" => {
+                    Some(ErrorKind::SessionCannotBeLocked) => {
                         AcceptSessionError::SessionCannotBeLocked {
                             entity: path.to_string(),
                             session_id: match selector {
@@ -160,11 +150,12 @@ impl Transport for ServiceBus {
                             },
                         }
                     }
-                    "amqp:not-found" => AcceptSessionError::NotFound {
+                    Some(ErrorKind::NotFound) => AcceptSessionError::NotFound {
                         entity: path.to_string(),
                     },
-                    other => AcceptSessionError::Transient(TransientError::new(format!(
-                        "accepting a session on '{entity}': {other}: {why}"
+                    _ => AcceptSessionError::Transient(TransientError::new(format!(
+                        "accepting a session on '{entity}': {}: {why}",
+                        condition::name(&error.condition)
                     ))),
                 });
             }
@@ -206,12 +197,16 @@ impl Transport for ServiceBus {
                 link: opened.link,
                 topic: path.topic.clone(),
             }),
-            Err(OpenFailure::Refused(error)) if condition(&error) == "amqp:not-found" => {
+            Err(OpenFailure::Refused(error))
+                if refused_kind(&error) == Some(ErrorKind::NotFound) =>
+            {
                 Err(OpenReceiverError::NotFound {
                     entity: path.to_string(),
                 })
             }
-            Err(OpenFailure::Refused(error)) if condition(&error) == "amqp:not-allowed" => {
+            Err(OpenFailure::Refused(error))
+                if refused_kind(&error) == Some(ErrorKind::Invalid) =>
+            {
                 Err(OpenReceiverError::NotReceivable {
                     entity: path.to_string(),
                     reason: error.description.unwrap_or_default(),
@@ -220,7 +215,7 @@ impl Transport for ServiceBus {
             Err(OpenFailure::Refused(error)) => {
                 Err(OpenReceiverError::Transient(TransientError::new(format!(
                     "opening a receiver on '{path}': {}: {}",
-                    condition(&error),
+                    condition::name(&error.condition),
                     error.description.unwrap_or_default()
                 ))))
             }
@@ -238,14 +233,14 @@ impl Transport for ServiceBus {
     ) -> Result<Vec<ReceivedMessage>, ReceiveError> {
         let entity = queue_entity(path, queue);
         let mut body = vec![
-            ("from-sequence-number", Value::Long(from_sequence_number)),
+            (key::FROM_SEQUENCE_NUMBER, Value::Long(from_sequence_number)),
             (
-                "message-count",
+                key::MESSAGE_COUNT,
                 Value::Int(i32::try_from(max).unwrap_or(i32::MAX)),
             ),
         ];
         if let Some(id) = session_id {
-            body.push(("session-id", Value::String(id.to_owned())));
+            body.push((key::SESSION_ID, Value::String(id.to_owned())));
         }
         let answer: MapAnswer = match self.inner.call(&entity, Peek(body)).await {
             Ok(answer) => answer,
@@ -261,7 +256,7 @@ impl Transport for ServiceBus {
                 ))));
             }
         };
-        let entries = match answer.get("messages") {
+        let entries = match answer.get(key::MESSAGES) {
             Some(Value::List(entries)) => entries.clone(),
             Some(Value::Array(entries)) => entries.0.clone(),
             _ => Vec::new(),
@@ -269,15 +264,11 @@ impl Transport for ServiceBus {
         entries
             .into_iter()
             .map(|entry| {
-                let bytes = match entry {
-                    Value::Map(map) => {
-                        map.into_iter().find_map(|(key, value)| match (key, value) {
-                            (Value::String(key), Value::Binary(bytes)) if key == "message" => {
-                                Some(bytes.to_vec())
-                            }
-                            _ => None,
-                        })
-                    }
+                let bytes = match &entry {
+                    Value::Map(map) => match field(map, key::MESSAGE) {
+                        Some(Value::Binary(bytes)) => Some(bytes.to_vec()),
+                        _ => None,
+                    },
                     _ => None,
                 };
                 let unreadable = |why: String| {
@@ -286,14 +277,14 @@ impl Transport for ServiceBus {
                     )))
                 };
                 let bytes = bytes.ok_or_else(|| unreadable("no `message`".to_owned()))?;
-                nimbus_amqp::bounds::check_values(&bytes, nimbus_amqp::bounds::MAX_DEPTH)
+                bounds::check_values(&bytes, bounds::MAX_DEPTH)
                     .map_err(|refused| unreadable(refused.to_string()))?;
                 use fe2o3_amqp::types::messaging::message::DecodeIntoMessage as _;
                 let reader = serde_amqp::read::SliceReader::new(&bytes);
                 let amqp =
                     <fe2o3_amqp::types::messaging::Body<Value>>::decode_message_from_reader(reader)
                         .map_err(|error| unreadable(error.to_string()))?;
-                nimbus_amqp::convert::delivered(
+                convert::delivered(
                     amqp,
                     None,
                     std::time::UNIX_EPOCH,

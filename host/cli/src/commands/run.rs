@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow};
-use nimbus_amqp::SharedAccessKey;
 use nimbus_runtime::{ApiState, Config, DataLock, Host, ResolverStoreStart, VERSION, ValidConfig};
 
 use crate::cli_ops::{CheckConfigArgs, RunArgs};
@@ -121,7 +120,7 @@ async fn serve(
             )?),
             None => None,
         };
-    let amqp_keys: Vec<SharedAccessKey> = config
+    let amqp_keys: Vec<_> = config
         .config
         .amqp
         .keys

@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use nimbus_amqp::{Right, Rights, ServerTls, ServerTlsError, SharedAccessKey};
+use nimbus_amqp::{ServerTls, ServerTlsError};
+use nimbus_dialect::{Right, Rights, SharedAccessKey};
 use serde::Deserialize;
 
 /// `[amqp]`.
@@ -394,9 +395,9 @@ mod tests {
             .collect();
         assert_eq!(
             keys[0].rights(),
-            nimbus_amqp::Rights::of([nimbus_amqp::Right::Send])
+            nimbus_dialect::Rights::of([nimbus_dialect::Right::Send])
         );
-        assert_eq!(keys[1].rights(), nimbus_amqp::Rights::all());
+        assert_eq!(keys[1].rights(), nimbus_dialect::Rights::all());
     }
 
     #[test]

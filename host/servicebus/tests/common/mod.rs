@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
-use nimbus_amqp::{Endpoint, SharedAccessKey};
+use nimbus_amqp::Endpoint;
 use nimbus_broker::{Broker, BrokerOptions};
+use nimbus_dialect::SharedAccessKey;
 use nimbus_servicebus::ConnectionString;
 use nimbus_transport::{Admin, SubscriptionPath, SubscriptionSettings, TopicSettings};
 

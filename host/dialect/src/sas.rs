@@ -25,6 +25,9 @@ use sha2::Sha256;
 
 const PREFIX: &str = "SharedAccessSignature ";
 
+/// The token type a shared access signature is put on `$cbs` as.
+pub const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
+
 /// The longest a token may still have to run when it is put: the SDKs
 /// sign tokens for an hour and put a fresh one before it ends; a token
 /// good for years is a credential that cannot be taken back.

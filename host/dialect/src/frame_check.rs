@@ -10,7 +10,7 @@ use fe2o3_amqp::types::performatives::{Attach, Detach, Open, Transfer};
 use serde::de::DeserializeOwned;
 
 use crate::bounds::{self, MAX_DEPTH, Refused, Scanner};
-use crate::frame_io;
+use crate::frame_io::{self, AMQP_FRAME_TYPE, code};
 
 /// One frame, checked.
 #[derive(Debug)]
@@ -42,13 +42,6 @@ pub enum Performative {
     /// Any other performative.
     Other,
 }
-
-const OPEN: u64 = 0x10;
-const BEGIN: u64 = 0x11;
-const ATTACH: u64 = 0x12;
-const TRANSFER: u64 = 0x14;
-const DETACH: u64 = 0x16;
-const END: u64 = 0x17;
 
 /// The checks on one connection's frames from its peer.
 #[derive(Debug, Default)]
@@ -90,30 +83,29 @@ impl FrameCheck {
             return seen(Performative::Nothing);
         }
         let end = bounds::first_value_end(body, MAX_DEPTH)?;
-        const AMQP_FRAME: u8 = 0;
-        if kind != AMQP_FRAME {
+        if kind != AMQP_FRAME_TYPE {
             // A SASL frame holds its one value and no more.
             return seen(Performative::Nothing);
         }
         let (performative, payload) = body.split_at(end);
-        let Some(code) = frame_io::descriptor(frame) else {
+        let Some(performative_code) = frame_io::descriptor(frame) else {
             return seen(Performative::Other);
         };
-        match code {
-            OPEN => seen(Performative::Open(parse(performative)?)),
-            BEGIN => seen(Performative::Begin),
-            ATTACH => seen(Performative::Attach(parse(performative)?)),
-            TRANSFER => {
+        match performative_code {
+            code::OPEN => seen(Performative::Open(parse(performative)?)),
+            code::BEGIN => seen(Performative::Begin),
+            code::ATTACH => seen(Performative::Attach(parse(performative)?)),
+            code::TRANSFER => {
                 let transfer: Box<Transfer> = parse(performative)?;
                 self.transfer(channel, &transfer, payload)?;
                 seen(Performative::Transfer(transfer, payload.len()))
             }
-            DETACH => {
+            code::DETACH => {
                 let detach: Detach = parse(performative)?;
                 self.messages.remove(&(channel, detach.handle.0));
                 seen(Performative::Detach(detach))
             }
-            END => {
+            code::END => {
                 self.messages.retain(|(c, _), _| *c != channel);
                 seen(Performative::End)
             }

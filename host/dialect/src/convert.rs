@@ -1,4 +1,8 @@
-//! A message as an SDK sends it, read into the broker's [`Message`].
+//! Messages between the wire and the broker's model, both ways: a message
+//! as an SDK sends it, read into the broker's [`Message`] ([`message`],
+//! [`batch`]); a broker message as a client sends it ([`outgoing`]); a
+//! received message as the broker sends it ([`received`]) and as a client
+//! reads it back ([`delivered`]).
 //!
 //! The broker's model keeps string ids and four property types (string,
 //! integer, float, boolean), which is all a NimBus event carries. What does
@@ -12,10 +16,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage, MessageId};
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
-use nimbus_transport::{Message, PropertyValue};
+use nimbus_transport::{LockToken, Message, PropertyValue};
+
+use crate::outcome::{DEAD_LETTER_DESCRIPTION, DEAD_LETTER_REASON};
 
 /// The message annotation a scheduled message carries.
 const SCHEDULED_ENQUEUE_TIME: &str = "x-opt-scheduled-enqueue-time";
+
+/// The message format of a batch: one data section per encoded message.
+pub const BATCH_FORMAT: u32 = 0x8001_3700;
 
 /// Why a message cannot be taken as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,7 +107,7 @@ pub fn message(amqp: AmqpMessage<Body<Value>>) -> Result<Message, ConvertError> 
     Ok(message)
 }
 
-/// Reads a batch (format `0x80013700`): each data section of the outer
+/// Reads a batch (format [`BATCH_FORMAT`]): each data section of the outer
 /// message is one whole encoded message.
 ///
 /// # Errors
@@ -228,7 +237,7 @@ struct WholeHeader {
 
 /// The header bytes fe2o3 writes at the start of `received`'s message, and
 /// the whole header to write in their place; `None` when they are the same.
-pub(crate) fn header_patch(received: &nimbus_transport::ReceivedMessage) -> Option<HeaderPatch> {
+pub fn header_patch(received: &nimbus_transport::ReceivedMessage) -> Option<HeaderPatch> {
     let header = header(received);
     let written = serde_amqp::to_vec(&header).ok()?;
     let whole = serde_amqp::to_vec(&WholeHeader {
@@ -244,8 +253,10 @@ pub(crate) fn header_patch(received: &nimbus_transport::ReceivedMessage) -> Opti
 
 /// A message's first bytes as fe2o3 writes them, and what goes instead.
 #[derive(Debug, Clone)]
-pub(crate) struct HeaderPatch {
+pub struct HeaderPatch {
+    /// The header as fe2o3 encodes it.
     pub written: Vec<u8>,
+    /// The header with every field written.
     pub whole: Vec<u8>,
 }
 
@@ -279,7 +290,7 @@ pub fn from_ticks(ticks: i64) -> SystemTime {
 }
 
 /// `at` as an AMQP timestamp (ms since the Unix epoch).
-pub(crate) fn timestamp(at: SystemTime) -> Value {
+pub fn timestamp(at: SystemTime) -> Value {
     let ms = at
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
@@ -329,11 +340,8 @@ pub fn delivered(
     from_dead_letter_queue: bool,
 ) -> Result<nimbus_transport::ReceivedMessage, ConvertError> {
     let lock_token = match tag {
-        None => uuid::Uuid::nil(),
-        Some(tag) => {
-            let bytes: [u8; 16] = tag.try_into().map_err(|_| ConvertError::Tag(tag.len()))?;
-            uuid::Uuid::from_bytes_le(bytes)
-        }
+        None => LockToken::from_uuid(uuid::Uuid::nil()),
+        Some(tag) => lock_token_of(tag).ok_or(ConvertError::Tag(tag.len()))?,
     };
     let annotation = |key: &str| {
         amqp.message_annotations.as_ref().and_then(|annotations| {
@@ -381,9 +389,22 @@ pub fn delivered(
         delivery_count,
         dead_letter_reason,
         dead_letter_description,
-        lock_token: nimbus_transport::LockToken::from_uuid(lock_token),
+        lock_token,
         locked_until,
     })
+}
+
+/// The delivery tag a message goes with: its lock token, in .NET's byte
+/// order (as the SDKs read a tag into a `Guid`).
+pub fn delivery_tag(token: LockToken) -> [u8; 16] {
+    token.as_uuid().to_bytes_le()
+}
+
+/// The lock token a delivery tag carries: the inverse of [`delivery_tag`];
+/// `None` for a tag that is not 16 bytes.
+pub fn lock_token_of(tag: &[u8]) -> Option<LockToken> {
+    let bytes: [u8; 16] = tag.try_into().ok()?;
+    Some(LockToken::from_uuid(uuid::Uuid::from_bytes_le(bytes)))
 }
 
 /// A broker message as a client sends it: the inverse of [`message`]
@@ -459,11 +480,6 @@ fn simple(value: &PropertyValue) -> SimpleValue {
         PropertyValue::Bool(flag) => SimpleValue::Bool(*flag),
     }
 }
-
-/// The application properties a dead-lettered message carries its reason
-/// and description in (both SDKs read them there).
-const DEAD_LETTER_REASON: &str = "DeadLetterReason";
-const DEAD_LETTER_DESCRIPTION: &str = "DeadLetterErrorDescription";
 
 /// A broker message as the broker sends it to a receiver (spec §A.7.3):
 /// the header's delivery count is the number of earlier deliveries, the
@@ -771,7 +787,7 @@ mod tests {
     fn a_delivered_message_reads_back_as_the_broker_sent_it() {
         let sent = delivered_fixture();
         let amqp = received(&sent, true);
-        let tag = sent.lock_token.as_uuid().to_bytes_le();
+        let tag = delivery_tag(sent.lock_token);
         let read = super::delivered(amqp, Some(&tag), UNIX_EPOCH, true).unwrap();
         assert_eq!(read, sent);
         assert!(matches!(
@@ -796,7 +812,7 @@ mod tests {
                 .properties
                 .insert(name.to_owned(), PropertyValue::String(text.to_owned()));
         }
-        let tag = sent.lock_token.as_uuid().to_bytes_le();
+        let tag = delivery_tag(sent.lock_token);
         let read = super::delivered(received(&sent, true), Some(&tag), UNIX_EPOCH, false).unwrap();
         assert_eq!(read, sent);
         let dead = super::delivered(received(&sent, true), Some(&tag), UNIX_EPOCH, true).unwrap();

@@ -54,9 +54,20 @@ pub enum AddressError {
     Unrecognised(String),
 }
 
-const MANAGEMENT: &str = "/$management";
-const TRANSFER_DEAD_LETTER: &str = "/$Transfer/$DeadLetterQueue";
-const DEAD_LETTER: &str = "/$DeadLetterQueue";
+/// The claims-based-security node, where tokens are put (spec §A.4).
+pub const CBS_NODE: &str = "$cbs";
+
+/// What an entity's request/response node adds to the entity's path.
+pub const MANAGEMENT_SUFFIX: &str = "/$management";
+
+/// What a subscription's dead-letter queue adds to the subscription's path.
+pub const DEAD_LETTER_SUFFIX: &str = "/$DeadLetterQueue";
+
+/// What a subscription's transfer dead-letter queue adds to its path.
+pub const TRANSFER_DEAD_LETTER_SUFFIX: &str = "/$Transfer/$DeadLetterQueue";
+
+/// The keyword between a topic and its subscription in a path.
+const SUBSCRIPTIONS: &str = "Subscriptions";
 
 impl Node {
     /// Reads `address` in any of the SDKs' forms.
@@ -69,16 +80,16 @@ impl Node {
         if path.is_empty() {
             return Err(AddressError::Empty(address.to_owned()));
         }
-        if path.eq_ignore_ascii_case("$cbs") {
+        if path.eq_ignore_ascii_case(CBS_NODE) {
             return Ok(Node::Cbs);
         }
         // Each suffix is matched against the path with a leading slash, so
         // an entity whose whole name were `$management` is not one.
         let slashed = format!("/{path}");
-        let (slashed, management) = strip_suffix(&slashed, MANAGEMENT);
-        let (slashed, sub_queue) = match strip_suffix(slashed, TRANSFER_DEAD_LETTER) {
+        let (slashed, management) = strip_suffix(&slashed, MANAGEMENT_SUFFIX);
+        let (slashed, sub_queue) = match strip_suffix(slashed, TRANSFER_DEAD_LETTER_SUFFIX) {
             (rest, true) => (rest, SubQueue::TransferDeadLetter),
-            (rest, false) => match strip_suffix(rest, DEAD_LETTER) {
+            (rest, false) => match strip_suffix(rest, DEAD_LETTER_SUFFIX) {
                 (rest, true) => (rest, SubQueue::DeadLetter),
                 (rest, false) => (rest, SubQueue::Main),
             },
@@ -98,7 +109,7 @@ impl Node {
                 subscription: None,
                 sub_queue,
             },
-            [topic, keyword, subscription] if keyword.eq_ignore_ascii_case("Subscriptions") => {
+            [topic, keyword, subscription] if keyword.eq_ignore_ascii_case(SUBSCRIPTIONS) => {
                 EntityAddress {
                     topic: (*topic).to_owned(),
                     subscription: Some((*subscription).to_owned()),
@@ -120,12 +131,25 @@ impl Node {
 }
 
 impl EntityAddress {
+    /// `subscription` of `topic`, or its dead-letter queue.
+    pub fn subscription(
+        topic: impl Into<String>,
+        subscription: impl Into<String>,
+        sub_queue: SubQueue,
+    ) -> EntityAddress {
+        EntityAddress {
+            topic: topic.into(),
+            subscription: Some(subscription.into()),
+            sub_queue,
+        }
+    }
+
     /// The entity's path as Service Bus writes it (`orders`,
     /// `orders/Subscriptions/billing`), without a queue suffix: what a
     /// token's audience must cover.
     pub fn entity_path(&self) -> String {
         match &self.subscription {
-            Some(subscription) => format!("{}/Subscriptions/{subscription}", self.topic),
+            Some(subscription) => format!("{}/{SUBSCRIPTIONS}/{subscription}", self.topic),
             None => self.topic.clone(),
         }
     }
@@ -137,10 +161,31 @@ impl EntityAddress {
         let entity = self.entity_path();
         match self.sub_queue {
             SubQueue::Main => entity,
-            SubQueue::DeadLetter => format!("{entity}{DEAD_LETTER}"),
-            SubQueue::TransferDeadLetter => format!("{entity}{TRANSFER_DEAD_LETTER}"),
+            SubQueue::DeadLetter => format!("{entity}{DEAD_LETTER_SUFFIX}"),
+            SubQueue::TransferDeadLetter => format!("{entity}{TRANSFER_DEAD_LETTER_SUFFIX}"),
         }
     }
+}
+
+impl From<nimbus_transport::SubQueue> for SubQueue {
+    fn from(queue: nimbus_transport::SubQueue) -> SubQueue {
+        match queue {
+            nimbus_transport::SubQueue::Main => SubQueue::Main,
+            nimbus_transport::SubQueue::DeadLetter => SubQueue::DeadLetter,
+        }
+    }
+}
+
+/// The address of the `$management` node of the entity at `path` (a
+/// topic, a subscription, or a dead-letter queue's path).
+pub fn management_node(path: &str) -> String {
+    format!("{path}{MANAGEMENT_SUFFIX}")
+}
+
+/// Whether `path` names a dead-letter queue (its suffix compared ignoring
+/// case, as Service Bus compares names).
+pub fn is_dead_letter_queue(path: &str) -> bool {
+    strip_suffix(path, DEAD_LETTER_SUFFIX).1
 }
 
 /// The path of `address`, without a scheme and authority, leading or
@@ -259,6 +304,25 @@ mod tests {
             let error = Node::parse(bad).expect_err(bad);
             assert!(error.to_string().contains(bad), "{error}");
         }
+    }
+
+    #[test]
+    fn the_paths_a_client_writes_read_back_as_what_it_named() {
+        let dead_letters = EntityAddress::subscription("orders", "billing", SubQueue::DeadLetter);
+        let path = dead_letters.queue_path();
+        assert_eq!(path, "orders/Subscriptions/billing/$DeadLetterQueue");
+        assert!(is_dead_letter_queue(&path));
+        assert!(is_dead_letter_queue(&path.to_ascii_lowercase()));
+        assert!(!is_dead_letter_queue(&dead_letters.entity_path()));
+        assert_eq!(Node::parse(&path), Ok(Node::Entity(dead_letters.clone())));
+        assert_eq!(
+            Node::parse(&management_node(&path)),
+            Ok(Node::Management(dead_letters))
+        );
+        assert_eq!(
+            SubQueue::from(nimbus_transport::SubQueue::DeadLetter),
+            SubQueue::DeadLetter
+        );
     }
 
     #[test]

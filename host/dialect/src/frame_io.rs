@@ -88,11 +88,34 @@ impl<R: AsyncRead + Unpin> UnitReader<R> {
     }
 }
 
+/// The frame type of an AMQP frame (a SASL frame's is 1).
+pub const AMQP_FRAME_TYPE: u8 = 0;
+
+/// The performatives' descriptor codes (AMQP 1.0 §2.7), as
+/// [`descriptor`] tells them.
+pub mod code {
+    /// `open`.
+    pub const OPEN: u64 = 0x10;
+    /// `begin`.
+    pub const BEGIN: u64 = 0x11;
+    /// `attach`.
+    pub const ATTACH: u64 = 0x12;
+    /// `flow`.
+    pub const FLOW: u64 = 0x13;
+    /// `transfer`.
+    pub const TRANSFER: u64 = 0x14;
+    /// `disposition`.
+    pub const DISPOSITION: u64 = 0x15;
+    /// `detach`.
+    pub const DETACH: u64 = 0x16;
+    /// `end`.
+    pub const END: u64 = 0x17;
+}
+
 /// The frame's performative code, when it is an AMQP frame with a body.
 pub fn descriptor(frame: &[u8]) -> Option<u64> {
-    const FRAME_TYPE_AMQP: u8 = 0;
     let doff = usize::from(*frame.get(4)?) * 4;
-    if frame.get(5) != Some(&FRAME_TYPE_AMQP) {
+    if frame.get(5) != Some(&AMQP_FRAME_TYPE) {
         return None;
     }
     match frame.get(doff..)? {

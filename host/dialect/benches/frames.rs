@@ -5,7 +5,9 @@
 //! transfer carrying a NimBus event as the SDKs send it: properties, ten
 //! application properties, a 400-byte JSON body.
 //!
-//! `cargo bench -p nimbus-amqp --bench frames`
+//! `cargo bench -p nimbus-dialect --bench frames`
+
+#![allow(missing_docs, reason = "criterion generates the entry point")]
 
 use std::hint::black_box;
 
@@ -15,8 +17,8 @@ use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
 use fe2o3_amqp::types::definitions::Handle;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Data, Message, Properties};
 use fe2o3_amqp::types::performatives::Transfer;
-use nimbus_amqp::frame_check::FrameCheck;
-use nimbus_amqp::frame_io::{decode, encode};
+use nimbus_dialect::frame_check::FrameCheck;
+use nimbus_dialect::frame_io::{decode, encode};
 use serde_amqp::primitives::Binary;
 
 fn publish_frame() -> BytesMut {
