@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use nimbus_manager::ManagerError;
-use nimbus_transport::{AdminError, FailureLog};
+use nimbus_transport::{AdminError, FailureLog, PublishError};
 
 /// What the body of an internal error says: nothing internal.
 const INTERNAL_MESSAGE: &str = "internal error in the nimbus host; the host log has the cause";
@@ -121,8 +121,13 @@ impl From<ManagerError> for ApiError {
             | ManagerError::NotForwarded { .. }
             | ManagerError::SeenInThisPass { .. }
             | ManagerError::MissingCoordinate { .. }
-            | ManagerError::MissingPayload { .. }
-            | ManagerError::BlockerOnlyNamed { .. } => ApiError::conflict(message),
+            | ManagerError::MissingPayload { .. } => ApiError::conflict(message),
+            // The control message was not taken for now (a dropped
+            // connection, a broker that cannot write): ask again later.
+            ManagerError::Publish {
+                source: PublishError::Transient(_),
+                ..
+            } => ApiError::unavailable(message),
             ManagerError::ReadEndpoint {
                 source: AdminError::Unsupported { .. },
                 ..
