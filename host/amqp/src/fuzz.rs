@@ -11,9 +11,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
-use fe2o3_amqp::types::definitions::{
-    Handle, ReceiverSettleMode, Role, SenderSettleMode,
-};
+use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
 use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Source, Target, TargetArchetype};
 use fe2o3_amqp::types::performatives::{
     Attach, Begin, ChannelMax, Detach, Disposition, End, Flow, MaxFrameSize, Open, Transfer,
@@ -53,12 +51,18 @@ fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
         2 => FrameBody::Attach(Attach {
             name: format!("l{handle}"),
             handle: Handle(handle),
-            role: if handle % 2 == 0 { Role::Sender } else { Role::Receiver },
+            role: if handle % 2 == 0 {
+                Role::Sender
+            } else {
+                Role::Receiver
+            },
             snd_settle_mode: SenderSettleMode::Unsettled,
             rcv_settle_mode: ReceiverSettleMode::First,
             source: Some(Box::new(Source::default())),
             target: Some(Box::new(TargetArchetype::Target(Target {
-                address: Some(["orders", "$cbs", "orders/$management"][handle as usize % 3].to_owned()),
+                address: Some(
+                    ["orders", "$cbs", "orders/$management"][handle as usize % 3].to_owned(),
+                ),
                 ..Target::default()
             }))),
             unsettled: None,
