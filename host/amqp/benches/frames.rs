@@ -7,6 +7,8 @@
 //!
 //! `cargo bench -p nimbus-amqp --bench frames`
 
+#![allow(missing_docs, reason = "criterion generates the entry point")]
+
 use std::hint::black_box;
 
 use bytes::BytesMut;
