@@ -51,7 +51,7 @@ fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
         2 => FrameBody::Attach(Attach {
             name: format!("l{handle}"),
             handle: Handle(handle),
-            role: if handle % 2 == 0 {
+            role: if handle.is_multiple_of(2) {
                 Role::Sender
             } else {
                 Role::Receiver
@@ -82,7 +82,7 @@ fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
             delivery_count: Some(0),
             link_credit: Some(10),
             available: None,
-            drain: handle % 3 == 0,
+            drain: handle.is_multiple_of(3),
             echo: false,
             properties: None,
         }),
@@ -92,12 +92,12 @@ fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
                 delivery_id: Some(handle),
                 delivery_tag: Some(vec![1, 2, 3, 4].into()),
                 message_format: Some(0),
-                settled: Some(handle % 2 == 0),
-                more: handle % 3 == 0,
+                settled: Some(handle.is_multiple_of(2)),
+                more: handle.is_multiple_of(3),
                 rcv_settle_mode: None,
                 state: None,
                 resume: false,
-                aborted: handle % 7 == 0,
+                aborted: handle.is_multiple_of(7),
                 batchable: false,
             },
             payload: payload.into(),
@@ -106,7 +106,7 @@ fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
             role: Role::Receiver,
             first: handle,
             last: Some(handle.wrapping_add(3)),
-            settled: handle % 2 == 0,
+            settled: handle.is_multiple_of(2),
             state: Some(DeliveryState::Accepted(Accepted {})),
             batchable: false,
         }),
