@@ -20,7 +20,10 @@ use nimbus_transport::{
     SubscriptionPath, SubscriptionSettings, TopicSettings, Transport,
 };
 use nimbus_wire::build::{self, Handoff, ResponseTimes};
-use nimbus_wire::{EventContent, Failure, MessageContent, MessageType, NimbusMessage};
+use nimbus_wire::{
+    ControlKey, EventContent, Failure, MessageContent, MessageType, NimbusMessage,
+    control_signature, prop,
+};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -30,6 +33,23 @@ use tokio_util::sync::CancellationToken;
 const PATIENCE: Duration = Duration::from_secs(60);
 
 const EVENT_ID: &str = "2f0e6c1e-6a2b-4c1e-9d57-1c3a7a0b5e11";
+
+/// The hosts' control key in these tests.
+fn control_key() -> ControlKey {
+    ControlKey::new("test-control-key-0123456789abcdef").unwrap()
+}
+
+/// Checks that the Manager signed `control` with the key, then takes the
+/// signature off: the rest is upstream's wire vector.
+fn unsealed(mut control: ReceivedMessage) -> ReceivedMessage {
+    assert_eq!(
+        control_signature::verify(&control_key(), &control.message),
+        Ok(()),
+        "every control message the Manager sends is signed"
+    );
+    control.message.properties.remove(prop::CONTROL_SIGNATURE);
+    control
+}
 const SESSION: &str = "order-o-1001";
 
 /// The Resolver topic and endpoint topologies as nimbus-platform.md §2.3
@@ -152,6 +172,7 @@ impl Harness {
         let manager = Manager::new(
             Arc::clone(&broker),
             Arc::clone(&store) as Arc<dyn ResolverStore>,
+            control_key(),
         );
         let (progress, shutdown, resolver) = spawn_resolver(&broker, &store);
         Harness {
@@ -343,7 +364,7 @@ async fn control_message(h: &Harness, sent_id: &str) -> ReceivedMessage {
     assert_eq!(got[0].message.message_id.as_deref(), Some("msg-pub-1"));
     let control = got.remove(1);
     assert_eq!(control.message.message_id.as_deref(), Some(sent_id));
-    control
+    unsealed(control)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -850,6 +871,7 @@ async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_al
     let manager = Manager::new(
         Arc::clone(&broker),
         Arc::clone(&store) as Arc<dyn ResolverStore>,
+        control_key(),
     );
     let sent = manager.resubmit(&event_id, None, None).await.unwrap();
 
@@ -864,7 +886,7 @@ async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_al
     let original = lock.receive(PATIENCE).await.unwrap().unwrap();
     assert_eq!(original.message.message_id.as_deref(), Some("msg-pub-1"));
     lock.complete(original).await.unwrap();
-    let mut control = lock.receive(PATIENCE).await.unwrap().unwrap();
+    let mut control = unsealed(lock.receive(PATIENCE).await.unwrap().unwrap());
     assert_eq!(
         control.message.message_id.as_deref(),
         Some(sent.message_id.as_str())
@@ -1401,6 +1423,7 @@ async fn a_replay_of_every_dead_letter_that_fails_part_way_says_what_it_moved_an
             lookups: std::sync::atomic::AtomicUsize::new(0),
             fail_from: 2,
         }) as Arc<dyn ResolverStore>,
+        control_key(),
     );
     let done = failing
         .replay_all_dead_letters("billing", None, false)
@@ -1562,6 +1585,7 @@ async fn a_message_a_forwarder_could_not_forward_is_listed_and_removed_only_by_f
     let manager = Manager::new(
         Arc::clone(&broker),
         Arc::clone(&store) as Arc<dyn ResolverStore>,
+        control_key(),
     );
     assert!(
         manager

@@ -131,7 +131,11 @@ pub async fn start_host(root: &Path, max_delivery_count: u32) -> Host {
 /// A Manager on the host's broker and Resolver store.
 pub fn manager(host: &Host) -> Manager<Broker> {
     let store: Arc<dyn ResolverStore> = host.resolver().clone();
-    Manager::new(Arc::clone(host.broker().unwrap()), store)
+    Manager::new(
+        Arc::clone(host.broker().unwrap()),
+        store,
+        host.control_key().clone(),
+    )
 }
 
 /// Publishes one event the way an external producer does: an original
