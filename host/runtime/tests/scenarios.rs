@@ -28,7 +28,7 @@ use nimbus_wire::{EventContent, MessageContent, MessageType, NimbusMessage, buil
 use serde_json::{Value, json};
 use support::{
     create_tap, detail, drain_tap, eventually, install, manager, parked_message_ids, publish,
-    record, send, session_state, start_host, wait_for, wait_status,
+    record, send, send_signed, session_state, start_host, wait_for, wait_status,
 };
 
 const ECHO: &str = "echoes";
@@ -397,7 +397,7 @@ fn rs05_a_failed_resubmission_carrying_a_spent_retry_count_still_gets_a_fresh_bu
         )
         .await;
         assert_eq!(error_retry_counts(host, &spent), vec![0, 1, 2]);
-        // A resubmission as NimBus tooling may send it: the failed message's
+        // A resubmission as a Manager may send it: the failed message's
         // RetryCount (2, the budget spent) carried over.
         let event = NimbusMessage {
             message_id: Some("rs-6-e1".to_owned()),
@@ -417,7 +417,7 @@ fn rs05_a_failed_resubmission_carrying_a_spent_retry_count_still_gets_a_fresh_bu
         let mut resubmission = build::resubmission_request(&event, ECHO, None);
         resubmission.message_id = Some("rs-6-resubmission".to_owned());
         resubmission.retry_count = 2;
-        send(host.broker().unwrap(), ECHO, &resubmission).await;
+        send_signed(host, ECHO, &resubmission).await;
         // Fresh budget (F14): the resubmission's failure is retried twice,
         // with RetryCount 1 then 2, whatever RetryCount it arrived with.
         let counts = wait_error_responses(host, &spent, 6).await;

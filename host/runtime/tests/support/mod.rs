@@ -168,6 +168,17 @@ pub async fn send(broker: &Broker, topic: &str, message: &NimbusMessage) {
         .unwrap_or_else(|e| panic!("publishing to {topic}: {e}"));
 }
 
+/// Sends `message` as the host's Manager does: signed with its control key.
+pub async fn send_signed(host: &Host, topic: &str, message: &NimbusMessage) {
+    let mut sealed = message.to_transport();
+    nimbus_wire::control_signature::sign(host.control_key(), &mut sealed);
+    host.broker()
+        .expect("an embedded broker")
+        .publish(topic, vec![sealed])
+        .await
+        .unwrap_or_else(|e| panic!("publishing to {topic}: {e}"));
+}
+
 /// The Resolver's record of the event published as `message_id` at
 /// `endpoint` (events get a fresh EventId per consumer, so the test knows
 /// them by the MessageId it published).
