@@ -142,6 +142,9 @@ fn spawn_resolver(broker: &Arc<Broker>, store: &Arc<SqliteResolverStore>) -> Res
             accept_timeout: Duration::from_millis(200),
             session_idle_timeout: Duration::from_millis(50),
             progress: Some(tx),
+            // As the host runs it: the Manager's copies are recorded only
+            // because they are signed.
+            control_key: Some(control_key()),
             ..ResolverSettings::default()
         },
         shutdown.clone(),
