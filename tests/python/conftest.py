@@ -13,6 +13,12 @@ def host():
         "api": os.environ["NIMBUS_TEST_API"],
         "key_name": os.environ["NIMBUS_TEST_KEY_NAME"],
         "key": os.environ["NIMBUS_TEST_KEY"],
+        "pid": int(os.environ["NIMBUS_TEST_PID"]),
+        "log": os.environ["NIMBUS_TEST_LOG"],
+        "send_key_name": os.environ["NIMBUS_TEST_SEND_KEY_NAME"],
+        "send_key": os.environ["NIMBUS_TEST_SEND_KEY"],
+        "listen_key_name": os.environ["NIMBUS_TEST_LISTEN_KEY_NAME"],
+        "listen_key": os.environ["NIMBUS_TEST_LISTEN_KEY"],
     }
 
 
@@ -25,4 +31,5 @@ def tls_host(host):
         **host,
         "amqps": os.environ["NIMBUS_TEST_AMQPS"],
         "ca": os.environ["NIMBUS_TEST_CA"],
+        "pid": int(os.environ["NIMBUS_TEST_TLS_PID"]),
     }

@@ -144,10 +144,17 @@ impl Scratch {
 
     /// [`Scratch::run_host_to_exit`] with another configuration file.
     pub fn run_host_to_exit_with(&self, config: &Path) -> Run {
+        self.run_host_to_exit_with_args(config, &[])
+    }
+
+    /// [`Scratch::run_host_to_exit_with`] with `run_args` after `--config
+    /// FILE` (e.g. `--new-resolver-store`).
+    pub fn run_host_to_exit_with_args(&self, config: &Path, run_args: &[&str]) -> Run {
         let child = Command::new(nimbus_bin())
             .arg("run")
             .arg("--config")
             .arg(config)
+            .args(run_args)
             .current_dir(self.path("."))
             .env_remove("NIMBUS_API_TOKEN")
             .env_remove("RUST_LOG")

@@ -92,9 +92,15 @@ impl RunningHost {
     /// change what [`config_text`] sets). Its stderr file starts empty, so
     /// a host started again on the same scratch area logs afresh.
     pub fn start_with_config(scratch: &Scratch, config: &str) -> RunningHost {
+        RunningHost::start_with_run_args(scratch, config, &[])
+    }
+
+    /// As [`RunningHost::start_with_config`], with `run_args` after
+    /// `nimbus run --config FILE` (e.g. `--new-resolver-store`).
+    pub fn start_with_run_args(scratch: &Scratch, config: &str, run_args: &[&str]) -> RunningHost {
         let stderr_path = scratch.path("nimbus-run.stderr");
         let stderr = std::fs::File::create(&stderr_path).expect("create the stderr file");
-        let child = spawn(scratch, config, "info", stderr.into());
+        let child = spawn(scratch, config, run_args, "info", stderr.into());
         RunningHost::started(child, Some(stderr_path))
     }
 
@@ -110,7 +116,7 @@ impl RunningHost {
         // The smallest pipe Linux makes, set before the host can write, so a
         // few lines fill it.
         rustix::pipe::fcntl_setpipe_size(&writer, 4096).expect("shrink the stderr pipe");
-        let child = spawn(scratch, &config, rust_log, writer.into());
+        let child = spawn(scratch, &config, &[], rust_log, writer.into());
         (RunningHost::started(child, None), StalledStderr(reader))
     }
 
@@ -170,6 +176,16 @@ impl RunningHost {
                 ),
             }
         }
+    }
+
+    /// The host's process id (to read its memory and threads in /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The file its stderr (its log) goes to, if it goes to one.
+    pub fn stderr_path(&self) -> Option<&std::path::Path> {
+        self.stderr_path.as_deref()
     }
 
     /// What the host logged so far.
@@ -341,13 +357,20 @@ impl RunningHost {
 }
 
 /// Starts `nimbus run` on `config`, written to `nimbus.toml` in the scratch
-/// root, logging at `rust_log` into `stderr`.
-fn spawn(scratch: &Scratch, config: &str, rust_log: &str, stderr: Stdio) -> Child {
+/// root, with `run_args`, logging at `rust_log` into `stderr`.
+fn spawn(
+    scratch: &Scratch,
+    config: &str,
+    run_args: &[&str],
+    rust_log: &str,
+    stderr: Stdio,
+) -> Child {
     let config = scratch.write("nimbus.toml", config.as_bytes());
     Command::new(nimbus_bin())
         .arg("run")
         .arg("--config")
         .arg(&config)
+        .args(run_args)
         .env("RUST_LOG", rust_log)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -22,6 +22,9 @@ use nimbus_blackbox_tests::running::RunningHost;
 
 const KEY_NAME: &str = "RootManageSharedAccessKey";
 const KEY: &str = "a key only this test knows";
+/// Keys with one right each, as Service Bus policies with one claim.
+const SEND_KEY: (&str, &str) = ("SendOnly", "a key that may only send");
+const LISTEN_KEY: (&str, &str) = ("ListenOnly", "a key that may only listen");
 
 /// The interpreter of the environment `scripts/python-env.sh` made.
 fn python() -> PathBuf {
@@ -62,7 +65,10 @@ fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
     let host = RunningHost::start(
         &scratch,
         &format!(
-            "[amqp]\nlisten = \"127.0.0.1:0\"\n[[amqp.keys]]\nname = \"{KEY_NAME}\"\nkey = \"{KEY}\"\n"
+            "[amqp]\nlisten = \"127.0.0.1:0\"\n[[amqp.keys]]\nname = \"{KEY_NAME}\"\nkey = \"{KEY}\"\n\
+             [[amqp.keys]]\nname = \"{}\"\nkey = \"{}\"\nrights = [\"Send\"]\n\
+             [[amqp.keys]]\nname = \"{}\"\nkey = \"{}\"\nrights = [\"Listen\"]\n",
+            SEND_KEY.0, SEND_KEY.1, LISTEN_KEY.0, LISTEN_KEY.1
         ),
     );
     let port = port_of(&host.banner_value("AMQP:"));
@@ -83,17 +89,36 @@ fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
     let tls_port = port_of(&tls_amqp);
     let suite = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python");
     let pytest = Command::new(&python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--durations=8",
+        ])
         .arg(&suite)
         .env("NIMBUS_TEST_AMQP", format!("localhost:{port}"))
         .env("NIMBUS_TEST_API", &host.api)
         .env("NIMBUS_TEST_KEY_NAME", KEY_NAME)
         .env("NIMBUS_TEST_KEY", KEY)
         .env("NIMBUS_TEST_AMQPS", format!("localhost:{tls_port}"))
+        .env("NIMBUS_TEST_PID", host.pid().to_string())
+        .env("NIMBUS_TEST_TLS_PID", tls_host.pid().to_string())
+        .env(
+            "NIMBUS_TEST_LOG",
+            host.stderr_path().expect("the host logs to a file"),
+        )
+        .env("NIMBUS_TEST_SEND_KEY_NAME", SEND_KEY.0)
+        .env("NIMBUS_TEST_SEND_KEY", SEND_KEY.1)
+        .env("NIMBUS_TEST_LISTEN_KEY_NAME", LISTEN_KEY.0)
+        .env("NIMBUS_TEST_LISTEN_KEY", LISTEN_KEY.1)
         .env("NIMBUS_TEST_CA", fixtures.join("ca.pem"))
         .output()
         .expect("run pytest");
     let report = String::from_utf8_lossy(&pytest.stdout);
+    // Shown with --nocapture: which cases ran, and how long they took.
+    println!("{report}");
     assert!(
         pytest.status.success(),
         "pytest failed:\n{report}\n{}\nhost log:\n{}",

@@ -238,7 +238,10 @@ mod tests {
         assert!(first.pending().is_none());
         second.release();
         let mut third = third.await.unwrap();
-        assert!(third.pending().is_some(), "the newcomer is pending until its token");
+        assert!(
+            third.pending().is_some(),
+            "the newcomer is pending until its token"
+        );
     }
 
     #[tokio::test]
@@ -256,7 +259,10 @@ mod tests {
         assert!(admitted[1].pending().unwrap().evicted.try_recv().is_err());
         assert_eq!(admission.waiting().len(), 2);
         drop(admitted);
-        assert!(admission.waiting().is_empty(), "an ended connection is not pending");
+        assert!(
+            admission.waiting().is_empty(),
+            "an ended connection is not pending"
+        );
     }
 
     async fn futures_connect(address: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {

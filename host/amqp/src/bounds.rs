@@ -62,6 +62,9 @@ pub enum Refused {
         /// Where the value starts.
         at: u64,
     },
+    /// A frame that is not one, or a performative that does not decode.
+    #[error("{0}")]
+    Malformed(String),
 }
 
 /// What is open around the next byte.
@@ -71,7 +74,11 @@ enum Open {
     Compound { end: u64 },
     /// An array with `remaining` elements still to come, each the body of
     /// format code `element`, ending at byte `end`.
-    Array { end: u64, remaining: u32, element: u8 },
+    Array {
+        end: u64,
+        remaining: u32,
+        element: u8,
+    },
     /// A described value: its descriptor and then its value (`remaining`
     /// is 2, then 1).
     Described { remaining: u8 },
@@ -331,6 +338,12 @@ impl Scanner {
                     return Err(Refused::CountBeyondSize { count, size: items });
                 }
                 self.within(header_start, u64::from(need / 2) + u64::from(size))?;
+                if count == 0 && items == 0 {
+                    // An empty array with no element constructor, as
+                    // serde_amqp writes one (`e0 01 00`).
+                    self.next = Next::Item;
+                    return self.value_done();
+                }
                 let end = self.at + u64::from(items);
                 self.push(Open::Array {
                     end,

@@ -147,7 +147,10 @@ fn answer(
                 }
                 Err(refused) => {
                     LogLimit::global().info(Cause::TokenRefused(refused.kind()), || {
-                        format!("a client's token was refused: {refused} (audience {:?})", property("name"))
+                        format!(
+                            "a client's token was refused: {refused} (audience {:?})",
+                            property("name")
+                        )
                     });
                     (401, refused.to_string())
                 }

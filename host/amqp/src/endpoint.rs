@@ -29,15 +29,15 @@ use crate::address::{EntityAddress, Node, SubQueue};
 use crate::admission::{Admission, Admitted};
 use crate::cbs::{self, Grants};
 use crate::guard::{Guard, Limits, Refusal};
-use crate::log_limit::{Cause, LogLimit};
 use crate::held::{HeldDeliveries, HeldSessions};
+use crate::log_limit::{Cause, LogLimit};
 use crate::management::{self, Managed};
 use crate::publish;
 use crate::receive::{self, QueueHeld, ReceiveMode, SessionHeld};
 use crate::reply::ReplyLink;
 use crate::sas::{Right, SharedAccessKey};
 use crate::sasl::ServiceBusSasl;
-use crate::tap::{self, Tap, ToClient};
+use crate::tap::{self, Tap};
 use crate::tls::ServerTls;
 
 /// The credit a sending client gets: Python assumes this much as soon as
@@ -198,12 +198,14 @@ impl<T: Transport + Admin> Endpoint<T> {
         let admission = Admission::new(self.max_connections, self.max_pending);
         let shared = Arc::new(self.shared);
         loop {
+            // Finished connections are let go of before each new one. (Not
+            // in the select below: a connection ending there would cancel
+            // an accept that holds a new stream, waiting for the slot that
+            // very connection gives back.)
+            while connections.try_join_next().is_some() {}
             let (stream, peer, admitted) = tokio::select! {
                 () = &mut shutdown => break,
                 accepted = admission.accept(&listener) => accepted,
-                // A long-lived endpoint sees many connections come and go:
-                // their finished tasks are let go of as they end.
-                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
             debug!(%peer, "AMQP connection");
             let shared = Arc::clone(&shared);
@@ -222,55 +224,50 @@ async fn admitted_connection<T: Transport + Admin>(
     shared: Arc<Shared<T>>,
     mut admitted: Admitted,
 ) {
-    let grants = Arc::new(Grants::default());
-    let (tap, to_client) = Tap::new();
-    let served = async {
-        match shared.tls.clone() {
-            None => connection(stream, peer, &shared, &grants, (&tap, to_client)).await,
-            Some(tls) => {
-                let handshake = tls.acceptor.accept(stream);
-                match tokio::time::timeout(shared.handshake_timeout, handshake).await {
-                    Ok(Ok(stream)) => {
-                        connection(stream, peer, &shared, &grants, (&tap, to_client)).await;
-                    }
-                    // Most often a client speaking plain AMQP (an
-                    // emulator connection string) to a TLS endpoint.
-                    Ok(Err(error)) => LogLimit::global().info(Cause::HandshakeFailed, || {
-                        format!(
-                            "a TLS handshake from {peer} failed (does the client's connection \
-                             string say UseDevelopmentEmulator=true? this endpoint serves TLS): \
-                             {error}"
-                        )
-                    }),
-                    Err(_) => LogLimit::global().info(Cause::HandshakeFailed, || {
-                        format!(
-                            "a connection from {peer} did not finish its TLS handshake within \
-                             {:?}; closed",
-                            shared.handshake_timeout
-                        )
-                    }),
-                }
-            }
+    let deadline = tokio::time::Instant::now() + shared.token_timeout;
+    let Some(tls) = shared.tls.clone() else {
+        connection(stream, peer, &shared, (&mut admitted, deadline)).await;
+        return;
+    };
+    let handshake = tokio::time::timeout(shared.handshake_timeout, tls.acceptor.accept(stream));
+    let grants = Grants::default();
+    let handshake = tokio::select! {
+        handshake = handshake => handshake,
+        // Nothing to tell a client that has not finished TLS: it is dropped.
+        refusal = without_token(&mut admitted, &grants, (deadline, shared.token_timeout)) => {
+            LogLimit::global().info(Cause::NoToken, || {
+                format!("the AMQP connection from {peer} {}", refusal.description)
+            });
+            return;
         }
     };
-    let refused = tokio::select! {
-        () = served => None,
-        refusal = without_token(&mut admitted, &grants, shared.token_timeout) => Some(refusal),
-    };
-    if let Some(refusal) = refused {
-        LogLimit::global().info(Cause::NoToken, || {
-            format!("the AMQP connection from {peer} {}", refusal.description)
-        });
-        // Its slot goes now: a newer connection may be waiting for it.
-        admitted.release();
-        tap.close(refusal);
+    match handshake {
+        Ok(Ok(stream)) => connection(stream, peer, &shared, (&mut admitted, deadline)).await,
+        // Most often a client speaking plain AMQP (an emulator connection
+        // string) to a TLS endpoint.
+        Ok(Err(error)) => LogLimit::global().info(Cause::HandshakeFailed, || {
+            format!(
+                "a TLS handshake from {peer} failed (does the client's connection string say \
+                 UseDevelopmentEmulator=true? this endpoint serves TLS): {error}"
+            )
+        }),
+        Err(_) => LogLimit::global().info(Cause::HandshakeFailed, || {
+            format!(
+                "a connection from {peer} did not finish its TLS handshake within {:?}; closed",
+                shared.handshake_timeout
+            )
+        }),
     }
 }
 
 /// Resolves, with why, if the connection is to close for having no valid
 /// token: the deadline passes, or it is closed to make room. Once a token
 /// is put, it no longer resolves.
-async fn without_token(admitted: &mut Admitted, grants: &Grants, timeout: Duration) -> Refusal {
+async fn without_token(
+    admitted: &mut Admitted,
+    grants: &Grants,
+    (deadline, timeout): (tokio::time::Instant, Duration),
+) -> Refusal {
     let mut authenticated = grants.watch_authenticated();
     let Some(pending) = admitted.pending() else {
         return std::future::pending().await;
@@ -281,7 +278,7 @@ async fn without_token(admitted: &mut Admitted, grants: &Grants, timeout: Durati
             Ok(why) => why.to_string(),
             Err(_) => "was closed".to_owned(),
         }),
-        () = tokio::time::sleep(timeout) => Some(format!(
+        () = tokio::time::sleep_until(deadline) => Some(format!(
             "put no valid token on $cbs within {} s of connecting; closed",
             timeout.as_secs_f64()
         )),
@@ -300,17 +297,19 @@ async fn without_token(admitted: &mut Admitted, grants: &Grants, timeout: Durati
 
 /// Runs one connection's AMQP: the tap between the client and fe2o3, the
 /// handshake, and each session the client begins, until the client ends
-/// it or the pump stops.
+/// it, the pump stops (the guard refused a frame), or the connection has
+/// no valid token in time.
 async fn connection<T, S>(
     stream: S,
     peer: std::net::SocketAddr,
     shared: &Arc<Shared<T>>,
-    grants: &Arc<Grants>,
-    (tap, to_client): (&Tap, ToClient),
+    (admitted, deadline): (&mut Admitted, tokio::time::Instant),
 ) where
     T: Transport + Admin,
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let grants = Arc::new(Grants::default());
+    let (tap, to_client) = Tap::new();
     let acceptor = ConnectionAcceptor::builder()
         .container_id("nimbus")
         .max_frame_size(MAX_FRAME_SIZE)
@@ -320,7 +319,7 @@ async fn connection<T, S>(
         .build();
     // fe2o3 speaks to the tap, the tap to the client (decision 0136).
     let (library_side, tap_side) = tokio::io::duplex(PIPE_BUFFER);
-    let guard = Guard::new(shared.limits, Arc::clone(grants));
+    let guard = Guard::new(shared.limits, Arc::clone(&grants));
     let pump = tokio::spawn(tap::pump(
         stream,
         tap_side,
@@ -331,12 +330,18 @@ async fn connection<T, S>(
         Some(peer),
     ));
     let mut pump = AbortOnDrop(pump);
+    let token = (deadline, shared.token_timeout);
     let handshake = tokio::time::timeout(shared.handshake_timeout, acceptor.accept(library_side));
     let opened = tokio::select! {
         opened = handshake => opened,
         // The pump ended first: the guard refused a frame, or the client
         // went away.
         _ = &mut pump.0 => return,
+        refusal = without_token(admitted, &grants, token) => {
+            refuse(peer, admitted, &tap, refusal);
+            let _ = tokio::time::timeout(CLOSE_GRACE, &mut pump.0).await;
+            return;
+        }
     };
     let connection = match opened {
         Ok(Ok(connection)) => Some(connection),
@@ -359,14 +364,26 @@ async fn connection<T, S>(
     };
     if let Some(mut connection) = connection {
         tokio::select! {
-            () = sessions(&mut connection, shared, grants, tap) => {}
+            () = sessions(&mut connection, shared, &grants, &tap) => {
+                let _ = connection.close().await;
+            }
             _ = &mut pump.0 => return,
+            refusal = without_token(admitted, &grants, token) => refuse(peer, admitted, &tap, refusal),
         }
-        let _ = connection.close().await;
     }
-    // What fe2o3 said last (a `close`, a SASL outcome refusing a
-    // mechanism) goes out before the socket does.
+    // What was said last (a `close`, a SASL outcome refusing a mechanism)
+    // goes out before the socket does.
     let _ = tokio::time::timeout(CLOSE_GRACE, &mut pump.0).await;
+}
+
+/// Closes a connection that has no valid token, giving its slot back at
+/// once (a newer connection may be waiting for it).
+fn refuse(peer: std::net::SocketAddr, admitted: &mut Admitted, tap: &Tap, refusal: Refusal) {
+    LogLimit::global().info(Cause::NoToken, || {
+        format!("the AMQP connection from {peer} {}", refusal.description)
+    });
+    admitted.release();
+    tap.close(refusal);
 }
 
 /// Takes the sessions a client begins until it closes the connection.
@@ -379,7 +396,9 @@ async fn sessions<T: Transport + Admin>(
     let held = Arc::new(HeldSessions::default());
     let deliveries = Arc::new(HeldDeliveries::default());
     let sessions = SessionAcceptor::builder()
-        .handle_max(u32::try_from(shared.limits.links_per_session.saturating_sub(1)).unwrap_or(u32::MAX))
+        .handle_max(
+            u32::try_from(shared.limits.links_per_session.saturating_sub(1)).unwrap_or(u32::MAX),
+        )
         .build();
     let mut tasks = JoinSet::new();
     while let Some(incoming) = connection.next_incoming_session().await {
@@ -538,7 +557,7 @@ async fn session_links<T: Transport + Admin>(
                 if let Err(error) = receiver.set_credit(SEND_CREDIT).await {
                     debug!(%error, "granting credit failed");
                 }
-                info!(%topic, "a client attached a link to publish");
+                debug!(%topic, "a client attached a link to publish");
                 links.spawn(publish::serve(
                     receiver,
                     Arc::clone(&shared.transport),

@@ -20,15 +20,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fe2o3_amqp::types::definitions::{AmqpError, ConnectionError, ErrorCondition, Role};
+use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition, Role, SessionError};
 use fe2o3_amqp::types::messaging::TargetArchetype;
-use fe2o3_amqp::types::performatives::{Attach, Detach, Open, Transfer};
-use serde::de::DeserializeOwned;
+use fe2o3_amqp::types::performatives::{Attach, Transfer};
 
 use crate::address::Node;
-use crate::bounds::{self, MAX_DEPTH, Scanner};
 use crate::cbs::Grants;
-use crate::frame_io;
+use crate::frame_check::{FrameCheck, Performative, Seen};
 use crate::sas::Right;
 
 /// The bounds on one connection.
@@ -90,13 +88,6 @@ impl Refusal {
             description,
         }
     }
-
-    fn framing(description: String) -> Refusal {
-        Refusal {
-            condition: ErrorCondition::ConnectionError(ConnectionError::FramingError),
-            description,
-        }
-    }
 }
 
 /// A link the client attached.
@@ -105,37 +96,27 @@ struct Link {
     /// more than one frame needs (`None` for `$cbs`, which a client uses
     /// before it has a token; fe2o3 caps its messages small).
     sends_to: Option<Option<(Right, String)>>,
-    /// The delivery being received in pieces, if any.
-    unfinished: Option<Unfinished>,
-}
-
-struct Unfinished {
-    scanner: Scanner,
-    bytes: u64,
+    /// Bytes of the delivery being received in pieces.
+    unfinished: u64,
 }
 
 /// The checks on one connection's frames from its client.
 pub(crate) struct Guard {
     limits: Limits,
     grants: Arc<Grants>,
+    frames: FrameCheck,
     /// Links attached, per client channel (a session).
     sessions: HashMap<u16, usize>,
     links: HashMap<(u16, u32), Link>,
     unfinished_bytes: u64,
 }
 
-const OPEN: u64 = 0x10;
-const BEGIN: u64 = 0x11;
-const ATTACH: u64 = 0x12;
-const TRANSFER: u64 = 0x14;
-const DETACH: u64 = 0x16;
-const END: u64 = 0x17;
-
 impl Guard {
     pub(crate) fn new(limits: Limits, grants: Arc<Grants>) -> Guard {
         Guard {
             limits,
             grants,
+            frames: FrameCheck::default(),
             sessions: HashMap::new(),
             links: HashMap::new(),
             unfinished_bytes: 0,
@@ -148,50 +129,25 @@ impl Guard {
     ///
     /// Why the connection is to be closed.
     pub(crate) fn check(&mut self, frame: &[u8]) -> Result<(), Refusal> {
-        let (Some(&doff), Some(&kind), Some(channel)) = (
-            frame.get(4),
-            frame.get(5),
-            frame.get(6..8).map(|c| u16::from_be_bytes([c[0], c[1]])),
-        ) else {
-            return Err(Refusal::framing("a frame shorter than its header".to_owned()));
-        };
-        let body = usize::from(doff) * 4;
-        let Some(body) = frame.get(body..).filter(|_| body >= 8) else {
-            return Err(Refusal::framing(format!(
-                "a frame whose data offset ({doff}) is outside it"
-            )));
-        };
-        if body.is_empty() {
-            // An empty frame: a heartbeat.
-            return Ok(());
-        }
-        let end = bounds::first_value_end(body, MAX_DEPTH).map_err(Refusal::decode)?;
-        const AMQP_FRAME: u8 = 0;
-        if kind != AMQP_FRAME {
-            // SASL frames hold their one value and no more.
-            return Ok(());
-        }
-        let (performative, payload) = body.split_at(end);
-        let Some(code) = frame_io::descriptor(frame) else {
-            return Ok(());
-        };
-        match code {
-            OPEN => {
-                let open: Open = parse(performative)?;
+        let Seen {
+            channel,
+            performative,
+        } = self.frames.check(frame).map_err(Refusal::decode)?;
+        match performative {
+            Performative::Open(open) => {
                 if let Some(host) = open.hostname.as_deref() {
                     self.grants.set_host(host);
                 }
                 Ok(())
             }
-            BEGIN => self.begin(channel),
-            ATTACH => self.attach(channel, parse(performative)?),
-            TRANSFER => self.transfer(channel, &parse(performative)?, payload),
-            DETACH => {
-                let detach: Detach = parse(performative)?;
+            Performative::Begin => self.begin(channel),
+            Performative::Attach(attach) => self.attach(channel, &attach),
+            Performative::Transfer(transfer, bytes) => self.transfer(channel, &transfer, bytes),
+            Performative::Detach(detach) => {
                 self.forget(channel, detach.handle.0);
                 Ok(())
             }
-            END => {
+            Performative::End => {
                 let handles: Vec<u32> = self
                     .links
                     .keys()
@@ -204,7 +160,7 @@ impl Guard {
                 self.sessions.remove(&channel);
                 Ok(())
             }
-            _ => Ok(()),
+            Performative::Nothing | Performative::Other => Ok(()),
         }
     }
 
@@ -219,7 +175,7 @@ impl Guard {
         Ok(())
     }
 
-    fn attach(&mut self, channel: u16, attach: Attach) -> Result<(), Refusal> {
+    fn attach(&mut self, channel: u16, attach: &Attach) -> Result<(), Refusal> {
         let key = (channel, attach.handle.0);
         if self.links.contains_key(&key) {
             // fe2o3 answers a handle in use.
@@ -240,34 +196,27 @@ impl Guard {
         }
         let sends_to = (attach.role == Role::Sender).then(|| {
             let address = match attach.target.as_deref() {
-                Some(TargetArchetype::Target(target)) => target.address.clone(),
+                Some(TargetArchetype::Target(target)) => target.address.as_deref(),
                 _ => None,
             };
-            needed_to_send(address.as_deref().unwrap_or_default())
+            needed_to_send(address.unwrap_or_default())
         });
         *self.sessions.entry(channel).or_insert(0) += 1;
         self.links.insert(
             key,
             Link {
                 sends_to,
-                unfinished: None,
+                unfinished: 0,
             },
         );
         Ok(())
     }
 
-    fn transfer(
-        &mut self,
-        channel: u16,
-        transfer: &Transfer,
-        payload: &[u8],
-    ) -> Result<(), Refusal> {
+    fn transfer(&mut self, channel: u16, transfer: &Transfer, bytes: usize) -> Result<(), Refusal> {
         let handle = transfer.handle.0;
         let Some(link) = self.links.get_mut(&(channel, handle)) else {
             return Err(Refusal {
-                condition: ErrorCondition::SessionError(
-                    fe2o3_amqp::types::definitions::SessionError::UnattachedHandle,
-                ),
+                condition: ErrorCondition::SessionError(SessionError::UnattachedHandle),
                 description: format!("a transfer on handle {handle}, which no link holds"),
             });
         };
@@ -277,53 +226,33 @@ impl Guard {
                 description: format!("a transfer on handle {handle}, a link the endpoint sends on"),
             });
         };
-        if transfer.aborted {
-            if let Some(dropped) = link.unfinished.take() {
-                self.unfinished_bytes -= dropped.bytes;
-            }
+        if transfer.aborted || !transfer.more {
+            // The delivery is over: what fe2o3 held of it goes.
+            self.unfinished_bytes -= std::mem::take(&mut link.unfinished);
             return Ok(());
         }
-        let unfinished = link.unfinished.get_or_insert_with(|| Unfinished {
-            scanner: Scanner::new(MAX_DEPTH),
-            bytes: 0,
-        });
-        unfinished.scanner.feed(payload).map_err(Refusal::decode)?;
-        if transfer.more {
-            if let Some((right, path)) = needs
-                && !self.grants.allow(*right, path)
-            {
-                return Err(Refusal::unauthorized(format!(
-                    "a delivery of more than one frame to '{path}', on which no token put on \
-                     this connection gives {right}"
-                )));
-            }
-            let bytes = payload.len() as u64;
-            unfinished.bytes += bytes;
-            self.unfinished_bytes += bytes;
-            if self.unfinished_bytes > self.limits.unfinished_bytes {
-                return Err(Refusal::limit(format!(
-                    "more than {} bytes of unfinished deliveries on one connection",
-                    self.limits.unfinished_bytes
-                )));
-            }
-            return Ok(());
+        if let Some((right, path)) = needs
+            && !self.grants.allow(*right, path)
+        {
+            return Err(Refusal::unauthorized(format!(
+                "a delivery of more than one frame to '{path}', on which no token put on this \
+                 connection gives {right}"
+            )));
         }
-        let whole = unfinished.scanner.at_boundary();
-        if let Some(done) = link.unfinished.take() {
-            self.unfinished_bytes -= done.bytes;
+        link.unfinished += bytes as u64;
+        self.unfinished_bytes += bytes as u64;
+        if self.unfinished_bytes > self.limits.unfinished_bytes {
+            return Err(Refusal::limit(format!(
+                "more than {} bytes of unfinished deliveries on one connection",
+                self.limits.unfinished_bytes
+            )));
         }
-        if whole {
-            Ok(())
-        } else {
-            Err(Refusal::decode("a message that ends inside one of its values"))
-        }
+        Ok(())
     }
 
     fn forget(&mut self, channel: u16, handle: u32) {
         if let Some(link) = self.links.remove(&(channel, handle)) {
-            if let Some(unfinished) = link.unfinished {
-                self.unfinished_bytes -= unfinished.bytes;
-            }
+            self.unfinished_bytes -= link.unfinished;
             if let Some(count) = self.sessions.get_mut(&channel) {
                 *count = count.saturating_sub(1);
             }
@@ -343,10 +272,6 @@ fn needed_to_send(address: &str) -> Option<(Right, String)> {
         }
         Err(_) => Some((Right::Manage, address.to_owned())),
     }
-}
-
-fn parse<T: DeserializeOwned>(performative: &[u8]) -> Result<T, Refusal> {
-    serde_amqp::from_slice(performative).map_err(Refusal::decode)
 }
 
 #[cfg(test)]

@@ -20,7 +20,10 @@ pub mod bounds;
 mod cbs;
 pub mod convert;
 mod endpoint;
+pub mod frame_check;
 pub mod frame_io;
+#[cfg(test)]
+mod fuzz;
 mod guard;
 mod held;
 mod log_limit;

@@ -114,7 +114,13 @@ pub(crate) async fn serve<T: Transport + Admin>(
             .and_then(|p| p.message_id.clone());
         let answer = match &node {
             Managed::Topic(written) => {
-                answer(transport.as_ref(), written, (&grants, check.as_ref()), request).await
+                answer(
+                    transport.as_ref(),
+                    written,
+                    (&grants, check.as_ref()),
+                    request,
+                )
+                .await
             }
             Managed::Subscription {
                 entity,

@@ -269,7 +269,9 @@ pub enum SasError {
         max: u64,
     },
     /// The audience names another host than the one the client connected to.
-    #[error("the token's audience is for host '{audience}', not '{connected}' that the client connected to")]
+    #[error(
+        "the token's audience is for host '{audience}', not '{connected}' that the client connected to"
+    )]
     OtherHost {
         /// The audience's host.
         audience: String,
@@ -509,7 +511,10 @@ mod tests {
         assert_eq!(grant.expires(), at(2_000_000_000));
         let now = at(NEAR);
         assert!(grant.covers("orders", now));
-        assert!(grant.allows(Right::Listen, "orders", now), "a key has every right unless told");
+        assert!(
+            grant.allows(Right::Listen, "orders", now),
+            "a key has every right unless told"
+        );
         assert!(grant.covers("Orders/Subscriptions/billing", now));
         assert!(!grant.covers("payments", now));
         assert!(!grant.covers("orders-archive", now));
@@ -601,7 +606,8 @@ mod tests {
         let now = SystemTime::now();
         let token = key.sign("sb://localhost:5672/", now + Duration::from_secs(3600));
         assert!(token.starts_with("SharedAccessSignature sr=sb%3A%2F%2Flocalhost%3A5672%2F&sig="));
-        let grant = Grant::from_token(&token, std::slice::from_ref(&key), now, None).expect("valid");
+        let grant =
+            Grant::from_token(&token, std::slice::from_ref(&key), now, None).expect("valid");
         assert!(grant.covers("orders/Subscriptions/billing", now));
         let other = SharedAccessKey::new("RootManageSharedAccessKey", "another");
         assert!(matches!(
@@ -614,15 +620,24 @@ mod tests {
     fn a_token_good_for_years_or_for_another_host_is_refused() {
         let key = SharedAccessKey::new("k", "a key of some length");
         let now = SystemTime::now();
-        let long = key.sign("sb://localhost:5672/", now + Duration::from_secs(34_000 * 365 * 86_400));
+        let long = key.sign(
+            "sb://localhost:5672/",
+            now + Duration::from_secs(34_000 * 365 * 86_400),
+        );
         assert!(matches!(
             Grant::from_token(&long, std::slice::from_ref(&key), now, None),
             Err(SasError::TooLong { max: 30, .. })
         ));
-        let hour = key.sign("sb://Localhost:5672/orders", now + Duration::from_secs(3600));
+        let hour = key.sign(
+            "sb://Localhost:5672/orders",
+            now + Duration::from_secs(3600),
+        );
         let keys = std::slice::from_ref(&key);
         assert!(Grant::from_token(&hour, keys, now, Some("localhost")).is_ok());
-        assert!(Grant::from_token(&hour, keys, now, None).is_ok(), "no host named, none checked");
+        assert!(
+            Grant::from_token(&hour, keys, now, None).is_ok(),
+            "no host named, none checked"
+        );
         let refused = Grant::from_token(&hour, keys, now, Some("nimbus.example.com")).unwrap_err();
         assert_eq!(
             refused.to_string(),
@@ -650,7 +665,10 @@ mod tests {
         let manage = Rights::of([Right::Manage]);
         assert!(Right::ALL.into_iter().all(|right| manage.has(right)));
         assert_eq!(manage.to_string(), "Manage, Listen, Send");
-        assert_eq!(Rights::of([Right::Listen, Right::Send]).to_string(), "Listen, Send");
+        assert_eq!(
+            Rights::of([Right::Listen, Right::Send]).to_string(),
+            "Listen, Send"
+        );
         assert_eq!(Right::parse("listen"), Some(Right::Listen));
         assert_eq!(Right::parse("Read"), None);
     }

@@ -289,7 +289,7 @@ impl Tap {
 
     /// A frame from the client, before fe2o3 reads it: `Some` to pass on
     /// changed, `None` to pass on as it came.
-    fn inbound(&self, frame: Frame) -> Option<Frame> {
+    pub(crate) fn inbound(&self, frame: Frame) -> Option<Frame> {
         let channel = frame.channel;
         match frame.body {
             FrameBody::Open(mut open) => {
@@ -405,7 +405,7 @@ impl Tap {
 
     /// A frame from fe2o3, before it goes to the client: `Some` to send
     /// changed, `None` to send as it came.
-    fn outbound(&self, frame: Frame) -> Option<Frame> {
+    pub(crate) fn outbound(&self, frame: Frame) -> Option<Frame> {
         let channel = frame.channel;
         match frame.body {
             FrameBody::Begin(begin) => {

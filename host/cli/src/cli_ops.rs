@@ -20,6 +20,12 @@ pub(crate) struct RunArgs {
     /// built-in defaults rooted at the current directory].
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
+    /// Start a new, empty Resolver store where the data directory's one
+    /// was lost or moved aside (damaged): the status and history of earlier
+    /// events are gone; blocked sessions are still listed and operated from
+    /// the broker's session state. Refused where a store is there.
+    #[arg(long)]
+    pub(crate) new_resolver_store: bool,
 }
 
 #[derive(Debug, Args)]

@@ -645,6 +645,13 @@ impl<'a, T: Transport> Delivery<'a, T> {
         // leaves the parked set, one that is abandoned stays in flight.
         let mut next = self.state.clone();
         plan.apply(&mut next, settled.event_id, settled.replayed);
+        // The blocked message leaves the broker with this settlement: the
+        // state keeps what an operator needs to act on the block should the
+        // Resolver lose its record of the event (decision 0140).
+        next.note_blocker(
+            settled.message,
+            plan.response == Some(Response::PendingHandoff),
+        );
 
         if let Some(response) = plan.response {
             let response = self.response(response, &settled, &received);

@@ -615,6 +615,15 @@ async fn failure_blocks_session_parks_followers_and_skip_replays_them_in_order()
     let state = h.session_state("s1").await;
     assert_eq!(state.blocked_by(), Some("e1"));
     assert_eq!(state.deferred_count, 2);
+    // The blocker, as an operator needs it should the Resolver lose its
+    // record (decision 0140).
+    let kept = state.blocking_event.expect("the blocker is kept");
+    assert_eq!(kept.message_id.as_deref(), Some("msg-e1"));
+    assert_eq!(kept.event_type_id.as_deref(), Some("OrderPlaced"));
+    let payload: serde_json::Value =
+        serde_json::from_str(kept.event_json.as_deref().unwrap_or_default()).unwrap();
+    assert_eq!(payload, serde_json::json!({ "Id": "A", "Action": "fail" }));
+    assert!(!kept.handoff);
     // Another session is not blocked.
     h.publish(event("s2", "f1", "X", "complete")).await;
     assert_eq!(h.responses(1).await, pairs(&[("ResolutionResponse", "f1")]));
@@ -816,6 +825,8 @@ async fn pending_handoff_blocks_until_completed_without_rerunning_the_handler() 
     assert_eq!(response.external_job_id.as_deref(), Some("job-1"));
     assert!(response.expected_by.is_some());
     assert_eq!(h.responses(1).await, pairs(&[("DeferralResponse", "e2")]));
+    let kept = h.session_state("s1").await.blocking_event;
+    assert!(kept.is_some_and(|kept| kept.handoff), "kept as a handoff");
     h.publish(control(MessageType::HandoffCompletedRequest, "s1", "e1"))
         .await;
     assert_eq!(

@@ -8,8 +8,12 @@ use nimbus_transport::{OpenReceiverError, PublishError, ReceiveError, SettleErro
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ManagerError {
-    /// The Resolver has no event with this id.
-    #[error("no event '{event_id}' is known to the Resolver")]
+    /// The Resolver has no event with this id, and no session's state on
+    /// the broker names it as its blocker.
+    #[error(
+        "no event '{event_id}' is known to the Resolver, nor is it the blocker of a session on \
+         the broker"
+    )]
     UnknownEvent {
         /// The id asked for.
         event_id: String,
@@ -137,6 +141,20 @@ pub enum ManagerError {
         "event '{event_id}' at '{endpoint}' has no recorded payload; resubmit it with an edited payload"
     )]
     MissingPayload {
+        /// The event id.
+        event_id: String,
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// A resubmit of a session's blocker the Resolver has no record of,
+    /// whose session state (written by an earlier build) keeps only its id.
+    #[error(
+        "event '{event_id}' at '{endpoint}' is known only by name, as the blocker of its session \
+         (the Resolver has no record of it, and the broker's session state, written by an \
+         earlier build, keeps neither its type nor its payload), so it cannot be resubmitted: \
+         skip it (`nimbus skip {event_id}`), then publish it again"
+    )]
+    BlockerOnlyNamed {
         /// The event id.
         event_id: String,
         /// The endpoint.

@@ -14,13 +14,16 @@
 //! is signed with the hosts' control key (`nimbus_wire::control_signature`,
 //! decision 0141): an endpoint acts only on one a nimbus Manager sent.
 //!
-//! Key decision: **the Resolver store is the only source of an event's
+//! Key decision: **the Resolver store is the source of an event's
 //! coordinates.** Session, correlation id, event type, payload, the
 //! request's `MessageId` (the control message's `ParentMessageId`) and the
 //! lineage are read from the store, so an operator names an event by its id
 //! alone; an unknown id, an ambiguous endpoint, a handoff operation on an
 //! event not pending a handoff or a payload that is not JSON is refused
 //! with a [`ManagerError`] that names the problem, before anything is sent.
+//! The one exception: a session's blocker the store has no record of (the
+//! store was lost) is rebuilt from what the broker's session state keeps of
+//! it, and the store notes that in the event's history (decision 0140).
 
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 
@@ -28,6 +31,7 @@ mod bulk;
 mod dead_letters;
 mod error;
 mod operations;
+mod rebuilt;
 
 pub use bulk::{
     AwaitingRetry, BulkAction, BulkOutcome, BulkSelection, Chosen, DEFAULT_BULK_LIMIT, NotSent,

@@ -1,11 +1,12 @@
 //! Resubmit, skip, complete and fail a handoff: find the event in the
-//! Resolver store, check the operation makes sense, send the control message
-//! to the endpoint's topic.
+//! Resolver store (or, for a session's blocker it has no record of, in the
+//! broker's session state), check the operation makes sense, send the
+//! control message to the endpoint's topic.
 
 use std::sync::Arc;
 
 use nimbus_resolver::{EventRecord, HANDOFF_SUB_STATUS, ResolverStore, Status};
-use nimbus_transport::Transport;
+use nimbus_transport::{Admin, Transport};
 use nimbus_wire::{
     ControlKey, EventContent, Failure, MessageContent, MessageType, NimbusMessage, build,
     control_signature,
@@ -13,6 +14,7 @@ use nimbus_wire::{
 use serde::Serialize;
 
 use crate::error::ManagerError;
+use crate::rebuilt::Found;
 
 /// The ErrorType of a handoff failure when the operator gives none.
 pub const DEFAULT_HANDOFF_ERROR_TYPE: &str = "HandoffFailed";
@@ -39,7 +41,8 @@ pub struct Sent {
 ///
 /// Every operation reads the event's coordinates from the Resolver store,
 /// so it needs nothing but the event id (and the endpoint when the event is
-/// at several).
+/// at several). A session's blocker the store has no record of is rebuilt
+/// from the broker's session state (decision 0140).
 pub struct Manager<T> {
     pub(crate) transport: Arc<T>,
     pub(crate) store: Arc<dyn ResolverStore>,
@@ -65,7 +68,9 @@ impl<T: Transport> Manager<T> {
             control_key,
         }
     }
+}
 
+impl<T: Transport + Admin> Manager<T> {
     /// Runs the handler again on the event: with its recorded payload, or
     /// with `edited_payload` (JSON text). Allowed in any status; a note says
     /// when the status makes it unusual (e.g. already Completed).
@@ -78,8 +83,15 @@ impl<T: Transport> Manager<T> {
         if let Some(payload) = edited_payload {
             check_json("edited payload", payload)?;
         }
-        let record = self.find_named(event_id, endpoint).await?;
-        let event = received_event(&record)?;
+        let found = self.find_named(event_id, endpoint).await?;
+        let record = &found.record;
+        if found.rebuilt_note.is_some() && record.event_type.is_none() {
+            return Err(ManagerError::BlockerOnlyNamed {
+                event_id: record.event_id.clone(),
+                endpoint: record.endpoint.clone(),
+            });
+        }
+        let event = received_event(&found)?;
         if edited_payload.is_none() && event.event_json().is_none() {
             return Err(ManagerError::MissingPayload {
                 event_id: record.event_id.clone(),
@@ -89,18 +101,19 @@ impl<T: Transport> Manager<T> {
         let mut message = build::resubmission_request(&event, &record.endpoint, edited_payload);
         message.message_id = Some(fresh_id());
         let notes = rerun_notes(
-            &record,
+            record,
             "resubmitting runs the handler on it again",
             "resubmitting runs the handler on it now, ahead of the events parked before it; if that completes it, hands it off or discards it, its parked copy is dropped without running when the session replays, and if it fails, the parked copy runs again in its turn",
         );
-        self.send(&record, message, notes).await
+        self.send(&found, message, notes).await
     }
 
     /// Settles the event as skipped without running the handler, unblocking
     /// its session. Allowed in any status; a note says when it is unusual.
     pub async fn skip(&self, event_id: &str, endpoint: Option<&str>) -> Result<Sent, ManagerError> {
-        let record = self.find_named(event_id, endpoint).await?;
-        let event = received_event(&record)?;
+        let found = self.find_named(event_id, endpoint).await?;
+        let record = &found.record;
+        let event = received_event(&found)?;
         let mut message = build::skip_request(&event, &record.endpoint);
         message.message_id = Some(fresh_id());
         let consequence = if record.status == Status::Skipped {
@@ -109,11 +122,11 @@ impl<T: Transport> Manager<T> {
             "skipping records it as Skipped instead"
         };
         let notes = rerun_notes(
-            &record,
+            record,
             consequence,
             "skipping records it as Skipped, and its parked copy is dropped without running when the session replays",
         );
-        self.send(&record, message, notes).await
+        self.send(&found, message, notes).await
     }
 
     /// Completes the external job of an event pending a handoff; `details`
@@ -127,11 +140,12 @@ impl<T: Transport> Manager<T> {
         if let Some(details) = details {
             check_json("handoff details", details)?;
         }
-        let record = self.find_named(event_id, endpoint).await?;
-        require_handoff(&record)?;
-        let event = received_event(&record)?;
-        let message = build::handoff_completed_request(&event, &record.endpoint, details, None);
-        self.send(&record, message, Vec::new()).await
+        let found = self.find_named(event_id, endpoint).await?;
+        require_handoff(&found.record)?;
+        let event = received_event(&found)?;
+        let message =
+            build::handoff_completed_request(&event, &found.record.endpoint, details, None);
+        self.send(&found, message, Vec::new()).await
     }
 
     /// Fails the external job of an event pending a handoff: the event
@@ -146,30 +160,28 @@ impl<T: Transport> Manager<T> {
         if error_text.trim().is_empty() {
             return Err(ManagerError::MissingErrorText);
         }
-        let record = self.find_named(event_id, endpoint).await?;
-        require_handoff(&record)?;
-        let event = received_event(&record)?;
+        let found = self.find_named(event_id, endpoint).await?;
+        require_handoff(&found.record)?;
+        let event = received_event(&found)?;
         let failure = Failure::new(
             error_type
                 .filter(|t| !t.trim().is_empty())
                 .unwrap_or(DEFAULT_HANDOFF_ERROR_TYPE),
             error_text,
         );
-        let message = build::handoff_failed_request(&event, &record.endpoint, &failure, None);
-        self.send(&record, message, Vec::new()).await
+        let message = build::handoff_failed_request(&event, &found.record.endpoint, &failure, None);
+        self.send(&found, message, Vec::new()).await
     }
 
     /// [`Manager::find`], or, when no event has the id, the one event whose
     /// history has a message with it (the message id `nimbus publish`
-    /// printed, say): an operator may name an event either way.
-    async fn find_named(
-        &self,
-        id: &str,
-        endpoint: Option<&str>,
-    ) -> Result<EventRecord, ManagerError> {
+    /// printed, say): an operator may name an event either way. Failing
+    /// both, the blocker of the session whose state names it, rebuilt from
+    /// that state.
+    async fn find_named(&self, id: &str, endpoint: Option<&str>) -> Result<Found, ManagerError> {
         match self.find(id, endpoint).await {
             Err(ManagerError::UnknownEvent { .. }) => {}
-            found => return found,
+            found => return found.map(Found::recorded),
         }
         let store = Arc::clone(&self.store);
         let message_id = id.to_owned();
@@ -182,10 +194,13 @@ impl<T: Transport> Manager<T> {
             .filter(|r| endpoint.is_none_or(|e| r.endpoint == e))
             .collect();
         match records.len() {
-            0 => Err(ManagerError::UnknownEvent {
-                event_id: id.to_owned(),
-            }),
-            1 => Ok(records.remove(0)),
+            0 => self
+                .blocker_from_session_state(id, endpoint)
+                .await?
+                .ok_or_else(|| ManagerError::UnknownEvent {
+                    event_id: id.to_owned(),
+                }),
+            1 => Ok(Found::recorded(records.remove(0))),
             _ => Err(ManagerError::AmbiguousMessage {
                 message_id: id.to_owned(),
                 events: records
@@ -238,10 +253,29 @@ impl<T: Transport> Manager<T> {
 
     async fn send(
         &self,
-        record: &EventRecord,
+        found: &Found,
         message: NimbusMessage,
-        notes: Vec<String>,
+        mut notes: Vec<String>,
     ) -> Result<Sent, ManagerError> {
+        let record = &found.record;
+        if let Some(note) = &found.rebuilt_note {
+            // Before the message: its copy and the answer to it are then
+            // recorded on the rebuilt row, after the entry that says where
+            // the row came from.
+            let store = Arc::clone(&self.store);
+            let (rebuilt, text) = (record.clone(), note.clone());
+            tokio::task::spawn_blocking(move || store.record_rebuilt(&rebuilt, &text))
+                .await
+                .map_err(|join| nimbus_resolver::StoreError::Panicked(join.to_string()))??;
+            tracing::warn!(
+                endpoint = %record.endpoint,
+                event_id = %record.event_id,
+                session = record.session_id.as_deref().unwrap_or_default(),
+                "manager: the Resolver had no record of the event; rebuilt it from the broker's \
+                 session state, which names it as the session's blocker"
+            );
+            notes.push(format!("{note} (noted in its history)"));
+        }
         let message_type = message.message_type.as_str();
         let mut message = message.to_transport();
         // Signed last, over exactly what travels; signing gives the message
@@ -336,28 +370,37 @@ fn rerun_notes(record: &EventRecord, consequence: &str, when_parked: &str) -> Ve
 }
 
 /// The event as the endpoint received it, rebuilt from the store: what the
-/// wire builders take to address a control message.
-fn received_event(record: &EventRecord) -> Result<NimbusMessage, ManagerError> {
+/// wire builders take to address a control message. A record rebuilt from
+/// an earlier build's session state lacks the type and the request's id:
+/// a skip or a handoff needs neither (the engine checks them only where a
+/// handler runs), and `resubmit` refuses it before this.
+fn received_event(found: &Found) -> Result<NimbusMessage, ManagerError> {
+    let record = &found.record;
     let missing = |field| ManagerError::MissingCoordinate {
         event_id: record.event_id.clone(),
         endpoint: record.endpoint.clone(),
         field,
     };
+    let required = |value: &Option<String>, field| match value {
+        None if found.rebuilt_note.is_none() => Err(missing(field)),
+        value => Ok(value.clone()),
+    };
     let session_id = record
         .session_id
         .clone()
         .ok_or_else(|| missing("SessionId"))?;
-    let event_type = record
-        .event_type
-        .clone()
-        .ok_or_else(|| missing("EventTypeId"))?;
-    let request_message_id = record
-        .request_message_id
-        .clone()
-        .ok_or_else(|| missing("request MessageId (for ParentMessageId)"))?;
-    let content = record.payload.as_ref().map(|payload| {
-        MessageContent::event(EventContent::new(event_type.clone(), payload.clone()))
-    });
+    let event_type = required(&record.event_type, "EventTypeId")?;
+    let request_message_id = required(
+        &record.request_message_id,
+        "request MessageId (for ParentMessageId)",
+    )?;
+    let content = record
+        .payload
+        .as_ref()
+        .zip(event_type.as_ref())
+        .map(|(payload, event_type)| {
+            MessageContent::event(EventContent::new(event_type.clone(), payload.clone()))
+        });
     // What the store wrote itself; unreadable, the event still runs again,
     // without them, and the log says so.
     let properties = match record
@@ -378,14 +421,14 @@ fn received_event(record: &EventRecord) -> Result<NimbusMessage, ManagerError> {
         None => Default::default(),
     };
     Ok(NimbusMessage {
-        message_id: Some(request_message_id),
+        message_id: request_message_id,
         session_id: Some(session_id),
         correlation_id: record.correlation_id.clone(),
         to: Some(record.endpoint.clone()),
         from: record.request_from.clone(),
         message_type: MessageType::EventRequest,
         event_id: Some(record.event_id.clone()),
-        event_type_id: Some(event_type),
+        event_type_id: event_type,
         originating_message_id: record.originating_message_id.clone(),
         originating_from: record.originating_from.clone(),
         content,

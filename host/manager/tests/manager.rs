@@ -12,8 +12,8 @@ use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_manager::{BulkAction, BulkSelection, Chosen, DeadLetterId, Manager, ManagerError};
 use nimbus_resolver::{
     EventDetail, EventFilter, EventRecord, Heartbeat, MessageKind, Observation, Outcome, Progress,
-    Recorded, ResolverError, ResolverSettings, ResolverStore, SqliteResolverStore, Status,
-    StoreError, run_resolver,
+    REBUILT_FROM_BROKER, Recorded, ResolverError, ResolverSettings, ResolverStore,
+    SqliteResolverStore, Status, StoreError, run_resolver,
 };
 use nimbus_transport::{
     Admin, PropertyValue, ReceivedMessage, RuleDescription, SessionLock, SessionSelector,
@@ -21,7 +21,7 @@ use nimbus_transport::{
 };
 use nimbus_wire::build::{self, Handoff, ResponseTimes};
 use nimbus_wire::{
-    ControlKey, EventContent, Failure, MessageContent, MessageType, NimbusMessage,
+    ControlKey, EventContent, Failure, MessageContent, MessageType, NimbusMessage, SessionState,
     control_signature, prop,
 };
 use serde_json::Value;
@@ -1855,6 +1855,150 @@ async fn a_bulk_operation_stops_at_a_refused_publish_and_names_what_it_did_not_s
             .error
             .starts_with("not attempted: sending the SkipRequest")),
         "{done:?}"
+    );
+    h.stop().await;
+}
+
+/// Leaves `SESSION` at `billing` blocked by `EVENT_ID` as the engine does,
+/// with what it kept of the blocker from `kept` (none: as an earlier build
+/// left it), and nothing of the event in the Resolver: its store was lost.
+async fn blocked_without_a_record(h: &Harness, kept: Option<&NimbusMessage>, handoff: bool) {
+    let mut state = SessionState::default();
+    state.block(EVENT_ID);
+    if let Some(message) = kept {
+        state.note_blocker(message, handoff);
+    }
+    let lock = h
+        .broker
+        .accept_session(
+            &SubscriptionPath::new("billing", "billing"),
+            SessionSelector::Named(SESSION.into()),
+            PATIENCE,
+        )
+        .await
+        .unwrap();
+    lock.set_state(Some(state.to_bytes())).await.unwrap();
+    assert!(h.store.event(EVENT_ID).unwrap().is_empty());
+}
+
+/// Issue 40, item 5: a session whose blocker the Resolver had lost could
+/// never be unblocked ("no event is known to the Resolver").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocker_the_resolver_lost_gets_the_control_messages_its_record_would_give() {
+    for (handoff, vector) in [
+        (false, "08-resubmission-request"),
+        (false, "09-skip-request"),
+        (true, "11-handoff-completed-request"),
+        (true, "12-handoff-failed-request"),
+    ] {
+        let mut h = Harness::start(&["billing"]).await;
+        blocked_without_a_record(&h, Some(&forwarded("billing")), handoff).await;
+        let sent = match vector {
+            "08-resubmission-request" => h.manager.resubmit(EVENT_ID, None, None).await,
+            // By the id `nimbus publish` printed, as an operator may.
+            "09-skip-request" => h.manager.skip("msg-pub-1", None).await,
+            "11-handoff-completed-request" => {
+                h.manager
+                    .complete_handoff(EVENT_ID, None, Some(r#"{"imported":true}"#))
+                    .await
+            }
+            _ => {
+                h.manager
+                    .fail_handoff(EVENT_ID, None, "DMF rejected 3 lines", Some("DmfRejected"))
+                    .await
+            }
+        }
+        .unwrap_or_else(|e| panic!("{vector}: {e}"));
+        assert!(
+            sent.notes
+                .iter()
+                .any(|n| n.contains("rebuilt from the broker's state of session")),
+            "{vector}: {:?}",
+            sent.notes
+        );
+        let got = h.endpoint_receives("billing", SESSION).await;
+        assert_eq!(got.len(), 1, "{vector}: the control message alone");
+        assert_eq!(
+            got[0].message.message_id.as_deref(),
+            Some(sent.message_id.as_str())
+        );
+        assert_is_vector(&got[0], vector);
+
+        // The store has the event now, its history saying once, first,
+        // where its record came from; the control message is recorded on it.
+        h.resolved(1).await;
+        let detail = &h.store.event(EVENT_ID).unwrap()[0];
+        let types: Vec<&str> = detail
+            .history
+            .iter()
+            .map(|e| e.message_type.as_str())
+            .collect();
+        assert_eq!(types, [REBUILT_FROM_BROKER, sent.message_type], "{vector}");
+        assert_eq!(
+            detail.history[0].status,
+            if handoff {
+                Status::Pending
+            } else {
+                Status::Failed
+            }
+        );
+        h.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_blocker_an_earlier_build_named_only_by_id_is_skipped_but_not_resubmitted() {
+    let mut h = Harness::start(&["billing"]).await;
+    blocked_without_a_record(&h, None, false).await;
+    let refused = h.manager.resubmit(EVENT_ID, None, None).await.unwrap_err();
+    assert!(
+        matches!(refused, ManagerError::BlockerOnlyNamed { .. }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("skip it"), "{refused}");
+    let refused = h
+        .manager
+        .complete_handoff(EVENT_ID, None, None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, ManagerError::NotPendingHandoff { .. }),
+        "{refused}"
+    );
+    let unknown = h.manager.skip("no-such-event", None).await.unwrap_err();
+    assert!(
+        matches!(unknown, ManagerError::UnknownEvent { .. }),
+        "{unknown}"
+    );
+    assert!(
+        h.store.event(EVENT_ID).unwrap().is_empty(),
+        "refusals record nothing"
+    );
+    assert_eq!(h.active("billing").await, 0, "refusals send nothing");
+
+    let sent = h.manager.skip(EVENT_ID, None).await.unwrap();
+    let got = h.endpoint_receives("billing", SESSION).await;
+    assert_eq!(got.len(), 1);
+    let skip = NimbusMessage::from_transport(&got[0].message).unwrap();
+    assert_eq!(skip.message_type, MessageType::SkipRequest);
+    assert_eq!(skip.event_id.as_deref(), Some(EVENT_ID));
+    assert_eq!(skip.session_id.as_deref(), Some(SESSION));
+    assert!(skip.is_from_manager());
+    assert_eq!(skip.validate(), Ok(()));
+    h.resolved(1).await;
+    let detail = &h.store.event(EVENT_ID).unwrap()[0];
+    assert_eq!(detail.history[0].message_type, REBUILT_FROM_BROKER);
+    assert!(
+        detail.history[0]
+            .error_text
+            .as_deref()
+            .is_some_and(|note| note.contains("written by an earlier build")),
+        "{:?}",
+        detail.history[0]
+    );
+    assert_eq!(
+        detail.history.last().unwrap().message_type,
+        sent.message_type
     );
     h.stop().await;
 }

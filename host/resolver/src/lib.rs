@@ -39,9 +39,9 @@ pub use consumer::{Outcome, Progress, ResolverError, ResolverSettings, run_resol
 pub use decode::{HANDLER_VERSION_PROPERTY, UNRECORDABLE_REASON};
 pub use observation::{HandoffDetails, Observation};
 pub use retention::{pass_interval, run_retention, sessions_in_use};
-pub use sqlite::{EventStatus, SqliteResolverStore, StoreDurability};
+pub use sqlite::{EventStatus, SqliteResolverStore, StoreDurability, StoreFile};
 pub use status::{HANDOFF_SUB_STATUS, MessageKind, Status, UnknownStatus, UnrecordedKind};
 pub use store::{
-    DEAD_LETTER_REPLAY, EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded,
-    ReplayNote, ResolverStore, StoreError,
+    DEAD_LETTER_REPLAY, EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry,
+    REBUILT_FROM_BROKER, Recorded, ReplayNote, ResolverStore, StoreError,
 };

@@ -11,14 +11,17 @@ use crate::guard::{self, Row, Verdict};
 use crate::observation::{HandoffDetails, Observation};
 use crate::status::{MessageKind, Status};
 use crate::store::{
-    DEAD_LETTER_REPLAY, EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry, Recorded,
-    ReplayNote, ResolverStore, StoreError,
+    DEAD_LETTER_REPLAY, EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry,
+    REBUILT_FROM_BROKER, Recorded, ReplayNote, ResolverStore, StoreError,
 };
 use nimbus_checkpointer::{
     BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError, interval as checkpoint_interval,
 };
 
+mod file;
 mod session_index;
+
+pub use file::StoreFile;
 
 /// The columns of `events` after its key, in the order the table declares
 /// them (an older store is copied into a new table column by column).
@@ -798,6 +801,85 @@ impl ResolverStore for SqliteResolverStore {
             .parse()
             .map(Some)
             .map_err(|_| StoreError::Corrupt(format!("event status '{status}'")))
+    }
+
+    fn record_rebuilt(&self, rebuilt: &EventRecord, note: &str) -> Result<bool, StoreError> {
+        // The guard reads the source of every later write's row.
+        if rebuilt.status_source.parse::<MessageKind>().is_err() {
+            return Err(StoreError::Corrupt(format!(
+                "a rebuilt event's status source '{}' is no message type the Resolver records",
+                rebuilt.status_source
+            )));
+        }
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        // Every column the record has: the row reads back as it was
+        // rebuilt. A row recorded meanwhile (the Resolver met a message of
+        // the event) is left alone.
+        let inserted = exec(
+            &tx,
+            &format!(
+                "INSERT INTO events ({EVENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,
+                 ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25,
+                 ?26, ?27, ?28)
+                 ON CONFLICT (event_id, endpoint) DO NOTHING"
+            ),
+            params![
+                rebuilt.endpoint,
+                rebuilt.event_id,
+                rebuilt.session_id,
+                rebuilt.status.as_str(),
+                rebuilt.sub_status,
+                rebuilt.status_source,
+                rebuilt.event_type,
+                rebuilt.correlation_id,
+                rebuilt.last_message_id,
+                rebuilt.request_message_id,
+                rebuilt.request_from,
+                rebuilt.originating_message_id,
+                rebuilt.originating_from,
+                rebuilt.retry_count,
+                rebuilt.error_type,
+                rebuilt.error_text,
+                rebuilt.dead_letter_reason,
+                rebuilt.dead_letter_description,
+                rebuilt.handoff_reason,
+                rebuilt.external_job_id,
+                rebuilt.expected_by,
+                rebuilt.handler_version,
+                rebuilt.queue_time_ms,
+                rebuilt.processing_time_ms,
+                rebuilt.payload,
+                rebuilt.first_seen_ms,
+                rebuilt.updated_ms,
+                rebuilt.properties,
+            ],
+        )
+        .map_err(db("recording a rebuilt event"))?;
+        if inserted == 0 {
+            return Ok(false);
+        }
+        let event_ref = tx.last_insert_rowid();
+        // No message id: the entry is no message's, so no message recorded
+        // later can be taken for it.
+        exec(
+            &tx,
+            "INSERT INTO history (event_ref, endpoint, event_id, message_type, status, at_ms, from_endpoint, retry_count, error_text)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8)",
+            params![
+                event_ref,
+                rebuilt.endpoint,
+                rebuilt.event_id,
+                REBUILT_FROM_BROKER,
+                rebuilt.status.as_str(),
+                rebuilt.updated_ms,
+                nimbus_wire::addr::MANAGER,
+                note,
+            ],
+        )
+        .map_err(db("recording a rebuilt event's history"))?;
+        tx.commit().map_err(db("committing"))?;
+        Ok(true)
     }
 
     fn heartbeats(&self) -> Result<Vec<Heartbeat>, StoreError> {

@@ -192,8 +192,9 @@ pub enum StoreError {
     /// anyway it would answer some reads and fail others.
     #[error(
         "resolver store {path} is damaged ({problems}): restore it from a backup, or move it \
-         aside to start with an empty store (its events' status and history are lost; the \
-         broker's messages are not)",
+         aside (with its -wal and -shm files) and start with an empty store, `nimbus run \
+         --new-resolver-store` (its events' status and history are lost; the broker's messages \
+         and blocked sessions are not)",
         path = path.display()
     )]
     Damaged {
@@ -249,7 +250,23 @@ pub trait ResolverStore: Send + Sync {
         let _ = replay;
         Ok(None)
     }
+    /// Records an event the store has no row for, rebuilt by the Manager
+    /// from the broker's session state, which names it as a session's
+    /// blocker (the store was lost, or started anew; decision 0140): the
+    /// row as `rebuilt` has it, and one history entry of message type
+    /// [`REBUILT_FROM_BROKER`] with `note` as its text, so the event's
+    /// history says where its first facts came from. Changes nothing when
+    /// the store has a row for the event already (`false`); this default
+    /// keeps nothing (`false`).
+    fn record_rebuilt(&self, rebuilt: &EventRecord, note: &str) -> Result<bool, StoreError> {
+        let _ = (rebuilt, note);
+        Ok(false)
+    }
 }
+
+/// The message type of a history row that records an event rebuilt from
+/// the broker's session state (see [`ResolverStore::record_rebuilt`]).
+pub const REBUILT_FROM_BROKER: &str = "RebuiltFromBroker";
 
 /// The message type of a history row that records a dead-letter replay.
 pub const DEAD_LETTER_REPLAY: &str = "DeadLetterReplay";

@@ -658,11 +658,23 @@ impl Config {
     /// Checks every value, naming each bad key.
     pub fn validate(self, path: &Path) -> Result<ValidConfig, ConfigError> {
         let mut problems = Vec::new();
-        if self.engine.max_concurrent_sessions == 0 {
-            problems.push("engine.max_concurrent_sessions: must be at least 1".to_owned());
-        }
-        if self.engine.resolver_sessions == 0 {
-            problems.push("engine.resolver_sessions: must be at least 1".to_owned());
+        for (key, count, most) in [
+            (
+                "engine.max_concurrent_sessions",
+                self.engine.max_concurrent_sessions,
+                MAX_CONCURRENT_SESSIONS,
+            ),
+            (
+                "engine.resolver_sessions",
+                self.engine.resolver_sessions,
+                MAX_RESOLVER_SESSIONS,
+            ),
+        ] {
+            if count == 0 {
+                problems.push(format!("{key}: must be at least 1"));
+            } else if count > most {
+                problems.push(format!("{key}: {count} is over the maximum of {most}"));
+            }
         }
         if self.host.data_dir.as_os_str().is_empty() {
             problems.push("host.data_dir: must not be empty".to_owned());
@@ -680,6 +692,7 @@ impl Config {
         if self.engine.session_idle_timeout.is_zero() {
             problems.push("engine.session_idle_timeout: must be longer than 0".to_owned());
         }
+        problems.extend(self.durations_over_their_maximum());
         if self.engine.transient_backoff > self.engine.transient_backoff_max {
             problems.push(format!(
                 "engine.transient_backoff: {:?} is longer than engine.transient_backoff_max ({:?})",
@@ -805,6 +818,14 @@ impl Config {
         }
         if self.sandbox.max_concurrent_instances == 0 {
             problems.push("sandbox.max_concurrent_instances: must be at least 1".to_owned());
+        } else if self.sandbox.max_concurrent_instances > nimbus_sandbox::MAX_CONCURRENT_INSTANCES {
+            problems.push(format!(
+                "sandbox.max_concurrent_instances: {} is over the maximum of {} (each instance's \
+                 pool slot reserves about 8 GiB of address space, and a larger pool cannot be \
+                 mapped)",
+                self.sandbox.max_concurrent_instances,
+                nimbus_sandbox::MAX_CONCURRENT_INSTANCES
+            ));
         }
         let sandbox_memory_bytes = match nimbus_sandbox::parse_byte_size(&self.sandbox.memory) {
             Ok(bytes) if bytes > nimbus_sandbox::DEFAULT_MAX_MEMORY_BYTES => {
@@ -878,6 +899,86 @@ impl Config {
         })
     }
 }
+
+impl Config {
+    /// The durations the host would otherwise clamp or read as something
+    /// else, one problem each, naming the key and its maximum (issue 40):
+    /// `nimbus check` refuses what `nimbus run` would not honour as written.
+    fn durations_over_their_maximum(&self) -> Vec<String> {
+        let engine = &self.engine;
+        let mut bounded = vec![
+            (
+                "engine.session_idle_timeout",
+                engine.session_idle_timeout,
+                MAX_SESSION_WAIT,
+            ),
+            (
+                "engine.session_max_hold",
+                engine.session_max_hold,
+                MAX_SESSION_WAIT,
+            ),
+            (
+                "engine.shutdown_grace",
+                engine.shutdown_grace,
+                MAX_SHUTDOWN_GRACE,
+            ),
+            // The engine caps every backoff at the longest delay it
+            // schedules anything for.
+            (
+                "engine.transient_backoff",
+                engine.transient_backoff,
+                nimbus_engine::MAX_DELAY,
+            ),
+            (
+                "engine.transient_backoff_max",
+                engine.transient_backoff_max,
+                nimbus_engine::MAX_DELAY,
+            ),
+            (
+                "engine.inbox_retention",
+                engine.inbox_retention,
+                MAX_RETENTION,
+            ),
+        ];
+        if let Retention::For(keep_for) = self.resolver.retention {
+            bounded.push(("resolver.retention", keep_for, MAX_RETENTION));
+        }
+        bounded
+            .into_iter()
+            .filter(|&(_, value, most)| value > most)
+            .map(|(key, value, most)| {
+                format!(
+                    "{key}: {} is over the maximum of {}",
+                    nimbus_engine::policy_config::in_days(value),
+                    nimbus_engine::policy_config::in_days(most)
+                )
+            })
+            .collect()
+    }
+}
+
+/// The most sessions one endpoint holds at once: far more than the sandbox
+/// can run at once, and each held session takes a lock and a slot.
+const MAX_CONCURRENT_SESSIONS: usize = 10_000;
+
+/// The most Resolver session workers: each is a task asking the broker for
+/// a session, and a thousand already record far faster than endpoints
+/// respond.
+const MAX_RESOLVER_SESSIONS: usize = 1_000;
+
+/// The longest `engine.session_idle_timeout` and `engine.session_max_hold`:
+/// a session kept longer keeps every other session of the endpoint waiting.
+const MAX_SESSION_WAIT: Duration = Duration::from_secs(60 * 60);
+
+/// The longest `engine.shutdown_grace`: longer than any handler may run
+/// (`sandbox.timeout` is at most 5m) with its settlement.
+const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(60 * 60);
+
+/// The longest `engine.inbox_retention` and `[resolver] retention`: ten
+/// years. A longer one would pass the timestamps the stores can hold (and
+/// the Resolver would read a period past 1970 as keeping everything); write
+/// `"forever"` for that.
+const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 60 * 60);
 
 /// The smallest `broker.max_request_size`. The engine's largest settlement
 /// of one event without follow-ups (its error response and a scheduled
@@ -1031,6 +1132,52 @@ mod tests {
                 .sandbox_memory_bytes,
             1 << 30
         );
+    }
+
+    /// Issue 40: counts that `nimbus run` cannot honour (a pool too large
+    /// to map, more sessions than a semaphore holds, a task per Resolver
+    /// session) and durations it would clamp are refused by the validation
+    /// `run` and `check` share, naming the key and the bound; the bounds
+    /// themselves are accepted.
+    #[test]
+    fn counts_run_cannot_honour_and_durations_it_would_clamp_are_refused_with_their_bound() {
+        let huge = "\"18446744073709551615s\"";
+        let err = parse(&format!(
+            "[sandbox]\nmax_concurrent_instances = 1000000000\n\
+             [engine]\nmax_concurrent_sessions = 18446744073709551615\nresolver_sessions = 1001\n\
+             session_idle_timeout = {huge}\nsession_max_hold = \"2h\"\nshutdown_grace = {huge}\n\
+             transient_backoff = \"366d\"\ntransient_backoff_max = {huge}\n\
+             inbox_retention = \"3651d\"\n[resolver]\nretention = {huge}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        for expected in [
+            "sandbox.max_concurrent_instances: 1000000000 is over the maximum of 10000",
+            "engine.max_concurrent_sessions: 18446744073709551615 is over the maximum of 10000",
+            "engine.resolver_sessions: 1001 is over the maximum of 1000",
+            "engine.session_idle_timeout: ",
+            "engine.session_max_hold: 2h is over the maximum of 1h",
+            "engine.shutdown_grace: ",
+            "engine.transient_backoff: 366days is over the maximum of 365days",
+            "engine.transient_backoff_max: ",
+            "engine.inbox_retention: 3651days is over the maximum of 3650days",
+            "resolver.retention: ",
+        ] {
+            assert!(err.contains(expected), "{expected} missing from: {err}");
+        }
+        assert_eq!(
+            err.matches(" is over the maximum of ").count(),
+            10,
+            "one line per key: {err}"
+        );
+        let at_bounds = parse(
+            "[sandbox]\nmax_concurrent_instances = 10000\n\
+             [engine]\nmax_concurrent_sessions = 10000\nresolver_sessions = 1000\n\
+             session_idle_timeout = \"1h\"\nsession_max_hold = \"1h\"\nshutdown_grace = \"1h\"\n\
+             transient_backoff = \"365d\"\ntransient_backoff_max = \"365d\"\n\
+             inbox_retention = \"3650d\"\n[resolver]\nretention = \"3650d\"\n",
+        );
+        assert!(at_bounds.is_ok(), "{:?}", at_bounds.err());
     }
 
     /// Values that parse but would quietly do what nobody meant: data in

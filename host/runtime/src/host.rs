@@ -25,6 +25,7 @@ use crate::data_lock::DataLock;
 use crate::handlers::SandboxHandlers;
 use crate::metrics::Metrics;
 use crate::pauses::Pauses;
+use crate::resolver_store::{self, ResolverStoreStart};
 use crate::wiring;
 
 /// The producer topic an external publish goes to when it names none.
@@ -35,6 +36,9 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The embedded broker's directory inside `[host] data_dir`.
 pub const BROKER_DIR: &str = "broker";
+
+/// The Resolver store's file inside `[host] data_dir`.
+pub const RESOLVER_STORE_FILE: &str = "resolver.db";
 
 /// A running host.
 pub struct Host {
@@ -65,14 +69,19 @@ impl Host {
     /// stops the start with the reason.
     pub async fn start(config: ValidConfig) -> anyhow::Result<Host> {
         let data_lock = DataLock::take(&config.config.host.data_dir, config.config.api.listen)?;
-        Host::start_locked(config, data_lock).await
+        Host::start_locked(config, data_lock, ResolverStoreStart::Existing).await
     }
 
     /// [`Host::start`] with the data directory's lock already taken (by
     /// `nimbus run`, before it binds the API, so that a second host on the
     /// same directory is refused naming the first rather than for its
-    /// port).
-    pub async fn start_locked(config: ValidConfig, data_lock: DataLock) -> anyhow::Result<Host> {
+    /// port), and the operator's word on a Resolver store that is not there
+    /// (`nimbus run --new-resolver-store`).
+    pub async fn start_locked(
+        config: ValidConfig,
+        data_lock: DataLock,
+        resolver_start: ResolverStoreStart,
+    ) -> anyhow::Result<Host> {
         let host = &config.config.host;
         anyhow::ensure!(
             data_lock.dir() == host.data_dir,
@@ -85,7 +94,7 @@ impl Host {
         // path would start with no handlers, unregister every endpoint the
         // real one served, and publishes would reach nothing.
         let broker_dir = host.data_dir.join(BROKER_DIR);
-        let resolver_path = host.data_dir.join("resolver.db");
+        let resolver_path = host.data_dir.join(RESOLVER_STORE_FILE);
         anyhow::ensure!(
             host.handlers_dir.is_dir() || !(broker_dir.exists() || resolver_path.exists()),
             "[host] handlers_dir: {} does not exist, but a host has run on the data directory \
@@ -101,13 +110,19 @@ impl Host {
             )
         })?;
         let control_key = crate::control::host_key(&config)?;
+        // Looked at before the broker opens, which writes a segment: a log
+        // there already is the history of earlier runs. On Service Bus the
+        // namespace's history cannot be told from here.
+        let broker_history = (config.config.broker.kind == BrokerKind::Embedded
+            && resolver_store::broker_holds_history(&broker_dir))
+        .then_some(broker_dir.as_path());
         let bus = Arc::new(open_bus(&config, &broker_dir).await?);
-        let resolver = Arc::new(
-            SqliteResolverStore::open_with(&resolver_path, wiring::resolver_durability(&config))
-                .with_context(|| {
-                    format!("opening the resolver store {}", resolver_path.display())
-                })?,
-        );
+        let resolver = Arc::new(resolver_store::open(
+            &resolver_path,
+            wiring::resolver_durability(&config),
+            resolver_start,
+            broker_history,
+        )?);
         let sandbox = Sandbox::new(SandboxConfig {
             default_limits: Limits {
                 memory_bytes: config.sandbox_memory_bytes,

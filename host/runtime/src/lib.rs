@@ -17,7 +17,9 @@ pub mod handlers;
 mod host;
 pub mod metrics;
 pub mod observed_store;
+pub mod open_files;
 mod pauses;
+mod resolver_store;
 mod wiring;
 
 pub use api::{ApiError, ApiState, router, serve};
@@ -25,6 +27,7 @@ pub use bus::Bus;
 pub use config::{Config, ConfigError, ValidConfig};
 pub use data_lock::{DataLock, DataLockError, Holder};
 pub use handlers::SandboxHandlers;
-pub use host::{BROKER_DIR, DEFAULT_PRODUCER, Host, VERSION};
+pub use host::{BROKER_DIR, DEFAULT_PRODUCER, Host, RESOLVER_STORE_FILE, VERSION};
 pub use metrics::Metrics;
 pub use pauses::{PauseState, Pauses};
+pub use resolver_store::{NEW_RESOLVER_STORE_FLAG, ResolverStoreStart};

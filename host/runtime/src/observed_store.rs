@@ -70,4 +70,8 @@ impl<O: RecordObserver> ResolverStore for ObservedStore<O> {
     fn record_replay(&self, replay: &ReplayNote) -> Result<Option<Status>, StoreError> {
         self.inner.record_replay(replay)
     }
+
+    fn record_rebuilt(&self, rebuilt: &EventRecord, note: &str) -> Result<bool, StoreError> {
+        self.inner.record_rebuilt(rebuilt, note)
+    }
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use fe2o3_amqp::frames::amqp::FrameBody;
 use fe2o3_amqp::types::definitions::{DeliveryNumber, Role};
 use fe2o3_amqp::types::messaging::DeliveryState;
+use nimbus_amqp::frame_check::FrameCheck;
 use nimbus_amqp::frame_io::{Unit, UnitReader, decode, descriptor};
 use nimbus_transport::LockToken;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -158,10 +159,19 @@ where
     let (mut library_read, mut library_write) = tokio::io::split(library);
     let from_broker = async {
         let mut reader = UnitReader::new(broker_read, MAX_FRAME_FROM_BROKER);
+        // fe2o3 decodes by recursion with no depth limit: what the broker
+        // sends is bounded first, as the endpoint bounds its clients.
+        let mut values = FrameCheck::default();
         while let Some(unit) = reader.next().await? {
             match unit {
                 Unit::Header(header) => library_write.write_all(&header).await?,
                 Unit::Frame(frame) => {
+                    if let Err(refused) = values.check(&frame) {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("the broker sent a frame past the client's bounds: {refused}"),
+                        ));
+                    }
                     if descriptor(&frame)
                         .is_some_and(|code| [TRANSFER, DISPOSITION, DETACH, END].contains(&code))
                         && let Some(decoded) = decode(&frame)
@@ -191,7 +201,11 @@ where
     state.closed = true;
     state.waiting.clear();
     drop(state);
-    if let Err(error) = result {
-        tracing::debug!(%error, "the connection's frames stopped");
+    match result {
+        Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+            tracing::warn!(%error, "the connection to the broker was dropped");
+        }
+        Err(error) => tracing::debug!(%error, "the connection's frames stopped"),
+        Ok(()) => {}
     }
 }

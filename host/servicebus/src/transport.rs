@@ -286,6 +286,8 @@ impl Transport for ServiceBus {
                     )))
                 };
                 let bytes = bytes.ok_or_else(|| unreadable("no `message`".to_owned()))?;
+                nimbus_amqp::bounds::check_values(&bytes, nimbus_amqp::bounds::MAX_DEPTH)
+                    .map_err(|refused| unreadable(refused.to_string()))?;
                 use fe2o3_amqp::types::messaging::message::DecodeIntoMessage as _;
                 let reader = serde_amqp::read::SliceReader::new(&bytes);
                 let amqp =

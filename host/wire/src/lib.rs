@@ -39,7 +39,9 @@ pub use inbox_key::{InboxKey, MAX_ENDPOINT_UTF16, MAX_MESSAGE_ID_UTF16};
 pub use message::{DecodeError, Defect, NimbusMessage};
 pub use message_type::{MessageType, UnknownMessageType};
 pub use names::{addr, prop};
-pub use session_state::{SessionState, SessionStateError, SettledParked};
+pub use session_state::{
+    BlockingEvent, MAX_KEPT_EVENT_BYTES, SessionState, SessionStateError, SettledParked,
+};
 pub use timestamp::{
     MAX_TIMESTAMP_TEXT, MIN_TIMESTAMP_TEXT, clamp_timestamp, format_newtonsoft, format_round_trip,
     max_timestamp, parse_timestamp, saturating_add, unix_millis,

@@ -10,10 +10,18 @@
 //! addition: `SettledParkedEvents`, the parked events the operator
 //! settled out of turn (written only while it has any), so a skip or a
 //! completed resubmission of a parked event is not undone by its replay.
+//! Another: `BlockingEvent`, what an operator needs of the blocker to act on
+//! the block when the Resolver lost its record ([`BlockingEvent`]).
+
+mod blocker;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize};
+
+pub use blocker::{BlockingEvent, MAX_KEPT_EVENT_BYTES};
+
+use crate::message::NimbusMessage;
 
 /// The state of one session of one endpoint subscription.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +97,15 @@ pub struct SessionState {
         skip_serializing_if = "Option::is_none"
     )]
     pub pending_retry_at_ms: Option<i64>,
+    /// The event that owns the block, as the endpoint received it (decision
+    /// 0140): set while blocked by a build that writes it. A nimbus
+    /// addition, written only while present.
+    #[serde(
+        rename = "BlockingEvent",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub blocking_event: Option<BlockingEvent>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -185,6 +202,10 @@ impl SessionState {
 
     /// Blocks the session by `event_id` (failure, pending handoff).
     pub fn block(&mut self, event_id: &str) {
+        if !self.is_blocked_by(event_id) {
+            // What was kept of the previous owner is not this one's.
+            self.blocking_event = None;
+        }
         self.blocked_by_event_id = Some(event_id.to_owned());
         // The settlement that blocks says which retry, if any, the block
         // waits for (the engine's `expect_retry`); a plain block writes
@@ -231,8 +252,37 @@ impl SessionState {
     /// Removes the block. Parked messages stay parked until replayed.
     pub fn unblock(&mut self) {
         self.blocked_by_event_id = None;
+        self.blocking_event = None;
         self.pending_retry_message_id = None;
         self.pending_retry_at_ms = None;
+    }
+
+    /// Keeps what an operator needs to act on the block without the
+    /// Resolver's record (decision 0140). The engine calls it with every
+    /// settled message of the block's owner; `handoff` says the settlement
+    /// leaves the event pending a handoff. The event is taken from the
+    /// message that blocked the session; a later run of it (a retry, a
+    /// resubmission, perhaps edited) refreshes its payload. Nothing changes
+    /// when `message` is not about the owner.
+    pub fn note_blocker(&mut self, message: &NimbusMessage, handoff: bool) {
+        if !message
+            .event_id
+            .as_deref()
+            .is_some_and(|event_id| self.is_blocked_by(event_id))
+        {
+            return;
+        }
+        let mut kept = match self.blocking_event.take() {
+            Some(mut kept) => {
+                if BlockingEvent::carries_event(message) {
+                    kept.keep_payload(message);
+                }
+                kept
+            }
+            None => BlockingEvent::of(message),
+        };
+        kept.handoff = handoff;
+        self.blocking_event = Some(kept);
     }
 
     /// Parks one more message: returns its `DeferralSequence` and counts it.
@@ -387,6 +437,82 @@ mod tests {
         state.unpark();
         assert!(state.settled_parked_events.is_empty(), "nothing parked");
         assert!(state.to_bytes().is_empty());
+    }
+
+    fn event_request(event_id: &str, payload: &str) -> NimbusMessage {
+        NimbusMessage {
+            message_id: Some(format!("m-{event_id}")),
+            session_id: Some("s1".to_owned()),
+            correlation_id: Some("c1".to_owned()),
+            message_type: crate::MessageType::EventRequest,
+            event_id: Some(event_id.to_owned()),
+            event_type_id: Some("OrderPlaced".to_owned()),
+            content: Some(crate::MessageContent::event(crate::EventContent::new(
+                "OrderPlaced",
+                payload.to_owned(),
+            ))),
+            properties: [(
+                "Tenant".to_owned(),
+                nimbus_transport::PropertyValue::String("acme".to_owned()),
+            )]
+            .into(),
+            ..NimbusMessage::default()
+        }
+    }
+
+    #[test]
+    fn the_blocker_is_kept_from_the_message_that_blocked_and_goes_with_the_block() {
+        let mut state = SessionState::default();
+        state.block("e1");
+        state.note_blocker(&event_request("e2", "{}"), false);
+        assert_eq!(state.blocking_event, None, "not the owner");
+        state.note_blocker(&event_request("e1", r#"{"N":1}"#), false);
+        let kept = state.blocking_event.clone().expect("kept");
+        assert_eq!(kept.message_id.as_deref(), Some("m-e1"));
+        assert_eq!(kept.event_type_id.as_deref(), Some("OrderPlaced"));
+        assert_eq!(kept.event_json.as_deref(), Some(r#"{"N":1}"#));
+        assert_eq!(
+            kept.user_properties.as_deref(),
+            Some(r#"{"Tenant":"acme"}"#)
+        );
+        assert!(!kept.handoff);
+        let read = SessionState::from_bytes(&state.to_bytes()).expect("reads back");
+        assert_eq!(read, state);
+
+        // A resubmission with an edited payload that hands the event off:
+        // the payload is the edit, the rest as first received.
+        let mut resubmitted = event_request("e1", r#"{"N":2}"#);
+        resubmitted.message_type = crate::MessageType::ResubmissionRequest;
+        resubmitted.message_id = Some("m-resubmit".to_owned());
+        state.block("e1");
+        state.note_blocker(&resubmitted, true);
+        let kept = state.blocking_event.clone().expect("kept");
+        assert_eq!(kept.message_id.as_deref(), Some("m-e1"));
+        assert_eq!(kept.event_json.as_deref(), Some(r#"{"N":2}"#));
+        assert!(kept.handoff);
+
+        state.block("e3");
+        assert_eq!(state.blocking_event, None, "another owner");
+        state.note_blocker(&event_request("e3", "{}"), false);
+        state.unblock();
+        assert_eq!(state.blocking_event, None);
+        assert!(state.to_bytes().is_empty());
+    }
+
+    #[test]
+    fn a_blocker_over_the_size_kept_is_noted_without_its_payload() {
+        let mut state = SessionState::default();
+        state.block("e1");
+        let large = format!(r#"{{"Text":"{}"}}"#, "x".repeat(MAX_KEPT_EVENT_BYTES));
+        state.note_blocker(&event_request("e1", &large), false);
+        let kept = state.blocking_event.expect("kept");
+        assert_eq!(kept.event_json, None);
+        assert_eq!(kept.user_properties, None);
+        assert_eq!(
+            kept.omitted_bytes,
+            u64::try_from(large.len() + r#"{"Tenant":"acme"}"#.len()).expect("small")
+        );
+        assert_eq!(kept.event_type_id.as_deref(), Some("OrderPlaced"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use bytes::BytesMut;
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
 use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, SenderSettleMode};
 use fe2o3_amqp::types::messaging::{Source, Target};
-use fe2o3_amqp::types::performatives::{Begin, ChannelMax, End, MaxFrameSize};
+use fe2o3_amqp::types::performatives::{Begin, ChannelMax, Detach, End, MaxFrameSize, Open};
 
 use super::*;
 use crate::frame_io::encode;
@@ -150,12 +150,21 @@ fn a_deeply_nested_open_is_refused_before_it_is_decoded() {
     body.extend_from_slice(&u32::try_from(fields.len() + 4).unwrap().to_be_bytes());
     body.extend_from_slice(&11u32.to_be_bytes());
     body.extend_from_slice(&fields);
-    let mut frame = u32::try_from(body.len() + 8).unwrap().to_be_bytes().to_vec();
+    let mut frame = u32::try_from(body.len() + 8)
+        .unwrap()
+        .to_be_bytes()
+        .to_vec();
     frame.extend_from_slice(&[2, 0, 0, 0]);
     frame.extend_from_slice(&body);
     let refusal = guard.check(&frame).unwrap_err();
-    assert_eq!(refusal.condition, ErrorCondition::AmqpError(AmqpError::DecodeError));
-    assert!(refusal.description.contains("nested more than 64"), "{refusal:?}");
+    assert_eq!(
+        refusal.condition,
+        ErrorCondition::AmqpError(AmqpError::DecodeError)
+    );
+    assert!(
+        refusal.description.contains("nested more than 64"),
+        "{refusal:?}"
+    );
 }
 
 #[test]
@@ -184,17 +193,25 @@ fn without_a_token_a_connection_holds_few_links_and_buffers_nothing() {
     guard.check(&attach(0, 0, "$cbs")).unwrap();
     guard.check(&attach(0, 1, "sb://h/orders")).unwrap();
     // A whole message in one frame goes to the link, which refuses it.
-    guard.check(&transfer(0, 1, false, b"\x00\x53\x75\xa0\x01x")).unwrap();
+    guard
+        .check(&transfer(0, 1, false, b"\x00\x53\x75\xa0\x01x"))
+        .unwrap();
     // The first frame of a longer one closes the connection.
     let refusal = guard.check(&transfer(0, 1, true, DATA_OPENED)).unwrap_err();
     assert!(refusal.description.contains("'orders'"), "{refusal:?}");
-    assert_eq!(condition(refusal), ErrorCondition::AmqpError(AmqpError::UnauthorizedAccess));
+    assert_eq!(
+        condition(refusal),
+        ErrorCondition::AmqpError(AmqpError::UnauthorizedAccess)
+    );
     let mut guard = guard_with(None);
     guard.check(&begin(0)).unwrap();
     guard.check(&attach(0, 0, "$cbs")).unwrap();
     guard.check(&attach(0, 1, "$cbs")).unwrap();
     let refusal = guard.check(&attach(0, 2, "orders")).unwrap_err();
-    assert!(refusal.description.contains("before a valid token"), "{refusal:?}");
+    assert!(
+        refusal.description.contains("before a valid token"),
+        "{refusal:?}"
+    );
 }
 
 #[test]
@@ -230,9 +247,15 @@ fn with_a_token_unfinished_deliveries_are_held_to_the_connections_cap() {
             }
         }
     }
-    assert!(held <= 1000 && held + (DATA_OPENED.len() as u64 - 8) > 1000, "{held}");
+    assert!(
+        held <= 1000 && held + (DATA_OPENED.len() as u64 - 8) > 1000,
+        "{held}"
+    );
     let refusal = refused.expect("the cap is reached");
-    assert_eq!(condition(refusal), ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded));
+    assert_eq!(
+        condition(refusal),
+        ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded)
+    );
 }
 
 #[test]
@@ -244,7 +267,10 @@ fn a_message_cut_inside_a_value_or_deep_across_frames_is_refused() {
     let refusal = guard
         .check(&transfer(0, 0, false, b"\x00\x53\x77\xa1\x05ab"))
         .unwrap_err();
-    assert_eq!(condition(refusal), ErrorCondition::AmqpError(AmqpError::DecodeError));
+    assert_eq!(
+        condition(refusal),
+        ErrorCondition::AmqpError(AmqpError::DecodeError)
+    );
     // Nesting spread over frames is counted across them.
     let mut guard = guard_with(Some("sb://h/"));
     guard.check(&begin(0)).unwrap();
@@ -269,12 +295,18 @@ fn sessions_and_links_are_capped_and_an_end_gives_them_back() {
     guard.check(&begin(0)).unwrap();
     guard.check(&begin(1)).unwrap();
     let refusal = guard.check(&begin(2)).unwrap_err();
-    assert!(refusal.description.contains("more than 2 sessions"), "{refusal:?}");
+    assert!(
+        refusal.description.contains("more than 2 sessions"),
+        "{refusal:?}"
+    );
     for handle in 0..3 {
         guard.check(&attach(1, handle, "orders")).unwrap();
     }
     let refusal = guard.check(&attach(1, 3, "orders")).unwrap_err();
-    assert!(refusal.description.contains("more than 3 links"), "{refusal:?}");
+    assert!(
+        refusal.description.contains("more than 3 links"),
+        "{refusal:?}"
+    );
     guard.check(&end(1)).unwrap();
     guard.check(&begin(2)).unwrap();
     guard.check(&attach(2, 0, "orders")).unwrap();

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow};
 use nimbus_amqp::SharedAccessKey;
-use nimbus_runtime::{ApiState, Config, DataLock, Host, VERSION, ValidConfig};
+use nimbus_runtime::{ApiState, Config, DataLock, Host, ResolverStoreStart, VERSION, ValidConfig};
 
 use crate::cli_ops::{CheckConfigArgs, RunArgs};
 use crate::output::outln;
@@ -83,11 +83,20 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config, source))?;
+    let resolver_start = if args.new_resolver_store {
+        ResolverStoreStart::New
+    } else {
+        ResolverStoreStart::Existing
+    };
+    runtime.block_on(serve(config, source, resolver_start))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
+async fn serve(
+    config: ValidConfig,
+    source: String,
+    resolver_start: ResolverStoreStart,
+) -> anyhow::Result<()> {
     let listen = config.config.api.listen;
     let data_dir = config.config.host.data_dir.clone();
     let handlers_dir = config.config.host.handlers_dir.clone();
@@ -121,13 +130,16 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
         .amqp
         .keys
         .iter()
-        .map(|k| SharedAccessKey::new(&k.name, &k.key))
+        .map(nimbus_runtime::config::AmqpKey::shared_access_key)
         .collect();
     let max_message_bytes = config.config.amqp.max_message_bytes();
+    let config_max_connections = config.config.amqp.max_connections;
+    // Before the endpoint and the API take connections: each is a file.
+    let open_files = nimbus_runtime::open_files::raise();
     let amqp_tls = config.amqp_tls.clone();
     let amqp_scheme = if amqp_tls.is_some() { "amqps" } else { "amqp" };
     // Beyond loopback, `load` made sure there is a token.
-    let host = Host::start_locked(config, data_lock).await?;
+    let host = Host::start_locked(config, data_lock, resolver_start).await?;
     let (stop_amqp, amqp_stopped) = tokio::sync::oneshot::channel::<()>();
     let (amqp_address, amqp_task) = match amqp {
         Some(listener) => {
@@ -138,6 +150,19 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
             let broker = host
                 .broker()
                 .context("[amqp] listen serves the embedded broker, and this host has none")?;
+            let configured = config_max_connections;
+            let connections = open_files.amqp_connections(configured);
+            if connections < configured {
+                tracing::warn!(
+                    configured,
+                    serving = connections,
+                    open_file_limit = ?open_files.soft,
+                    "the process may open too few files for [amqp] max_connections: the endpoint \
+                     serves fewer, keeping {} for the API and the data files (raise the hard \
+                     limit, e.g. `ulimit -Hn`, LimitNOFILE= in a systemd unit)",
+                    nimbus_runtime::open_files::RESERVE
+                );
+            }
             // SDK clients may not claim the Manager's authority: a control
             // request or `From = Manager` needs the Manager's signature
             // (another host's Manager publishing here has it).
@@ -146,6 +171,7 @@ async fn serve(config: ValidConfig, source: String) -> anyhow::Result<()> {
                 amqp_keys,
                 max_message_bytes,
             )
+            .with_max_connections(connections)
             .with_publish_check(nimbus_runtime::control::publish_check(
                 host.control_key().clone(),
             ));

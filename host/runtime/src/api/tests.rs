@@ -1885,3 +1885,134 @@ async fn health_and_changes_say_503_while_the_broker_cannot_write_and_recover() 
         .await;
     host.shutdown().await;
 }
+
+/// What a host logs at `nimbus run`'s default level (warnings and errors),
+/// one entry per line.
+#[derive(Clone, Default)]
+struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogLines {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogLines {
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A subscriber writing here, made the default of every thread of a
+    /// runtime of its own (and of the thread that blocks on it): the other
+    /// tests of this binary, running meanwhile, log elsewhere.
+    fn runtime(&self) -> (tokio::runtime::Runtime, tracing::Dispatch) {
+        let lines = self.clone();
+        let dispatch = tracing::Dispatch::new(
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::WARN)
+                .with_ansi(false)
+                .without_time()
+                .with_writer(move || lines.clone())
+                .finish(),
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .on_thread_start({
+                let dispatch = dispatch.clone();
+                // The thread is this runtime's for its whole life.
+                move || std::mem::forget(tracing::dispatcher::set_default(&dispatch))
+            })
+            .build()
+            .unwrap();
+        (runtime, dispatch)
+    }
+}
+
+/// Issue 40: while the broker cannot write (a full disk), an idle host
+/// used to log ~140 lines a second (every Resolver session worker and every
+/// endpoint retrying twice a second, a line each time), refilling the disk
+/// with its log, and two lines per refused request. Its consumers now back
+/// off and say so once per cause, and a refused request is one line, once
+/// a minute per route: over seconds of a full disk the log grows by a
+/// handful of lines, and once writes work the host goes on by itself.
+#[test]
+fn an_idle_host_on_a_full_disk_logs_a_bounded_number_of_lines() {
+    let log = LogLines::default();
+    let (runtime, dispatch) = log.runtime();
+    tracing::dispatcher::with_default(&dispatch, || {
+        runtime.block_on(async {
+            let root = tempfile::tempdir().unwrap();
+            let host = start(root.path()).await;
+            let api = Api(router(ApiState::new(&host)));
+            let first = api
+                .publish("OrderPlaced", "idle-1", order("o-1", false))
+                .await;
+            api.wait_status("billing", "idle-1", &first, "Completed")
+                .await;
+            let before = log.lines().len();
+
+            host.broker().unwrap().inject_write_failures(true);
+            // The broker finds out at its next write; a publish makes one,
+            // and waits for the disk.
+            let held = tokio::spawn({
+                let api = Api(router(ApiState::new(&host)));
+                async move {
+                    api.post(
+                        "/api/publish",
+                        &json!({"event_type": "OrderPlaced", "session_id": "idle-2",
+                                "data": order("o-2", false)}),
+                    )
+                    .await
+                }
+            });
+            let started = Instant::now();
+            while api.call(Method::GET, "/health", None).await.0 != StatusCode::SERVICE_UNAVAILABLE
+            {
+                assert!(started.elapsed() < DEADLINE, "never unhealthy");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // A client retrying its publish: each is refused 503, and
+            // logged once (it was twice each), then held back.
+            for attempt in 0..20 {
+                let (status, refused) = api
+                    .post(
+                        "/api/publish",
+                        &json!({"event_type": "OrderPlaced", "session_id": "idle-3",
+                                "data": order(&format!("o-3-{attempt}"), false)}),
+                    )
+                    .await;
+                assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{refused}");
+            }
+            // Seconds of an idle host on a full disk: at the old rate, some
+            // 700 lines.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let during: Vec<String> = log.lines().split_off(before);
+            // Six causes (the Resolver's accepts, each endpoint's accepts
+            // and replay triggers, the publish route), each at most a
+            // failure line and the line of its end within a minute.
+            assert!(
+                during.len() <= 12,
+                "{} lines in 5 s of a full disk:\n{}",
+                during.len(),
+                during.join("\n")
+            );
+
+            host.broker().unwrap().inject_write_failures(false);
+            let (status, held) = held.await.unwrap();
+            assert_eq!(status, StatusCode::OK, "{held}");
+            let held_id = held["message_id"].as_str().unwrap().to_owned();
+            api.wait_status("billing", "idle-2", &held_id, "Completed")
+                .await;
+            host.shutdown().await;
+        });
+    });
+}

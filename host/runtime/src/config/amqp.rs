@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use nimbus_amqp::{ServerTls, ServerTlsError};
+use nimbus_amqp::{Right, Rights, ServerTls, ServerTlsError, SharedAccessKey};
 use serde::Deserialize;
 
 /// `[amqp]`.
@@ -32,7 +32,23 @@ pub struct AmqpConfig {
     /// A PEM file of the certificate's private key.
     #[serde(default)]
     pub tls_key: Option<PathBuf>,
+    /// Serve plain AMQP on an address beyond loopback anyway: tokens are
+    /// bearer secrets, and without TLS anyone on the path can read one.
+    #[serde(default)]
+    pub allow_plaintext: bool,
+    /// Connections served at once (at most the open files the process may
+    /// have, less a reserve for the HTTP API and the data files).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
 }
+
+fn default_max_connections() -> usize {
+    nimbus_amqp::MAX_CONNECTIONS
+}
+
+/// The most `max_connections` may be: beyond it the process's open-file
+/// limit, not this setting, is what bounds the endpoint.
+const MOST_CONNECTIONS: usize = 65_536;
 
 fn default_max_message_size() -> String {
     "1MiB".to_owned()
@@ -52,6 +68,8 @@ impl Default for AmqpConfig {
             max_message_size: default_max_message_size(),
             tls_certificate: None,
             tls_key: None,
+            allow_plaintext: false,
+            max_connections: default_max_connections(),
         }
     }
 }
@@ -64,12 +82,32 @@ pub struct AmqpKey {
     pub name: String,
     /// The key (`SharedAccessKey`), a secret.
     pub key: String,
+    /// What tokens signed with it may do: `Send`, `Listen`, `Manage` (which
+    /// has the other two), as a Service Bus policy's claims. All of them
+    /// unless given, as Service Bus's `RootManageSharedAccessKey`.
+    #[serde(default)]
+    pub rights: Option<Vec<String>>,
+}
+
+impl AmqpKey {
+    /// The key as the endpoint checks tokens with it (rights that do not
+    /// parse, which validation refuses, are left out).
+    pub fn shared_access_key(&self) -> SharedAccessKey {
+        let key = SharedAccessKey::new(&self.name, &self.key);
+        match &self.rights {
+            None => key,
+            Some(names) => key.with_rights(Rights::of(
+                names.iter().filter_map(|name| Right::parse(name)),
+            )),
+        }
+    }
 }
 
 impl std::fmt::Debug for AmqpKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpKey")
             .field("name", &self.name)
+            .field("rights", &self.rights)
             .finish_non_exhaustive()
     }
 }
@@ -158,12 +196,53 @@ impl AmqpConfig {
                  token signed with one"
             ));
         }
+        if let Some(listen) = self.listen
+            && !listen.ip().is_loopback()
+            && self.tls_certificate.is_none()
+            && !self.allow_plaintext
+        {
+            problems.push(format!(
+                "amqp.tls_certificate: the AMQP endpoint listens on {listen}, beyond loopback, \
+                 without TLS: clients' tokens would cross the network in clear. Give \
+                 tls_certificate and tls_key, or set allow_plaintext = true to serve plain AMQP \
+                 anyway"
+            ));
+        }
+        if !(1..=MOST_CONNECTIONS).contains(&self.max_connections) {
+            problems.push(format!(
+                "amqp.max_connections: {} is outside 1 to {MOST_CONNECTIONS}",
+                self.max_connections
+            ));
+        }
         for (i, key) in self.keys.iter().enumerate() {
             if key.name.is_empty() {
                 problems.push(format!("amqp.keys[{i}].name: must not be empty"));
             }
-            if key.key.is_empty() {
-                problems.push(format!("amqp.keys[{i}].key: must not be empty"));
+            let length = key.key.chars().count();
+            if length < crate::api::MIN_TOKEN_LEN {
+                problems.push(format!(
+                    "amqp.keys[{i}].key: must be at least {} characters (it has {length}): a \
+                     token's signature is only as hard to forge as its key is to guess; Service \
+                     Bus's keys are 44",
+                    crate::api::MIN_TOKEN_LEN
+                ));
+            }
+            match &key.rights {
+                Some(rights) if rights.is_empty() => problems.push(format!(
+                    "amqp.keys[{i}].rights: empty, so the key could do nothing: name some of \
+                     Send, Listen, Manage, or leave rights out for all of them"
+                )),
+                Some(rights) => {
+                    for (j, right) in rights.iter().enumerate() {
+                        if Right::parse(right).is_none() {
+                            problems.push(format!(
+                                "amqp.keys[{i}].rights[{j}]: '{right}' is not a right: Send, \
+                                 Listen or Manage"
+                            ));
+                        }
+                    }
+                }
+                None => {}
             }
             if self.keys[..i].iter().any(|k| k.name == key.name) {
                 problems.push(format!(
@@ -205,12 +284,12 @@ mod tests {
             "{err}"
         );
         let valid = parse(
-            "[amqp]\nlisten = \"127.0.0.1:5672\"\n[[amqp.keys]]\nname = \"Root\"\nkey = \"SAS_KEY_VALUE\"\n",
+            "[amqp]\nlisten = \"127.0.0.1:5672\"\n[[amqp.keys]]\nname = \"Root\"\nkey = \"SAS_KEY_VALUE_OF_SOME_LENGTH\"\n",
         )
         .unwrap();
         assert_eq!(valid.config.amqp.keys.len(), 1);
         assert!(
-            !format!("{valid:?}").contains("SAS_KEY_VALUE"),
+            !format!("{valid:?}").contains("SAS_KEY_VALUE_OF_SOME_LENGTH"),
             "the key is not shown"
         );
     }
@@ -226,7 +305,7 @@ mod tests {
             )
         };
         let served = parse(&format!(
-            "{}listen = \"127.0.0.1:5671\"\n[[amqp.keys]]\nname = \"k\"\nkey = \"v\"\n",
+            "{}listen = \"127.0.0.1:5671\"\n[[amqp.keys]]\nname = \"k\"\nkey = \"a key long enough\"\n",
             table("localhost.pem", "localhost.key")
         ))
         .unwrap();
@@ -264,14 +343,19 @@ mod tests {
     fn bad_keys_are_named_by_their_place() {
         let err = parse(
             "[[amqp.keys]]\nname = \"\"\nkey = \"k\"\n[[amqp.keys]]\nname = \"a\"\nkey = \"\"\n\
-             [[amqp.keys]]\nname = \"a\"\nkey = \"k\"\n",
+             [[amqp.keys]]\nname = \"a\"\nkey = \"k\"\n\
+             [[amqp.keys]]\nname = \"b\"\nkey = \"a key long enough\"\nrights = [\"Send\", \"Read\"]\n\
+             [[amqp.keys]]\nname = \"c\"\nkey = \"a key long enough\"\nrights = []\n",
         )
         .unwrap_err()
         .to_string();
         for says in [
             "amqp.keys[0].name: must not be empty",
-            "amqp.keys[1].key: must not be empty",
+            "amqp.keys[0].key: must be at least 16 characters (it has 1)",
+            "amqp.keys[1].key: must be at least 16 characters (it has 0)",
             "amqp.keys[2].name: 'a' is given twice",
+            "amqp.keys[3].rights[1]: 'Read' is not a right: Send, Listen or Manage",
+            "amqp.keys[4].rights: empty",
         ] {
             assert!(err.contains(says), "{says}: {err}");
         }
@@ -291,6 +375,53 @@ mod tests {
         assert_eq!(
             parse("").unwrap().config.amqp.max_message_bytes(),
             1024 * 1024
+        );
+    }
+
+    #[test]
+    fn a_keys_rights_reach_the_endpoint_and_all_are_had_unless_given() {
+        let valid = parse(
+            "[[amqp.keys]]\nname = \"send\"\nkey = \"a key long enough\"\nrights = [\"Send\"]\n\
+             [[amqp.keys]]\nname = \"root\"\nkey = \"a key long enough\"\n",
+        )
+        .unwrap();
+        let keys: Vec<_> = valid
+            .config
+            .amqp
+            .keys
+            .iter()
+            .map(super::AmqpKey::shared_access_key)
+            .collect();
+        assert_eq!(
+            keys[0].rights(),
+            nimbus_amqp::Rights::of([nimbus_amqp::Right::Send])
+        );
+        assert_eq!(keys[1].rights(), nimbus_amqp::Rights::all());
+    }
+
+    #[test]
+    fn plain_amqp_beyond_loopback_is_refused_unless_allowed() {
+        let key = "[[amqp.keys]]\nname = \"k\"\nkey = \"a key long enough\"\n";
+        let err = parse(&format!("[amqp]\nlisten = \"0.0.0.0:5672\"\n{key}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("amqp.tls_certificate: the AMQP endpoint listens on 0.0.0.0:5672, beyond loopback, without TLS"),
+            "{err}"
+        );
+        assert!(
+            parse(&format!(
+                "[amqp]\nlisten = \"0.0.0.0:5672\"\nallow_plaintext = true\n{key}"
+            ))
+            .is_ok()
+        );
+        assert!(parse(&format!("[amqp]\nlisten = \"127.0.0.1:5672\"\n{key}")).is_ok());
+        let err = parse("[amqp]\nmax_connections = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("amqp.max_connections: 0 is outside 1 to 65536"),
+            "{err}"
         );
     }
 }
