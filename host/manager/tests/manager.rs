@@ -1916,13 +1916,14 @@ async fn a_blocker_the_resolver_lost_gets_the_control_messages_its_record_would_
             "{vector}: {:?}",
             sent.notes
         );
-        let got = h.endpoint_receives("billing", SESSION).await;
+        let mut got = h.endpoint_receives("billing", SESSION).await;
         assert_eq!(got.len(), 1, "{vector}: the control message alone");
+        let control = unsealed(got.remove(0));
         assert_eq!(
-            got[0].message.message_id.as_deref(),
+            control.message.message_id.as_deref(),
             Some(sent.message_id.as_str())
         );
-        assert_is_vector(&got[0], vector);
+        assert_is_vector(&control, vector);
 
         // The store has the event now, its history saying once, first,
         // where its record came from; the control message is recorded on it.
