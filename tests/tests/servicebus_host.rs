@@ -165,11 +165,13 @@ impl Namespace {
         ))
     }
 
+    /// Hosts on a namespace share a control key (their Manager signs
+    /// control messages, their endpoints check them across the namespace).
     fn config_with(&self, broker_keys: &str) -> String {
         config_text("").replace(
             "[broker]\n",
             &format!("[broker]\nkind = \"servicebus\"\n{broker_keys}"),
-        )
+        ) + "\n[manager]\ncontrol_key = \"hosts-shared-control-key-0123456789abcdef\"\n"
     }
 
     /// The session state the namespace holds for `session` of `billing`.

@@ -32,6 +32,7 @@ use nimbus_transport::{
     AcceptSessionError, ErrorKind, FailureLog, Properties, ReceivedMessage, RetryBackoff,
     SessionLock, SessionSelector, Settlement, SlotRequests, SubscriptionPath, Transport,
 };
+use nimbus_wire::ControlKey;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -72,6 +73,11 @@ pub struct ResolverSettings {
     /// Where to report each settled message (tests, metrics); `None` for
     /// nowhere.
     pub progress: Option<mpsc::UnboundedSender<Progress>>,
+    /// The key the Manager signs control requests with. A copy of a
+    /// control request not signed with it is dead-lettered, not recorded,
+    /// so a forged one cannot change its event's status (decision 0141).
+    /// `None` records them unchecked: only for tests of other rules.
+    pub control_key: Option<ControlKey>,
 }
 
 impl Default for ResolverSettings {
@@ -90,6 +96,7 @@ impl Default for ResolverSettings {
             max_batch: 256,
             max_in_flight_per_session: 64,
             progress: None,
+            control_key: None,
         }
     }
 }
@@ -631,9 +638,10 @@ async fn submit_batch<T: Transport>(
     // The events' records go to the recorder as one run, so they share a
     // commit (with other sessions' runs too).
     let mut run = Vec::new();
+    let key = context.settings.control_key.as_ref();
     let steps: Vec<Step> = batch
         .into_iter()
-        .map(|message| prepare(message, &mut run))
+        .map(|message| prepare(message, key, &mut run))
         .collect();
     let records = if run.is_empty() {
         None
@@ -715,8 +723,12 @@ async fn settle_batch<T: Transport>(
 }
 
 /// Decodes `message`; an event's observation joins `run`.
-fn prepare(mut message: ReceivedMessage, run: &mut Vec<Observation>) -> Step {
-    match decode(&mut message) {
+fn prepare(
+    mut message: ReceivedMessage,
+    control_key: Option<&ControlKey>,
+    run: &mut Vec<Observation>,
+) -> Step {
+    match decode(&mut message, control_key) {
         Ok(Decoded::Event(observation)) => {
             let endpoint = observation.endpoint.clone();
             let event_id = observation.event_id.clone();

@@ -13,8 +13,10 @@ use nimbus_transport::provision::Topology;
 use serde::Deserialize;
 
 mod amqp;
+mod manager;
 mod servicebus;
 pub use amqp::{AmqpConfig, AmqpKey};
+pub use manager::{CONTROL_KEY_ENV, ControlKeyText, ManagerConfig};
 pub use servicebus::{BrokerKind, CONNECTION_STRING_ENV, ConnectionStringText};
 
 /// The whole configuration file.
@@ -48,6 +50,9 @@ pub struct Config {
     /// `[amqp]`: the AMQP endpoint for Service Bus SDKs.
     #[serde(default)]
     pub amqp: AmqpConfig,
+    /// `[manager]`: the key control messages are signed with.
+    #[serde(default)]
+    pub manager: ManagerConfig,
 }
 
 /// `[host]`.
@@ -527,20 +532,27 @@ pub struct ValidConfig {
     pub namespace_roots: Option<nimbus_servicebus::TrustedRoots>,
     /// `[amqp] tls_certificate` and `tls_key`, read.
     pub amqp_tls: Option<nimbus_amqp::ServerTls>,
+    /// `manager.control_key` read (or, once [`ValidConfig::with_environment`]
+    /// ran, `NIMBUS_CONTROL_KEY`). `None` on the embedded broker: the host
+    /// then keeps one in its data directory (see [`crate::control`]).
+    pub control_key: Option<nimbus_wire::ControlKey>,
 }
 
 impl ValidConfig {
     /// Applies what the environment adds to the file: `NIMBUS_API_TOKEN`
-    /// replaces `[api] token`. Then refuses an API listening beyond
-    /// loopback without a token: anyone who reaches it could publish,
-    /// resubmit, skip and replay. `nimbus run` and `nimbus check` call
-    /// this; [`Config::parse`] does not, so it reads the file alone.
+    /// replaces `[api] token`, `NIMBUS_SERVICEBUS_CONNECTION_STRING` the
+    /// connection string, `NIMBUS_CONTROL_KEY` `[manager] control_key`.
+    /// Then refuses a host on Service Bus without a control key, and an
+    /// API listening beyond loopback without a token: anyone who reaches
+    /// it could publish, resubmit, skip and replay. `nimbus run` and
+    /// `nimbus check` call this; [`Config::parse`] does not, so it reads
+    /// the file alone.
     ///
     /// # Errors
     ///
-    /// When `NIMBUS_API_TOKEN` is set but not a valid token, or the API
-    /// would listen beyond loopback with no token; `path` names the
-    /// configuration in the error.
+    /// When a variable is set but not valid, a host on Service Bus has no
+    /// connection string or no control key, or the API would listen beyond
+    /// loopback with no token; `path` names the configuration in the error.
     pub fn with_environment(mut self, path: &Path) -> Result<ValidConfig, ConfigError> {
         let invalid = |problem: String| ConfigError::Invalid {
             path: path.to_owned(),
@@ -552,11 +564,25 @@ impl ValidConfig {
         if let Some(connection) = servicebus::connection_string_from_env().map_err(invalid)? {
             self.connection_string = Some(connection);
         }
+        if let Some(key) = manager::control_key_from_env().map_err(invalid)? {
+            self.control_key = Some(key);
+        }
         if self.config.broker.kind == BrokerKind::ServiceBus && self.connection_string.is_none() {
             return Err(invalid(format!(
                 "broker.connection_string: broker.kind is \"servicebus\" and no connection \
                  string is given; set it (or {CONNECTION_STRING_ENV}) to the namespace's \
                  `Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...`"
+            )));
+        }
+        if self.config.broker.kind == BrokerKind::ServiceBus && self.control_key.is_none() {
+            // Each host checks the control messages every other host's
+            // Manager sends, so none can make up its own key.
+            return Err(invalid(format!(
+                "manager.control_key: broker.kind is \"servicebus\" and no control key is given; \
+                 set [manager] control_key (or {CONTROL_KEY_ENV}) to a secret of at least {} \
+                 characters (e.g. the output of `openssl rand -hex 32`), the same on every host \
+                 that shares the namespace: each host acts only on control messages signed with it",
+                nimbus_wire::control_signature::MIN_CONTROL_KEY_LEN
             )));
         }
         let listen = self.config.api.listen;
@@ -725,6 +751,14 @@ impl Config {
         }
         let (amqp_problems, amqp_tls) = self.amqp.problems();
         problems.extend(amqp_problems);
+        let control_key = match self.manager.control_key.as_ref().map(ControlKeyText::parse) {
+            None => None,
+            Some(Ok(key)) => Some(key),
+            Some(Err(why)) => {
+                problems.push(format!("manager.control_key: {why}"));
+                None
+            }
+        };
         let mut namespace_roots = None;
         if let Some(file) = &self.broker.ca_file {
             if self.broker.kind == BrokerKind::Embedded {
@@ -861,6 +895,7 @@ impl Config {
             connection_string,
             namespace_roots,
             amqp_tls,
+            control_key,
         })
     }
 }
@@ -1321,11 +1356,58 @@ mod tests {
     const NAMESPACE: &str = "Endpoint=sb://localhost:5672;SharedAccessKeyName=Root;\
                              SharedAccessKey=s3cret-key-value;UseDevelopmentEmulator=true;";
 
+    const CONTROL_KEY: &str = "c0ntrol-key-shared-by-the-hosts-0123";
+
+    /// Issue 40: hosts on a namespace check each other's control messages,
+    /// so each needs the key they share; it is never shown.
+    #[test]
+    fn a_host_on_service_bus_needs_the_shared_control_key_and_it_is_never_shown() {
+        // Only meaningful without a key in this process's environment.
+        if std::env::var_os(CONTROL_KEY_ENV).is_some() {
+            return;
+        }
+        let path = Path::new("/etc/nimbus.toml");
+        let keyless = parse(&format!(
+            "[broker]\nkind = \"servicebus\"\nconnection_string = \"{NAMESPACE}\"\n"
+        ))
+        .unwrap();
+        let err = keyless.with_environment(path).unwrap_err().to_string();
+        assert!(
+            err.contains("manager.control_key: broker.kind is \"servicebus\"")
+                && err.contains(CONTROL_KEY_ENV)
+                && err.contains("the same on every host"),
+            "{err}"
+        );
+        // The embedded broker needs none: the host keeps its own.
+        let embedded = parse("").unwrap().with_environment(path).unwrap();
+        assert!(embedded.control_key.is_none());
+
+        let short = parse("[manager]\ncontrol_key = \"sh0rt-secret\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            short.contains("manager.control_key: must be at least 32 characters")
+                && !short.contains("sh0rt-secret"),
+            "{short}"
+        );
+        let spaced = parse("[manager]\ncontrol_key = \"a key with spaces in it, long enough\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            spaced.contains("manager.control_key: character 2 is not"),
+            "{spaced}"
+        );
+        let valid = parse(&format!("[manager]\ncontrol_key = \"{CONTROL_KEY}\"\n")).unwrap();
+        assert!(valid.control_key.is_some());
+        assert!(!format!("{valid:?}").contains(CONTROL_KEY));
+    }
+
     #[test]
     fn a_host_on_service_bus_needs_a_connection_string_and_no_amqp_endpoint() {
         let path = Path::new("/etc/nimbus.toml");
         let on_namespace = parse(&format!(
-            "[broker]\nkind = \"servicebus\"\nconnection_string = \"{NAMESPACE}\"\n"
+            "[broker]\nkind = \"servicebus\"\nconnection_string = \"{NAMESPACE}\"\n\
+             [manager]\ncontrol_key = \"{CONTROL_KEY}\"\n"
         ))
         .unwrap();
         assert_eq!(on_namespace.config.broker.kind, BrokerKind::ServiceBus);

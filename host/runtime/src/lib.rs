@@ -13,6 +13,7 @@ pub mod api;
 pub mod bench;
 pub mod bus;
 pub mod config;
+pub mod control;
 mod data_lock;
 pub mod handlers;
 mod host;

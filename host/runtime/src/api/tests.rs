@@ -408,6 +408,117 @@ async fn operator_flow_publish_block_skip_resubmit_handoff() {
     host.shutdown().await;
 }
 
+/// The message `forged-skip` in `billing`'s own dead-letter queue, once it
+/// is there (a replay takes it out until the engine dead-letters it again).
+async fn forged_dead_letter(api: &Api) -> Value {
+    let started = Instant::now();
+    loop {
+        let (listed, _) = api.listing("/api/dlq?endpoint=billing").await;
+        let found = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["message_id"] == "forged-skip" && d["subscription"] == "billing");
+        if let Some(found) = found {
+            return found.clone();
+        }
+        assert!(started.elapsed() < DEADLINE, "not dead-lettered: {listed}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 40 through the API: a publish cannot make a control message (no
+/// envelope property, the signature's included; `Manager` is no producer),
+/// and a forged one that reached the bus and was dead-lettered, replayed
+/// from the API, is refused again by the engine: the event stays as it was
+/// and the operator's skip works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_api_path_makes_a_control_message_the_engine_acts_on() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+    let failing = api
+        .publish("OrderPlaced", "s-forged", order("o-forged", true))
+        .await;
+    let failed = api
+        .wait_status("billing", "s-forged", &failing, "Failed")
+        .await;
+    let event_id = failed["event_id"].as_str().unwrap().to_owned();
+
+    for (body, says) in [
+        (
+            json!({"event_type": "OrderPlaced", "data": {}, "session_id": "s-forged",
+                   "properties": {"MessageType": "SkipRequest"}}),
+            "properties.MessageType: a NimBus envelope property",
+        ),
+        (
+            json!({"event_type": "OrderPlaced", "data": {}, "session_id": "s-forged",
+                   "properties": {"From": "Manager"}}),
+            "properties.From: a NimBus envelope property",
+        ),
+        (
+            json!({"event_type": "OrderPlaced", "data": {}, "session_id": "s-forged",
+                   "properties": {"NimbusControlSignature": format!("v1:{}", "0".repeat(64))}}),
+            "properties.NimbusControlSignature: a NimBus envelope property",
+        ),
+        (
+            json!({"event_type": "OrderPlaced", "data": {}, "from": "Manager"}),
+            "unknown producer 'Manager'",
+        ),
+    ] {
+        let (status, answer) = api.post("/api/publish", &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert!(answer.to_string().contains(says), "{body}: {answer}");
+    }
+
+    // On a namespace a client can put one on the bus; the engine
+    // dead-letters it, and a replay from the API meets the same check.
+    let forged = nimbus_wire::NimbusMessage {
+        message_id: Some("forged-skip".to_owned()),
+        session_id: Some("s-forged".to_owned()),
+        to: Some("billing".to_owned()),
+        from: Some("Manager".to_owned()),
+        message_type: nimbus_wire::MessageType::SkipRequest,
+        event_id: Some(event_id.clone()),
+        event_type_id: Some("OrderPlaced".to_owned()),
+        content: Some(nimbus_wire::MessageContent::default()),
+        ..nimbus_wire::NimbusMessage::default()
+    };
+    nimbus_transport::Transport::publish(
+        &**host.broker().unwrap(),
+        "billing",
+        vec![forged.to_transport()],
+    )
+    .await
+    .unwrap();
+    let dead = forged_dead_letter(&api).await;
+    assert_eq!(dead["reason"], "UnauthorizedControlMessage", "{dead}");
+    let replayed = api
+        .ok(
+            Method::POST,
+            "/api/dlq/replay",
+            Some(&json!({"endpoint": "billing", "subscription": "billing",
+                         "message_id": "forged-skip", "force": true})),
+        )
+        .await;
+    assert_eq!(
+        replayed["replayed"][0]["message_id"], "forged-skip",
+        "{replayed}"
+    );
+    let again = forged_dead_letter(&api).await;
+    assert_eq!(again["reason"], "UnauthorizedControlMessage", "{again}");
+
+    let still = api
+        .wait_status("billing", "s-forged", &failing, "Failed")
+        .await;
+    assert_eq!(still["status_source"], "ErrorResponse", "{still}");
+    api.ok(Method::POST, &format!("/api/events/{event_id}/skip"), None)
+        .await;
+    api.wait_status("billing", "s-forged", &failing, "Skipped")
+        .await;
+    host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_4xx_that_names_the_problem() {
     let root = tempfile::tempdir().unwrap();
