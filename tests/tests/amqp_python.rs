@@ -5,9 +5,11 @@
 //! signed with the configured key, expired, or for another entity are
 //! refused, and an unknown topic is not found; it receives from sessions
 //! (named and next available) and the dead-letter queue, settles, keeps
-//! session state, and meets the errors of a lost or held lock. Locks last
-//! 5 s here, so a lapse is quick to reach. A second host serves its
-//! endpoint over TLS, which the SDK reaches as it reaches a namespace.
+//! session state, and meets the errors of a lost or held lock; and that a
+//! client forging the Manager's control messages is refused while the
+//! operator's own commands work (issue 40). Locks last 5 s here, so a lapse
+//! is quick to reach. A second host serves its endpoint over TLS, which the
+//! SDK reaches as it reaches a namespace.
 //!
 //! The Python environment is made by `scripts/python-env.sh`, which the
 //! README's test command runs; `NIMBUS_PYTHON` names its interpreter.
@@ -57,6 +59,9 @@ fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
     let python = python();
     let scratch = Scratch::new();
     scratch.install("billing", "orders", "orders");
+    // A handler that hands an event off, for test_amqp_control.py's forged
+    // handoff completions and failures.
+    scratch.install("echoes", "echo", "echo");
     let host = RunningHost::start(
         &scratch,
         &format!(

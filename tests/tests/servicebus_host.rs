@@ -166,11 +166,13 @@ impl Namespace {
         ))
     }
 
+    /// Hosts on a namespace share a control key (their Manager signs
+    /// control messages, their endpoints check them across the namespace).
     fn config_with(&self, broker_keys: &str) -> String {
         config_text("").replace(
             "[broker]\n",
             &format!("[broker]\nkind = \"servicebus\"\n{broker_keys}"),
-        )
+        ) + "\n[manager]\ncontrol_key = \"hosts-shared-control-key-0123456789abcdef\"\n"
     }
 
     /// The session state the namespace holds for `session` of `billing`.
@@ -310,6 +312,119 @@ fn a_host_whose_connection_drops_connects_again_and_goes_on() {
         "{}",
         host.stderr()
     );
+    let (code, _) = host.terminate();
+    assert_eq!(code, Some(0));
+}
+
+/// What a request to publish carries on the wire: the operation of a
+/// `$management` request that schedules messages.
+const SCHEDULE_OPERATION: &[u8] = b"com.microsoft:schedule-message";
+
+/// Forwards connections from `listener` to the namespace on `port`; while
+/// `cut` is set, the first connection that sends a publish request is
+/// closed (both ends) instead of passing it on, as a namespace that drops
+/// the connection while the request is out: the host meets a dropped
+/// connection in the middle of a publish, every time.
+async fn proxy(
+    listener: tokio::net::TcpListener,
+    port: u16,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+) {
+    while let Ok((client, _)) = listener.accept().await {
+        let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+            continue;
+        };
+        let _ = (client.set_nodelay(true), server.set_nodelay(true));
+        tokio::spawn(pipe(client, server, Arc::clone(&cut)));
+    }
+}
+
+async fn pipe(
+    mut client: tokio::net::TcpStream,
+    mut server: tokio::net::TcpStream,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (mut from_client, mut to_client) = client.split();
+    let (mut from_server, mut to_server) = server.split();
+    let (mut up, mut down) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    // The end of what the client sent before, so the operation is found
+    // across two reads.
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        tokio::select! {
+            read = from_client.read(&mut up) => {
+                let Ok(n @ 1..) = read else { return };
+                let mut seen = std::mem::take(&mut tail);
+                seen.extend_from_slice(&up[..n]);
+                if seen.windows(SCHEDULE_OPERATION.len()).any(|w| w == SCHEDULE_OPERATION)
+                    && cut.swap(false, Ordering::SeqCst)
+                {
+                    // Dropping both streams closes the connection.
+                    return;
+                }
+                tail = seen.split_off(seen.len().saturating_sub(SCHEDULE_OPERATION.len()));
+                if to_server.write_all(&up[..n]).await.is_err() {
+                    return;
+                }
+            }
+            read = from_server.read(&mut down) => {
+                let Ok(n @ 1..) = read else { return };
+                if to_client.write_all(&down[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Issue 40: a publish caught by a dropped connection to the namespace
+/// was answered 500 "internal error", though nothing failed in the host
+/// and the next publish goes through: it is 503, try again.
+#[test]
+fn a_publish_caught_by_a_dropped_connection_is_answered_503_and_the_next_goes_through() {
+    let namespace = Namespace::start();
+    namespace.provision_for_billing();
+    let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let listener = namespace
+        .runtime
+        .block_on(async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() });
+    let proxied = listener.local_addr().unwrap().port();
+    namespace
+        .runtime
+        .spawn(proxy(listener, namespace.port, Arc::clone(&cut)));
+    let scratch = Scratch::new();
+    scratch.install("billing", "orders", "orders");
+    let config = namespace.host_config().replace(
+        &format!("sb://localhost:{};", namespace.port),
+        &format!("sb://localhost:{proxied};"),
+    );
+    let host = RunningHost::start_with_config(&scratch, &config);
+    let before = publish(&host, "OrderPlaced", "s-1", &order("o-1", false));
+    host.wait_status("s-1", &before, "Completed");
+
+    cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    let caught = publish_run(&host, "OrderPlaced", "s-2", &order("o-2", false));
+    assert!(
+        !cut.load(std::sync::atomic::Ordering::SeqCst),
+        "the publish never reached the namespace"
+    );
+    assert_ne!(caught.code(), Some(0), "{}", caught.stdout());
+    assert!(
+        caught.stderr().contains("(503 Service Unavailable)")
+            && !caught.stderr().contains("internal error"),
+        "{}",
+        caught.stderr()
+    );
+
+    // The connection is opened again at the next call: the next publish
+    // goes through, and is handled.
+    let after = host.eventually("a publish after the drop", || {
+        let run = publish_run(&host, "OrderPlaced", "s-3", &order("o-3", false));
+        (run.code() == Some(0)).then(|| run.stdout().trim().to_owned())
+    });
+    host.wait_status("s-3", &after, "Completed");
     let (code, _) = host.terminate();
     assert_eq!(code, Some(0));
 }

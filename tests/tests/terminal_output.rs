@@ -8,8 +8,10 @@ use nimbus_blackbox_tests::orders::{id, order, publish};
 use nimbus_blackbox_tests::running::RunningHost;
 
 /// Clears the screen, sets the window title, rings the bell, returns the
-/// cursor to overwrite the line, and reverses what follows.
-const HOSTILE_SESSION: &str = "s\u{1b}[2J\u{1b}]0;owned\u{7}\r\u{9b}1A\u{202e}kcab";
+/// cursor to overwrite the line, starts a line that reads as another field
+/// of `nimbus event` (issue 40), and reverses what follows.
+const HOSTILE_SESSION: &str =
+    "s\u{1b}[2J\u{1b}]0;owned\u{7}\r\nstatus      Completed\u{9b}1A\u{202e}kcab";
 
 /// The bytes no terminal should receive from a listing.
 fn raw_controls(output: &[u8]) -> Vec<String> {
@@ -34,7 +36,7 @@ fn a_session_id_holding_escape_sequences_is_printed_written_out() {
     // JSON is for programs: the session comes back exactly as published.
     assert_eq!(failed["session_id"], HOSTILE_SESSION);
 
-    let shown = r"s\x1b[2J\x1b]0;owned\x07\r\x9b1A\u{202e}kcab";
+    let shown = r"s\x1b[2J\x1b]0;owned\x07\r\nstatus      Completed\x9b1A\u{202e}kcab";
     for args in [
         vec!["events", "--endpoint", "billing"],
         vec!["events", "--session", HOSTILE_SESSION],
@@ -52,6 +54,13 @@ fn a_session_id_holding_escape_sequences_is_printed_written_out() {
         assert!(
             run.stdout().contains(shown),
             "`nimbus {args:?}` does not show the session written out:\n{}",
+            run.stdout()
+        );
+        assert!(
+            !run.stdout()
+                .lines()
+                .any(|l| l.starts_with("status      Completed")),
+            "`nimbus {args:?}` printed a line the session id forged:\n{}",
             run.stdout()
         );
     }

@@ -12,6 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use nimbus_transport::FailureLog;
+
 /// How often each cause may write a line.
 pub(crate) const INTERVAL: Duration = Duration::from_secs(10);
 
@@ -36,19 +38,13 @@ pub(crate) enum Cause {
     OddDisposition,
 }
 
-/// Counts lines per cause.
+/// Counts lines per cause, each with the one windowing rule the host has
+/// ([`FailureLog`]: the first at once, then one per interval saying how
+/// many it stands for).
 #[derive(Debug)]
 pub(crate) struct LogLimit {
     interval: Duration,
-    causes: Mutex<HashMap<Cause, Window>>,
-}
-
-#[derive(Debug)]
-struct Window {
-    /// When the last line went out.
-    written: Instant,
-    /// Lines held back since.
-    held: u64,
+    causes: Mutex<HashMap<Cause, FailureLog>>,
 }
 
 impl LogLimit {
@@ -82,32 +78,12 @@ impl LogLimit {
 
     /// `Some(lines held back before this one)` if a line may go out now.
     fn admit(&self, cause: Cause) -> Option<u64> {
-        let now = Instant::now();
         let mut causes = self.causes.lock().unwrap_or_else(PoisonError::into_inner);
-        match causes.get_mut(&cause) {
-            Some(window) if now.duration_since(window.written) < self.interval => {
-                window.held += 1;
-                None
-            }
-            Some(window) => {
-                let held = window.held;
-                *window = Window {
-                    written: now,
-                    held: 0,
-                };
-                Some(held)
-            }
-            None => {
-                causes.insert(
-                    cause,
-                    Window {
-                        written: now,
-                        held: 0,
-                    },
-                );
-                Some(0)
-            }
-        }
+        causes
+            .entry(cause)
+            .or_insert_with(|| FailureLog::new(self.interval))
+            .failed(Instant::now())
+            .map(|line| line.held_back)
     }
 }
 

@@ -9,6 +9,8 @@
 
 #![allow(missing_docs, reason = "criterion generates the entry point")]
 
+#![allow(missing_docs, reason = "criterion generates the entry point")]
+
 use std::hint::black_box;
 
 use bytes::BytesMut;

@@ -11,11 +11,14 @@ use std::time::{Duration, SystemTime};
 use futures_util::FutureExt;
 
 use nimbus_transport::{
-    Disposition, ErrorKind, Properties, PropertyValue, ReceivedMessage, SessionLock, SettleError,
-    Settlement, TransientError, Transport,
+    Disposition, ErrorKind, Message, Properties, PropertyValue, ReceivedMessage, SessionLock,
+    SettleError, Settlement, TransientError, Transport,
 };
 use nimbus_wire::build::{self, Handoff, ResponseTimes};
-use nimbus_wire::{Failure, InboxKey, MessageType, NimbusMessage, SessionState, dead_letter};
+use nimbus_wire::{
+    ControlKey, Defect, Failure, InboxKey, MessageType, NimbusMessage, SessionState,
+    control_signature, dead_letter, prop,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -56,6 +59,9 @@ pub struct Endpoint {
     pub retrying: Arc<Retrying>,
     /// Whether an operator paused it: its processor then takes no session.
     pub paused: crate::Paused,
+    /// The key the hosts' Manager signs control requests with: one not
+    /// signed with it is refused unread (decision 0141).
+    pub control_key: ControlKey,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -237,6 +243,12 @@ impl<'a, T: Transport> Delivery<'a, T> {
             enqueued: received.enqueued_time,
             started: SystemTime::now(),
         };
+        // Checked on the message as it travelled, before anything reads it.
+        if let Some(kind) = control_signature::control_type(&received.message)
+            && let Some(why) = self.not_from_manager(kind, &received.message)
+        {
+            return self.refuse_control(received, kind, &why).await;
+        }
         let message = match NimbusMessage::take_from_received(&mut received) {
             Ok(message) => message,
             Err(error) => {
@@ -949,6 +961,65 @@ impl<'a, T: Transport> Delivery<'a, T> {
             let settlement = self.with_state(settlement, &next);
             return self.commit(settlement, Some(next)).await;
         }
+        self.commit(settlement, None).await
+    }
+
+    /// Why a control request of type `kind` did not come from this host's
+    /// Manager, or `None` when it did: it says `From = Manager` and carries
+    /// the Manager's signature under the hosts' control key. On a namespace
+    /// any client with a Send key can write `From` (issue 40).
+    fn not_from_manager(&self, kind: MessageType, message: &Message) -> Option<String> {
+        if !control_signature::claims_manager(message) {
+            return Some(Defect::NotFromManager(kind).to_string());
+        }
+        control_signature::verify(&self.endpoint.control_key, message)
+            .err()
+            .map(|why| format!("{kind} refused: {why}"))
+    }
+
+    /// A control request that is not the Manager's: dead-lettered with why,
+    /// and nothing else. The Resolver is not told, since the message is not
+    /// the event and marking the event DeadLettered would refuse the
+    /// operator's own handoff completion; the session state is not touched,
+    /// since nothing about the session changed. The operator's resubmit,
+    /// skip and handoff work as before.
+    async fn refuse_control(
+        &mut self,
+        received: ReceivedMessage,
+        kind: MessageType,
+        why: &str,
+    ) -> Result<(), DeliveryError> {
+        let event_id = received
+            .message
+            .property_str(prop::EVENT_ID)
+            .unwrap_or_default()
+            .to_owned();
+        let message_id = received
+            .message
+            .message_id
+            .as_deref()
+            .unwrap_or("<no id>")
+            .to_owned();
+        // One line per message: each is dead-lettered, and a forged control
+        // message is what an operator must hear of.
+        warn!(
+            endpoint = %self.endpoint.name,
+            session = self.lock.session_id(),
+            %event_id,
+            %message_id,
+            message_type = %kind,
+            reason = %why,
+            "dead-lettering a control request that is not from this host's Manager; its event \
+             is left as it was"
+        );
+        let description = format!(
+            "{why} (message {message_id} on '{}', about event '{event_id}'). The event is left \
+             as it was: resubmit, skip or complete its handoff with nimbus",
+            self.endpoint.name
+        );
+        let description = dead_letter::truncate_description(&description).into_owned();
+        let settlement =
+            Settlement::dead_letter(received, dead_letter::UNAUTHORIZED_CONTROL, description);
         self.commit(settlement, None).await
     }
 

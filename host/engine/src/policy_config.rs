@@ -241,8 +241,9 @@ fn key(name: &str) -> String {
 }
 
 /// A long delay as days where whole (humantime counts a year as 365.25
-/// days, so `"365d"` would read back as "11months 30days 3h 50m 24s").
-fn in_days(delay: Duration) -> String {
+/// days, so `"365d"` would read back as "11months 30days 3h 50m 24s"):
+/// how configuration errors show a duration and its bound.
+pub fn in_days(delay: Duration) -> String {
     const DAY: u64 = 24 * 60 * 60;
     if delay.subsec_nanos() == 0 && delay.as_secs().is_multiple_of(DAY) {
         format!("{}days", delay.as_secs() / DAY)

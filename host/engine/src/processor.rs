@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nimbus_transport::{
-    AcceptSessionError, ErrorKind, ReceiveError, SessionLock, SessionSelector, SlotRequests,
-    SubscriptionPath, Transport,
+    AcceptSessionError, ErrorKind, FailureLog, ReceiveError, RetryBackoff, SessionLock,
+    SessionSelector, SlotRequests, SubscriptionPath, Transport,
 };
 use nimbus_wire::SessionState;
 use tokio::sync::Semaphore;
@@ -73,6 +73,11 @@ pub async fn run_endpoint<T: Transport>(
     let slots = Arc::new(Semaphore::new(settings.max_concurrent_sessions.max(1)));
     let waiting = Arc::new(SlotRequests::default());
     let sessions = TaskTracker::new();
+    // A failing accept (a broker that cannot write, a namespace out of
+    // reach) is asked less and less often, and logged once a minute, not
+    // twice a second (issue 40).
+    let mut backoff = RetryBackoff::default();
+    let failures = FailureLog::default();
     loop {
         if endpoint.paused.is_paused() {
             info!(endpoint = %endpoint.name, "endpoint paused: taking no sessions until it is resumed");
@@ -98,6 +103,20 @@ pub async fn run_endpoint<T: Transport>(
             },
             accepted = transport.accept_session(&path, SessionSelector::NextAvailable, settings.accept_timeout) => accepted,
         };
+        if matches!(
+            accepted,
+            Ok(_) | Err(AcceptSessionError::NoSessionAvailable { .. })
+        ) {
+            backoff.succeeded();
+            if let Some(line) = failures.succeeded(std::time::Instant::now()) {
+                warn!(
+                    endpoint = %endpoint.name,
+                    failures = line.failures,
+                    failed_for = %humantime::format_duration(line.failed_for),
+                    "accepting sessions works again"
+                );
+            }
+        }
         match accepted {
             // Paused while the accept was on its way: let the session go.
             Ok(lock) if endpoint.paused.is_paused() => lock.close().await,
@@ -132,15 +151,20 @@ pub async fn run_endpoint<T: Transport>(
             }
             Err(AcceptSessionError::NoSessionAvailable { .. }) => {}
             Err(e) => {
-                let kind = nimbus_transport::Error::from(e.clone()).kind();
-                if kind == ErrorKind::NotFound {
-                    error!(endpoint = %endpoint.name, error = %e, "the endpoint's subscription is missing; is the topology provisioned?");
-                } else {
-                    warn!(endpoint = %endpoint.name, error = %e, "accepting a session failed");
+                let wait = backoff.failed();
+                if let Some(line) = failures.failed(std::time::Instant::now()) {
+                    let kind = nimbus_transport::Error::from(e.clone()).kind();
+                    let held_back = line.held_back;
+                    let next_attempt_in = humantime::format_duration(wait);
+                    if kind == ErrorKind::NotFound {
+                        error!(endpoint = %endpoint.name, error = %e, held_back, %next_attempt_in, "the endpoint's subscription is missing; is the topology provisioned?");
+                    } else {
+                        warn!(endpoint = %endpoint.name, error = %e, held_back, %next_attempt_in, "accepting a session failed; retrying, less often while it fails (one line a minute)");
+                    }
                 }
                 tokio::select! {
                     () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    () = tokio::time::sleep(wait) => {}
                 }
             }
         }

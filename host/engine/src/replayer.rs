@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use nimbus_transport::{
-    AcceptSessionError, PropertyValue, ReceivedMessage, Receiver, SessionLock, SessionSelector,
-    Settlement, SubQueue, SubscriptionPath, Transport,
+    AcceptSessionError, FailureLog, PropertyValue, ReceivedMessage, Receiver, RetryBackoff,
+    SessionLock, SessionSelector, Settlement, SubQueue, SubscriptionPath, Transport,
 };
 use nimbus_wire::{NimbusMessage, addr, build, prop};
 use tokio_util::sync::CancellationToken;
@@ -33,23 +33,41 @@ pub async fn run_replayer<T: Transport>(
     shutdown: CancellationToken,
 ) {
     let triggers = SubscriptionPath::new(endpoint.clone(), addr::DEFERRED_PROCESSOR);
+    // A call that keeps failing (a broker that cannot write, a namespace
+    // out of reach) is retried less and less often, and logged once a
+    // minute, not every second (issue 40).
+    let mut backoff = RetryBackoff::new(Duration::from_secs(1), RetryBackoff::MAX);
+    let failures = FailureLog::default();
     let receiver = loop {
         match transport.receiver(&triggers, SubQueue::Main).await {
             Ok(receiver) => break receiver,
             Err(e) => {
-                warn!(%endpoint, error = %e, "opening the replay trigger subscription failed");
+                let wait = backoff.failed();
+                if let Some(line) = failures.failed(std::time::Instant::now()) {
+                    warn!(%endpoint, error = %e, held_back = line.held_back, next_attempt_in = %humantime::format_duration(wait), "opening the replay trigger subscription failed; retrying, less often while it fails (one line a minute)");
+                }
                 tokio::select! {
                     () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    () = tokio::time::sleep(wait) => {}
                 }
             }
         }
     };
+    backoff.succeeded();
+    if let Some(line) = failures.succeeded(std::time::Instant::now()) {
+        warn!(%endpoint, failures = line.failures, failed_for = %humantime::format_duration(line.failed_for), "the replay trigger subscription opened after all");
+    }
     while !shutdown.is_cancelled() {
         let trigger = tokio::select! {
             () = shutdown.cancelled() => break,
             trigger = receiver.receive(Duration::from_secs(5)) => trigger,
         };
+        if trigger.is_ok() {
+            backoff.succeeded();
+            if let Some(line) = failures.succeeded(std::time::Instant::now()) {
+                warn!(%endpoint, failures = line.failures, failed_for = %humantime::format_duration(line.failed_for), "the replay trigger subscription works again");
+            }
+        }
         match trigger {
             Ok(Some(trigger)) => {
                 for (session, triggers) in with_queued(&receiver, trigger).await {
@@ -62,10 +80,13 @@ pub async fn run_replayer<T: Transport>(
             }
             Ok(None) => {}
             Err(e) => {
-                warn!(%endpoint, error = %e, "receiving replay triggers failed");
+                let wait = backoff.failed();
+                if let Some(line) = failures.failed(std::time::Instant::now()) {
+                    warn!(%endpoint, error = %e, held_back = line.held_back, next_attempt_in = %humantime::format_duration(wait), "receiving replay triggers failed; retrying, less often while it fails (one line a minute)");
+                }
                 tokio::select! {
                     () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    () = tokio::time::sleep(wait) => {}
                 }
             }
         }

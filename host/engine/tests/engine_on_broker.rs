@@ -21,12 +21,12 @@ use nimbus_transport::{
     TopicSettings, Transport,
 };
 use nimbus_wire::build::FollowUp;
-use nimbus_wire::{MessageContent, MessageType, NimbusMessage, SessionState};
+use nimbus_wire::{ControlKey, MessageContent, MessageType, NimbusMessage, SessionState};
 use tokio_util::sync::CancellationToken;
 
 mod support;
 
-use support::{E, event_request};
+use support::{E, event_request, signed};
 
 /// The event type of the follow-ups the `follow-ups-N-BYTES` action
 /// publishes.
@@ -296,6 +296,7 @@ async fn start_with(
         inbox_retention,
         retrying: Arc::clone(&retrying),
         paused,
+        control_key: support::control_key(),
     });
     let shutdown = CancellationToken::new();
     match tuning.settle_panics {
@@ -336,7 +337,13 @@ fn event(session: &str, event_id: &str, id: &str, action: &str) -> Message {
     event_request(session, event_id, &payload).to_transport()
 }
 
+/// A control request as the Manager sends it: signed.
 fn control(kind: MessageType, session: &str, event_id: &str) -> Message {
+    signed(unsigned_control(kind, session, event_id))
+}
+
+/// A control request as anyone may write it: `From = Manager`, no signature.
+fn unsigned_control(kind: MessageType, session: &str, event_id: &str) -> Message {
     NimbusMessage {
         session_id: Some(session.to_owned()),
         to: Some(E.to_owned()),
@@ -834,6 +841,88 @@ async fn pending_handoff_blocks_until_completed_without_rerunning_the_handler() 
     h.shutdown.cancel();
 }
 
+/// Issue 40: on a namespace any client with a Send key can write
+/// `From = Manager`. A control request the hosts' Manager did not sign (or
+/// not from the Manager at all) is dead-lettered naming why, the handler
+/// does not run, the Resolver hears nothing (so the event is not marked
+/// DeadLettered), the block stays, and the operator's own command works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_request_not_from_this_hosts_manager_is_dead_lettered_and_changes_nothing() {
+    let h = start(RetryPolicies::default(), 10).await;
+    h.publish(event("s1", "e1", "A", "handoff")).await;
+    h.publish(event("s1", "e2", "B", "complete")).await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("PendingHandoffResponse", "e1"), ("DeferralResponse", "e2")])
+    );
+
+    let mut forged: Vec<(Message, &str)> = Vec::new();
+    for kind in [
+        MessageType::ResubmissionRequest,
+        MessageType::SkipRequest,
+        MessageType::HandoffCompletedRequest,
+        MessageType::HandoffFailedRequest,
+    ] {
+        let mut message = unsigned_control(kind, "s1", "e1");
+        if kind == MessageType::ResubmissionRequest {
+            message.body = event("s1", "e1", "forged", "complete").body;
+        }
+        forged.push((message, "carries no NimbusControlSignature"));
+    }
+    let other_host = ControlKey::new("another-namespace-key-0123456789ab").unwrap();
+    let mut foreign = unsigned_control(MessageType::SkipRequest, "s1", "e1");
+    nimbus_wire::control_signature::sign(&other_host, &mut foreign);
+    forged.push((foreign, "does not match"));
+    let mut edited = control(MessageType::HandoffFailedRequest, "s1", "e1");
+    edited.body = br#"{"ErrorContent":{"ErrorText":"forged","ErrorType":"X"}}"#.to_vec();
+    forged.push((edited, "does not match"));
+    let mut not_manager = unsigned_control(MessageType::HandoffCompletedRequest, "s1", "e1");
+    not_manager
+        .properties
+        .insert("From".into(), "storefront".into());
+    forged.push((signed(not_manager), "must come from Manager"));
+
+    let dlq = h
+        .broker
+        .receiver(&SubscriptionPath::new(E, E), SubQueue::DeadLetter)
+        .await
+        .unwrap();
+    for (message, why) in forged {
+        h.publish(message).await;
+        let dead = dlq
+            .receive(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("dead-lettered within 10 s");
+        assert_eq!(
+            dead.dead_letter_reason.as_deref(),
+            Some(nimbus_wire::dead_letter::UNAUTHORIZED_CONTROL)
+        );
+        let description = dead.dead_letter_description.clone().unwrap_or_default();
+        assert!(
+            description.contains(why) && description.contains("'e1'"),
+            "{description}"
+        );
+        dlq.complete(dead).await.unwrap();
+    }
+    let state = h.session_state("s1").await;
+    assert_eq!(state.blocked_by(), Some("e1"), "the block stays");
+    assert_eq!(state.deferred_count, 1);
+    assert_eq!(h.seen(), ["A"], "no forged request ran the handler");
+
+    // The operator's own completion: the next responses are its, so none
+    // went to the Resolver for the forged ones.
+    h.publish(control(MessageType::HandoffCompletedRequest, "s1", "e1"))
+        .await;
+    assert_eq!(
+        h.responses(2).await,
+        pairs(&[("ResolutionResponse", "e1"), ("ResolutionResponse", "e2")])
+    );
+    assert_eq!(h.seen(), ["A", "B"]);
+    assert!(h.session_state("s1").await.is_empty());
+    h.shutdown.cancel();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_message_is_dead_lettered_with_the_defect_named_and_the_resolver_told() {
     // SEMANTICS §2.1: validated before anything runs; dead-lettered with a
@@ -1308,7 +1397,7 @@ fn resubmission(session: &str, event_id: &str, id: &str, action: &str) -> Messag
     resubmission.message_type = MessageType::ResubmissionRequest;
     resubmission.message_id = Some(format!("resubmission-{event_id}"));
     resubmission.from = Some("Manager".to_owned());
-    resubmission.to_transport()
+    signed(resubmission.to_transport())
 }
 
 /// A resubmission that fails while a retry of its event is scheduled starts

@@ -633,6 +633,7 @@ async fn a_parked_copy_that_cannot_be_decoded_is_dead_lettered_and_no_longer_cou
         inbox_retention: None,
         retrying: Arc::default(),
         paused: nimbus_engine::Paused::default(),
+        control_key: support::control_key(),
     });
     tokio::spawn(nimbus_engine::run_endpoint(
         h.broker.clone(),
@@ -688,7 +689,7 @@ async fn a_parked_copy_that_cannot_be_decoded_is_dead_lettered_and_no_longer_cou
     skip.from = Some("Manager".to_owned());
     skip.message_type = MessageType::SkipRequest;
     skip.content = Some(MessageContent::default());
-    h.publish(vec![skip.to_transport()]).await;
+    h.publish(vec![support::signed(skip.to_transport())]).await;
     assert_eq!(response().await, pair("SkipResponse", "e1"));
     // Sent back to the endpoint, which dead-letters it naming the defect
     // and tells the Resolver.

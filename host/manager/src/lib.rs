@@ -10,7 +10,9 @@
 //! `HandoffCompletedRequest` or `HandoffFailedRequest` with `From = Manager`
 //! to the endpoint's topic with `To = E`, and the endpoint's engine acts on
 //! it in session order (SEMANTICS.md §6, nimbus-semantics.md §9). The
-//! Resolver records the copy like any other request.
+//! Resolver records the copy like any other request. Every control message
+//! is signed with the hosts' control key (`nimbus_wire::control_signature`,
+//! decision 0141): an endpoint acts only on one a nimbus Manager sent.
 //!
 //! Key decision: **the Resolver store is the source of an event's
 //! coordinates.** Session, correlation id, event type, payload, the

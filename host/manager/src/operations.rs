@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use nimbus_resolver::{EventRecord, HANDOFF_SUB_STATUS, ResolverStore, Status};
 use nimbus_transport::{Admin, Transport};
-use nimbus_wire::{EventContent, Failure, MessageContent, MessageType, NimbusMessage, build};
+use nimbus_wire::{
+    ControlKey, EventContent, Failure, MessageContent, MessageType, NimbusMessage, build,
+    control_signature,
+};
 use serde::Serialize;
 
 use crate::error::ManagerError;
@@ -43,6 +46,9 @@ pub struct Sent {
 pub struct Manager<T> {
     pub(crate) transport: Arc<T>,
     pub(crate) store: Arc<dyn ResolverStore>,
+    /// Seals every control message, so an endpoint can tell this Manager
+    /// from any client that writes `From = Manager` (decision 0141).
+    control_key: ControlKey,
 }
 
 impl<T> std::fmt::Debug for Manager<T> {
@@ -52,9 +58,15 @@ impl<T> std::fmt::Debug for Manager<T> {
 }
 
 impl<T: Transport> Manager<T> {
-    /// A Manager sending through `transport`, finding events in `store`.
-    pub fn new(transport: Arc<T>, store: Arc<dyn ResolverStore>) -> Self {
-        Manager { transport, store }
+    /// A Manager sending through `transport`, finding events in `store`,
+    /// signing what it sends with `control_key` (the key every host on the
+    /// bus verifies with).
+    pub fn new(transport: Arc<T>, store: Arc<dyn ResolverStore>, control_key: ControlKey) -> Self {
+        Manager {
+            transport,
+            store,
+            control_key,
+        }
     }
 }
 
@@ -265,12 +277,16 @@ impl<T: Transport + Admin> Manager<T> {
             notes.push(format!("{note} (noted in its history)"));
         }
         let message_type = message.message_type.as_str();
+        let mut message = message.to_transport();
+        // Signed last, over exactly what travels; signing gives the message
+        // its id if it had none.
+        control_signature::sign(&self.control_key, &mut message);
         let message_id = message.message_id.clone().unwrap_or_default();
         // Upstream's Manager publishes straight to the endpoint's topic; the
         // topic's `to-E` rules deliver it to the endpoint and copy it to the
         // Resolver.
         self.transport
-            .publish(&record.endpoint, vec![message.to_transport()])
+            .publish(&record.endpoint, vec![message])
             .await
             .map_err(|source| ManagerError::Publish {
                 message_type,

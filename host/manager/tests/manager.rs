@@ -21,7 +21,8 @@ use nimbus_transport::{
 };
 use nimbus_wire::build::{self, Handoff, ResponseTimes};
 use nimbus_wire::{
-    EventContent, Failure, MessageContent, MessageType, NimbusMessage, SessionState,
+    ControlKey, EventContent, Failure, MessageContent, MessageType, NimbusMessage, SessionState,
+    control_signature, prop,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -32,6 +33,23 @@ use tokio_util::sync::CancellationToken;
 const PATIENCE: Duration = Duration::from_secs(60);
 
 const EVENT_ID: &str = "2f0e6c1e-6a2b-4c1e-9d57-1c3a7a0b5e11";
+
+/// The hosts' control key in these tests.
+fn control_key() -> ControlKey {
+    ControlKey::new("test-control-key-0123456789abcdef").unwrap()
+}
+
+/// Checks that the Manager signed `control` with the key, then takes the
+/// signature off: the rest is upstream's wire vector.
+fn unsealed(mut control: ReceivedMessage) -> ReceivedMessage {
+    assert_eq!(
+        control_signature::verify(&control_key(), &control.message),
+        Ok(()),
+        "every control message the Manager sends is signed"
+    );
+    control.message.properties.remove(prop::CONTROL_SIGNATURE);
+    control
+}
 const SESSION: &str = "order-o-1001";
 
 /// The Resolver topic and endpoint topologies as nimbus-platform.md §2.3
@@ -124,6 +142,9 @@ fn spawn_resolver(broker: &Arc<Broker>, store: &Arc<SqliteResolverStore>) -> Res
             accept_timeout: Duration::from_millis(200),
             session_idle_timeout: Duration::from_millis(50),
             progress: Some(tx),
+            // As the host runs it: the Manager's copies are recorded only
+            // because they are signed.
+            control_key: Some(control_key()),
             ..ResolverSettings::default()
         },
         shutdown.clone(),
@@ -154,6 +175,7 @@ impl Harness {
         let manager = Manager::new(
             Arc::clone(&broker),
             Arc::clone(&store) as Arc<dyn ResolverStore>,
+            control_key(),
         );
         let (progress, shutdown, resolver) = spawn_resolver(&broker, &store);
         Harness {
@@ -345,7 +367,7 @@ async fn control_message(h: &Harness, sent_id: &str) -> ReceivedMessage {
     assert_eq!(got[0].message.message_id.as_deref(), Some("msg-pub-1"));
     let control = got.remove(1);
     assert_eq!(control.message.message_id.as_deref(), Some(sent_id));
-    control
+    unsealed(control)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -852,6 +874,7 @@ async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_al
     let manager = Manager::new(
         Arc::clone(&broker),
         Arc::clone(&store) as Arc<dyn ResolverStore>,
+        control_key(),
     );
     let sent = manager.resubmit(&event_id, None, None).await.unwrap();
 
@@ -866,7 +889,7 @@ async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_al
     let original = lock.receive(PATIENCE).await.unwrap().unwrap();
     assert_eq!(original.message.message_id.as_deref(), Some("msg-pub-1"));
     lock.complete(original).await.unwrap();
-    let mut control = lock.receive(PATIENCE).await.unwrap().unwrap();
+    let mut control = unsealed(lock.receive(PATIENCE).await.unwrap().unwrap());
     assert_eq!(
         control.message.message_id.as_deref(),
         Some(sent.message_id.as_str())
@@ -1403,6 +1426,7 @@ async fn a_replay_of_every_dead_letter_that_fails_part_way_says_what_it_moved_an
             lookups: std::sync::atomic::AtomicUsize::new(0),
             fail_from: 2,
         }) as Arc<dyn ResolverStore>,
+        control_key(),
     );
     let done = failing
         .replay_all_dead_letters("billing", None, false)
@@ -1564,6 +1588,7 @@ async fn a_message_a_forwarder_could_not_forward_is_listed_and_removed_only_by_f
     let manager = Manager::new(
         Arc::clone(&broker),
         Arc::clone(&store) as Arc<dyn ResolverStore>,
+        control_key(),
     );
     assert!(
         manager
@@ -1891,13 +1916,14 @@ async fn a_blocker_the_resolver_lost_gets_the_control_messages_its_record_would_
             "{vector}: {:?}",
             sent.notes
         );
-        let got = h.endpoint_receives("billing", SESSION).await;
+        let mut got = h.endpoint_receives("billing", SESSION).await;
         assert_eq!(got.len(), 1, "{vector}: the control message alone");
+        let control = unsealed(got.remove(0));
         assert_eq!(
-            got[0].message.message_id.as_deref(),
+            control.message.message_id.as_deref(),
             Some(sent.message_id.as_str())
         );
-        assert_is_vector(&got[0], vector);
+        assert_is_vector(&control, vector);
 
         // The store has the event now, its history saying once, first,
         // where its record came from; the control message is recorded on it.

@@ -29,9 +29,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use nimbus_transport::{
-    AcceptSessionError, ErrorKind, Properties, ReceivedMessage, SessionLock, SessionSelector,
-    Settlement, SlotRequests, SubscriptionPath, Transport,
+    AcceptSessionError, ErrorKind, FailureLog, Properties, ReceivedMessage, RetryBackoff,
+    SessionLock, SessionSelector, Settlement, SlotRequests, SubscriptionPath, Transport,
 };
+use nimbus_wire::ControlKey;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -72,6 +73,11 @@ pub struct ResolverSettings {
     /// Where to report each settled message (tests, metrics); `None` for
     /// nowhere.
     pub progress: Option<mpsc::UnboundedSender<Progress>>,
+    /// The key the Manager signs control requests with. A copy of a
+    /// control request not signed with it is dead-lettered, not recorded,
+    /// so a forged one cannot change its event's status (decision 0141).
+    /// `None` records them unchecked: only for tests of other rules.
+    pub control_key: Option<ControlKey>,
 }
 
 impl Default for ResolverSettings {
@@ -90,6 +96,7 @@ impl Default for ResolverSettings {
             max_batch: 256,
             max_in_flight_per_session: 64,
             progress: None,
+            control_key: None,
         }
     }
 }
@@ -178,6 +185,7 @@ pub async fn run_resolver<T: Transport>(
         held: AtomicUsize::new(0),
         released: AtomicU64::new(0),
         held_changed: Notify::new(),
+        accept_failures: FailureLog::default(),
     });
     let mut tasks = JoinSet::new();
     for _ in 0..workers {
@@ -210,6 +218,18 @@ pub async fn run_resolver<T: Transport>(
 /// failure, so a failing transport is not spun on.
 const MIN_ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
+/// How long a worker (or the scout) waits after its accepts failed this
+/// many times in a row: from the store backoff (at least
+/// [`MIN_ACCEPT_RETRY`]) doubling to [`RetryBackoff::MAX`], from the start
+/// again once one works. A fixed half second had 64 workers ask a broker
+/// that cannot write 128 times a second (issue 40).
+fn accept_backoff(settings: &ResolverSettings) -> RetryBackoff {
+    RetryBackoff::new(
+        settings.store_backoff.max(MIN_ACCEPT_RETRY),
+        RetryBackoff::MAX,
+    )
+}
+
 struct Context<T> {
     transport: Arc<T>,
     store: Arc<dyn ResolverStore>,
@@ -225,6 +245,9 @@ struct Context<T> {
     released: AtomicU64,
     /// Pinged whenever `held` or `released` changes.
     held_changed: Notify,
+    /// When the workers' failed accepts are logged: one line for all of
+    /// them per interval, not one per worker per attempt.
+    accept_failures: FailureLog,
 }
 
 impl<T> Context<T> {
@@ -237,6 +260,32 @@ impl<T> Context<T> {
         self.held.fetch_sub(1, Ordering::SeqCst);
         self.released.fetch_add(1, Ordering::SeqCst);
         self.held_changed.notify_waiters();
+    }
+
+    /// Logs a failed accept, if a line is due; `wait` is how long the
+    /// worker waits before its next.
+    fn accept_failed(&self, error: &AcceptSessionError, wait: Duration) {
+        if let Some(line) = self.accept_failures.failed(std::time::Instant::now()) {
+            tracing::warn!(
+                error = %error,
+                held_back = line.held_back,
+                next_attempt_in = %humantime::format_duration(wait),
+                "resolver: accepting a session failed; retrying, less often while it fails \
+                 (one line a minute)"
+            );
+        }
+    }
+
+    /// Notes an accept that worked (or found no session waiting): logs the
+    /// end of a failure that was logged.
+    fn accept_worked(&self) {
+        if let Some(line) = self.accept_failures.succeeded(std::time::Instant::now()) {
+            tracing::warn!(
+                failures = line.failures,
+                failed_for = %humantime::format_duration(line.failed_for),
+                "resolver: accepting sessions works again"
+            );
+        }
     }
 
     /// Waits until `done` holds; `false` when stopped first.
@@ -282,7 +331,7 @@ async fn scout<T: Transport>(
     workers: usize,
     stop: CancellationToken,
 ) -> Result<(), ResolverError> {
-    let settings = &context.settings;
+    let mut backoff = accept_backoff(&context.settings);
     loop {
         let all_held = |c: &Context<T>| c.held.load(Ordering::SeqCst) >= workers;
         if !context.until(all_held, &stop).await {
@@ -302,6 +351,8 @@ async fn scout<T: Transport>(
         };
         match accepted {
             Ok(session) => {
+                backoff.succeeded();
+                context.accept_worked();
                 session.close().await;
                 context.requests.post();
                 let a_release = |c: &Context<T>| c.released.load(Ordering::SeqCst) > since;
@@ -315,12 +366,17 @@ async fn scout<T: Transport>(
                 if matches!(
                     e.kind(),
                     ErrorKind::NoSessionAvailable | ErrorKind::SessionCannotBeLocked
-                ) => {}
+                ) =>
+            {
+                backoff.succeeded();
+                context.accept_worked();
+            }
             Err(e) => {
-                tracing::debug!(error = %e, "resolver: looking for a waiting session failed; retrying");
+                let wait = backoff.failed();
+                context.accept_failed(&e, wait);
                 tokio::select! {
                     () = stop.cancelled() => return Ok(()),
-                    () = tokio::time::sleep(settings.store_backoff.max(MIN_ACCEPT_RETRY)) => {}
+                    () = tokio::time::sleep(wait) => {}
                 }
             }
         }
@@ -332,6 +388,7 @@ async fn worker<T: Transport>(
     stop: CancellationToken,
 ) -> Result<(), ResolverError> {
     let settings = &context.settings;
+    let mut backoff = accept_backoff(settings);
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return Ok(()),
@@ -339,12 +396,17 @@ async fn worker<T: Transport>(
         };
         match accepted {
             Ok(session) => {
+                backoff.succeeded();
+                context.accept_worked();
                 context.took_session();
                 drain(&context, session, &stop).await;
                 context.let_go();
             }
             Err(e) => match e.kind() {
-                ErrorKind::NoSessionAvailable | ErrorKind::SessionCannotBeLocked => {}
+                ErrorKind::NoSessionAvailable | ErrorKind::SessionCannotBeLocked => {
+                    backoff.succeeded();
+                    context.accept_worked();
+                }
                 ErrorKind::NotFound | ErrorKind::Invalid => {
                     return Err(ResolverError::Subscription {
                         subscription: settings.subscription.clone(),
@@ -352,10 +414,11 @@ async fn worker<T: Transport>(
                     });
                 }
                 _ => {
-                    tracing::warn!(error = %e, "resolver: accepting a session failed; retrying");
+                    let wait = backoff.failed();
+                    context.accept_failed(&e, wait);
                     tokio::select! {
                         () = stop.cancelled() => return Ok(()),
-                        () = tokio::time::sleep(settings.store_backoff.max(MIN_ACCEPT_RETRY)) => {}
+                        () = tokio::time::sleep(wait) => {}
                     }
                 }
             },
@@ -575,9 +638,10 @@ async fn submit_batch<T: Transport>(
     // The events' records go to the recorder as one run, so they share a
     // commit (with other sessions' runs too).
     let mut run = Vec::new();
+    let key = context.settings.control_key.as_ref();
     let steps: Vec<Step> = batch
         .into_iter()
-        .map(|message| prepare(message, &mut run))
+        .map(|message| prepare(message, key, &mut run))
         .collect();
     let records = if run.is_empty() {
         None
@@ -659,8 +723,12 @@ async fn settle_batch<T: Transport>(
 }
 
 /// Decodes `message`; an event's observation joins `run`.
-fn prepare(mut message: ReceivedMessage, run: &mut Vec<Observation>) -> Step {
-    match decode(&mut message) {
+fn prepare(
+    mut message: ReceivedMessage,
+    control_key: Option<&ControlKey>,
+    run: &mut Vec<Observation>,
+) -> Step {
+    match decode(&mut message, control_key) {
         Ok(Decoded::Event(observation)) => {
             let endpoint = observation.endpoint.clone();
             let event_id = observation.event_id.clone();

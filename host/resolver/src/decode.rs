@@ -5,7 +5,7 @@
 //! without recording, or dead-letter with the named defect.
 
 use nimbus_transport::{PropertyValue, ReceivedMessage};
-use nimbus_wire::{MessageContent, MessageType, NimbusMessage};
+use nimbus_wire::{ControlKey, MessageContent, MessageType, NimbusMessage, control_signature};
 
 use crate::observation::{HandoffDetails, Observation};
 use crate::status::MessageKind;
@@ -35,7 +35,25 @@ pub(crate) struct Unrecordable(pub(crate) String);
 
 /// Decodes `received`, taking its properties and body: what stays is the
 /// header and the lock, all that settling it and reporting on it read.
-pub(crate) fn decode(received: &mut ReceivedMessage) -> Result<Decoded, Unrecordable> {
+///
+/// With a `control_key`, a control request's copy must carry the Manager's
+/// signature: the engine dead-letters one that does not without acting on
+/// it, and recording it would set its event Pending, which refuses the
+/// operator's own handoff completion (issue 40).
+pub(crate) fn decode(
+    received: &mut ReceivedMessage,
+    control_key: Option<&ControlKey>,
+) -> Result<Decoded, Unrecordable> {
+    if let Some(key) = control_key
+        && let Some(kind) = control_signature::control_type(&received.message)
+    {
+        control_signature::verify(key, &received.message).map_err(|why| {
+            Unrecordable(format!(
+                "a {kind} not sent by a nimbus Manager is not recorded, so it changes no \
+                 event's status: {why}"
+            ))
+        })?;
+    }
     let message = NimbusMessage::take_from_received(received)
         .map_err(|e| Unrecordable(format!("the message cannot be decoded: {e}")))?;
     let at_ms = nimbus_wire::unix_millis(received.enqueued_time);
@@ -214,6 +232,12 @@ mod tests {
         }
     }
 
+    /// Decodes as a Resolver without a control key: the rules other than
+    /// the signature's.
+    fn decode_unchecked(received: &mut ReceivedMessage) -> Result<Decoded, Unrecordable> {
+        decode(received, None)
+    }
+
     fn event(decoded: Result<Decoded, Unrecordable>) -> Observation {
         match decoded {
             Ok(Decoded::Event(obs)) => *obs,
@@ -223,7 +247,7 @@ mod tests {
 
     #[test]
     fn request_copy_is_recorded_at_its_to_with_payload_and_coordinates() {
-        let obs = event(decode(&mut received(forwarded().to_transport())));
+        let obs = event(decode_unchecked(&mut received(forwarded().to_transport())));
         assert_eq!(obs.endpoint, "billing");
         assert_eq!(obs.kind, MessageKind::EventRequest);
         assert_eq!(obs.message_id.as_deref(), Some("msg-pub-1"));
@@ -238,7 +262,9 @@ mod tests {
         with_properties
             .properties
             .insert("Tenant".into(), PropertyValue::String("acme".into()));
-        let obs = event(decode(&mut received(with_properties.to_transport())));
+        let obs = event(decode_unchecked(&mut received(
+            with_properties.to_transport(),
+        )));
         assert_eq!(obs.properties.as_deref(), Some(r#"{"Tenant":"acme"}"#));
     }
 
@@ -256,7 +282,7 @@ mod tests {
             HANDLER_VERSION_PROPERTY.into(),
             PropertyValue::String("sha256:abc".into()),
         );
-        let obs = event(decode(&mut received(wire)));
+        let obs = event(decode_unchecked(&mut received(wire)));
         assert_eq!(obs.endpoint, "billing");
         assert_eq!(obs.kind, MessageKind::ErrorResponse);
         assert_eq!(obs.error_type.as_deref(), Some("PartnerUnavailable"));
@@ -281,7 +307,7 @@ mod tests {
         let mut response =
             build::pending_handoff_response(&forwarded(), ResponseTimes::default(), &handoff);
         response.from = Some("billing".into());
-        let obs = event(decode(&mut received(response.to_transport())));
+        let obs = event(decode_unchecked(&mut received(response.to_transport())));
         let details = obs.handoff.clone().expect("handoff details");
         assert_eq!(details.reason.as_deref(), Some("DMF import"));
         assert_eq!(details.external_job_id.as_deref(), Some("job-9"));
@@ -303,7 +329,7 @@ mod tests {
             Some(r#"{"done":true}"#),
             None,
         );
-        let obs = event(decode(&mut received(request.to_transport())));
+        let obs = event(decode_unchecked(&mut received(request.to_transport())));
         assert_eq!(obs.kind, MessageKind::HandoffCompletedRequest);
         assert_eq!(obs.payload, None);
         // They are kept for the request's history entry instead.
@@ -317,9 +343,39 @@ mod tests {
 
         let bare = build::handoff_completed_request(&forwarded(), "billing", None, None);
         assert_eq!(
-            event(decode(&mut received(bare.to_transport()))).handoff,
+            event(decode_unchecked(&mut received(bare.to_transport()))).handoff,
             None
         );
+    }
+
+    /// Issue 40: a forged handoff completion recorded would set the event
+    /// Pending and refuse the operator's own; only the Manager's is recorded.
+    #[test]
+    fn a_control_request_copy_is_recorded_only_with_the_managers_signature() {
+        let key = ControlKey::new("test-control-key-0123456789abcdef").unwrap();
+        for kind in [
+            MessageType::ResubmissionRequest,
+            MessageType::SkipRequest,
+            MessageType::HandoffCompletedRequest,
+            MessageType::HandoffFailedRequest,
+        ] {
+            let mut request = build::handoff_completed_request(&forwarded(), "billing", None, None);
+            request.message_type = kind;
+            let forged = request.to_transport();
+            let err = decode(&mut received(forged.clone()), Some(&key)).expect_err("unsigned");
+            assert!(err.0.contains("not sent by a nimbus Manager"), "{}", err.0);
+            assert!(err.0.contains(kind.as_str()), "{}", err.0);
+
+            let mut signed = forged;
+            control_signature::sign(&key, &mut signed);
+            let obs = event(decode(&mut received(signed), Some(&key)));
+            assert_eq!(obs.kind.as_str(), kind.as_str());
+        }
+        // Other messages need no signature.
+        event(decode(
+            &mut received(forwarded().to_transport()),
+            Some(&key),
+        ));
     }
 
     #[test]
@@ -332,7 +388,7 @@ mod tests {
             None,
         );
         notice.from = Some("billing".into());
-        let obs = event(decode(&mut received(notice.to_transport())));
+        let obs = event(decode_unchecked(&mut received(notice.to_transport())));
         assert_eq!(
             obs.dead_letter_reason.as_deref(),
             Some("MaxDeliveryCountExceeded")
@@ -348,14 +404,14 @@ mod tests {
             ..forwarded()
         };
         assert!(matches!(
-            decode(&mut received(probe.to_transport())),
+            decode_unchecked(&mut received(probe.to_transport())),
             Ok(Decoded::Skip(_))
         ));
         let mut answer =
             build::heartbeat_response(&probe, ResponseTimes::default(), UNIX_EPOCH, "nimbus-test");
         answer.from = Some("billing".into());
         assert_eq!(
-            decode(&mut received(answer.to_transport())),
+            decode_unchecked(&mut received(answer.to_transport())),
             Ok(Decoded::Heartbeat(Heartbeat {
                 endpoint: "billing".into(),
                 message_type: "ResolutionResponse".into(),
@@ -368,21 +424,23 @@ mod tests {
     fn defects_are_named() {
         let mut no_event_id = forwarded();
         no_event_id.event_id = None;
-        let err = decode(&mut received(no_event_id.to_transport())).expect_err("no EventId");
+        let err =
+            decode_unchecked(&mut received(no_event_id.to_transport())).expect_err("no EventId");
         assert!(err.0.contains("EventId is required"), "{}", err.0);
 
         let mut no_from = build::resolution_response(&forwarded(), ResponseTimes::default());
         no_from.from = None;
-        let err = decode(&mut received(no_from.to_transport())).expect_err("no From");
+        let err = decode_unchecked(&mut received(no_from.to_transport())).expect_err("no From");
         assert!(err.0.contains("without From"), "{}", err.0);
 
         let mut garbage = forwarded().to_transport();
         garbage.body = b"not json".to_vec();
-        let err = decode(&mut received(garbage)).expect_err("bad body");
+        let err = decode_unchecked(&mut received(garbage)).expect_err("bad body");
         assert!(err.0.contains("cannot be decoded"), "{}", err.0);
 
         let deferred = build::process_deferred_request(&forwarded());
-        let err = decode(&mut received(deferred.to_transport())).expect_err("unrecorded type");
+        let err =
+            decode_unchecked(&mut received(deferred.to_transport())).expect_err("unrecorded type");
         assert!(err.0.contains("ProcessDeferredRequest"), "{}", err.0);
     }
 }

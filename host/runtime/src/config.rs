@@ -13,8 +13,10 @@ use nimbus_transport::provision::Topology;
 use serde::Deserialize;
 
 mod amqp;
+mod manager;
 mod servicebus;
 pub use amqp::{AmqpConfig, AmqpKey};
+pub use manager::{CONTROL_KEY_ENV, ControlKeyText, ManagerConfig};
 pub use servicebus::{BrokerKind, CONNECTION_STRING_ENV, ConnectionStringText};
 
 /// The whole configuration file.
@@ -48,6 +50,9 @@ pub struct Config {
     /// `[amqp]`: the AMQP endpoint for Service Bus SDKs.
     #[serde(default)]
     pub amqp: AmqpConfig,
+    /// `[manager]`: the key control messages are signed with.
+    #[serde(default)]
+    pub manager: ManagerConfig,
 }
 
 /// `[host]`.
@@ -527,20 +532,27 @@ pub struct ValidConfig {
     pub namespace_roots: Option<nimbus_servicebus::TrustedRoots>,
     /// `[amqp] tls_certificate` and `tls_key`, read.
     pub amqp_tls: Option<nimbus_amqp::ServerTls>,
+    /// `manager.control_key` read (or, once [`ValidConfig::with_environment`]
+    /// ran, `NIMBUS_CONTROL_KEY`). `None` on the embedded broker: the host
+    /// then keeps one in its data directory (see [`crate::control`]).
+    pub control_key: Option<nimbus_wire::ControlKey>,
 }
 
 impl ValidConfig {
     /// Applies what the environment adds to the file: `NIMBUS_API_TOKEN`
-    /// replaces `[api] token`. Then refuses an API listening beyond
-    /// loopback without a token: anyone who reaches it could publish,
-    /// resubmit, skip and replay. `nimbus run` and `nimbus check` call
-    /// this; [`Config::parse`] does not, so it reads the file alone.
+    /// replaces `[api] token`, `NIMBUS_SERVICEBUS_CONNECTION_STRING` the
+    /// connection string, `NIMBUS_CONTROL_KEY` `[manager] control_key`.
+    /// Then refuses a host on Service Bus without a control key, and an
+    /// API listening beyond loopback without a token: anyone who reaches
+    /// it could publish, resubmit, skip and replay. `nimbus run` and
+    /// `nimbus check` call this; [`Config::parse`] does not, so it reads
+    /// the file alone.
     ///
     /// # Errors
     ///
-    /// When `NIMBUS_API_TOKEN` is set but not a valid token, or the API
-    /// would listen beyond loopback with no token; `path` names the
-    /// configuration in the error.
+    /// When a variable is set but not valid, a host on Service Bus has no
+    /// connection string or no control key, or the API would listen beyond
+    /// loopback with no token; `path` names the configuration in the error.
     pub fn with_environment(mut self, path: &Path) -> Result<ValidConfig, ConfigError> {
         let invalid = |problem: String| ConfigError::Invalid {
             path: path.to_owned(),
@@ -552,11 +564,25 @@ impl ValidConfig {
         if let Some(connection) = servicebus::connection_string_from_env().map_err(invalid)? {
             self.connection_string = Some(connection);
         }
+        if let Some(key) = manager::control_key_from_env().map_err(invalid)? {
+            self.control_key = Some(key);
+        }
         if self.config.broker.kind == BrokerKind::ServiceBus && self.connection_string.is_none() {
             return Err(invalid(format!(
                 "broker.connection_string: broker.kind is \"servicebus\" and no connection \
                  string is given; set it (or {CONNECTION_STRING_ENV}) to the namespace's \
                  `Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...`"
+            )));
+        }
+        if self.config.broker.kind == BrokerKind::ServiceBus && self.control_key.is_none() {
+            // Each host checks the control messages every other host's
+            // Manager sends, so none can make up its own key.
+            return Err(invalid(format!(
+                "manager.control_key: broker.kind is \"servicebus\" and no control key is given; \
+                 set [manager] control_key (or {CONTROL_KEY_ENV}) to a secret of at least {} \
+                 characters (e.g. the output of `openssl rand -hex 32`), the same on every host \
+                 that shares the namespace: each host acts only on control messages signed with it",
+                nimbus_wire::control_signature::MIN_CONTROL_KEY_LEN
             )));
         }
         let listen = self.config.api.listen;
@@ -632,11 +658,23 @@ impl Config {
     /// Checks every value, naming each bad key.
     pub fn validate(self, path: &Path) -> Result<ValidConfig, ConfigError> {
         let mut problems = Vec::new();
-        if self.engine.max_concurrent_sessions == 0 {
-            problems.push("engine.max_concurrent_sessions: must be at least 1".to_owned());
-        }
-        if self.engine.resolver_sessions == 0 {
-            problems.push("engine.resolver_sessions: must be at least 1".to_owned());
+        for (key, count, most) in [
+            (
+                "engine.max_concurrent_sessions",
+                self.engine.max_concurrent_sessions,
+                MAX_CONCURRENT_SESSIONS,
+            ),
+            (
+                "engine.resolver_sessions",
+                self.engine.resolver_sessions,
+                MAX_RESOLVER_SESSIONS,
+            ),
+        ] {
+            if count == 0 {
+                problems.push(format!("{key}: must be at least 1"));
+            } else if count > most {
+                problems.push(format!("{key}: {count} is over the maximum of {most}"));
+            }
         }
         if self.host.data_dir.as_os_str().is_empty() {
             problems.push("host.data_dir: must not be empty".to_owned());
@@ -654,6 +692,7 @@ impl Config {
         if self.engine.session_idle_timeout.is_zero() {
             problems.push("engine.session_idle_timeout: must be longer than 0".to_owned());
         }
+        problems.extend(self.durations_over_their_maximum());
         if self.engine.transient_backoff > self.engine.transient_backoff_max {
             problems.push(format!(
                 "engine.transient_backoff: {:?} is longer than engine.transient_backoff_max ({:?})",
@@ -712,6 +751,14 @@ impl Config {
         }
         let (amqp_problems, amqp_tls) = self.amqp.problems();
         problems.extend(amqp_problems);
+        let control_key = match self.manager.control_key.as_ref().map(ControlKeyText::parse) {
+            None => None,
+            Some(Ok(key)) => Some(key),
+            Some(Err(why)) => {
+                problems.push(format!("manager.control_key: {why}"));
+                None
+            }
+        };
         let mut namespace_roots = None;
         if let Some(file) = &self.broker.ca_file {
             if self.broker.kind == BrokerKind::Embedded {
@@ -771,6 +818,14 @@ impl Config {
         }
         if self.sandbox.max_concurrent_instances == 0 {
             problems.push("sandbox.max_concurrent_instances: must be at least 1".to_owned());
+        } else if self.sandbox.max_concurrent_instances > nimbus_sandbox::MAX_CONCURRENT_INSTANCES {
+            problems.push(format!(
+                "sandbox.max_concurrent_instances: {} is over the maximum of {} (each instance's \
+                 pool slot reserves about 8 GiB of address space, and a larger pool cannot be \
+                 mapped)",
+                self.sandbox.max_concurrent_instances,
+                nimbus_sandbox::MAX_CONCURRENT_INSTANCES
+            ));
         }
         let sandbox_memory_bytes = match nimbus_sandbox::parse_byte_size(&self.sandbox.memory) {
             Ok(bytes) if bytes > nimbus_sandbox::DEFAULT_MAX_MEMORY_BYTES => {
@@ -840,9 +895,90 @@ impl Config {
             connection_string,
             namespace_roots,
             amqp_tls,
+            control_key,
         })
     }
 }
+
+impl Config {
+    /// The durations the host would otherwise clamp or read as something
+    /// else, one problem each, naming the key and its maximum (issue 40):
+    /// `nimbus check` refuses what `nimbus run` would not honour as written.
+    fn durations_over_their_maximum(&self) -> Vec<String> {
+        let engine = &self.engine;
+        let mut bounded = vec![
+            (
+                "engine.session_idle_timeout",
+                engine.session_idle_timeout,
+                MAX_SESSION_WAIT,
+            ),
+            (
+                "engine.session_max_hold",
+                engine.session_max_hold,
+                MAX_SESSION_WAIT,
+            ),
+            (
+                "engine.shutdown_grace",
+                engine.shutdown_grace,
+                MAX_SHUTDOWN_GRACE,
+            ),
+            // The engine caps every backoff at the longest delay it
+            // schedules anything for.
+            (
+                "engine.transient_backoff",
+                engine.transient_backoff,
+                nimbus_engine::MAX_DELAY,
+            ),
+            (
+                "engine.transient_backoff_max",
+                engine.transient_backoff_max,
+                nimbus_engine::MAX_DELAY,
+            ),
+            (
+                "engine.inbox_retention",
+                engine.inbox_retention,
+                MAX_RETENTION,
+            ),
+        ];
+        if let Retention::For(keep_for) = self.resolver.retention {
+            bounded.push(("resolver.retention", keep_for, MAX_RETENTION));
+        }
+        bounded
+            .into_iter()
+            .filter(|&(_, value, most)| value > most)
+            .map(|(key, value, most)| {
+                format!(
+                    "{key}: {} is over the maximum of {}",
+                    nimbus_engine::policy_config::in_days(value),
+                    nimbus_engine::policy_config::in_days(most)
+                )
+            })
+            .collect()
+    }
+}
+
+/// The most sessions one endpoint holds at once: far more than the sandbox
+/// can run at once, and each held session takes a lock and a slot.
+const MAX_CONCURRENT_SESSIONS: usize = 10_000;
+
+/// The most Resolver session workers: each is a task asking the broker for
+/// a session, and a thousand already record far faster than endpoints
+/// respond.
+const MAX_RESOLVER_SESSIONS: usize = 1_000;
+
+/// The longest `engine.session_idle_timeout` and `engine.session_max_hold`:
+/// a session kept longer keeps every other session of the endpoint waiting.
+const MAX_SESSION_WAIT: Duration = Duration::from_secs(60 * 60);
+
+/// The longest `engine.shutdown_grace`: longer than any handler may run
+/// (`sandbox.timeout` is at most 5m) with its settlement.
+const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(60 * 60);
+
+/// The longest `engine.inbox_retention` and `[resolver] retention`: ten
+/// years. A longer one would pass the timestamps the stores can hold (and
+/// the Resolver would read a period past 1970 as keeping everything); write
+/// `"forever"` for that.
+const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 60 * 60);
 
 /// The smallest `broker.max_request_size`. The engine's largest settlement
 /// of one event without follow-ups (its error response and a scheduled
@@ -996,6 +1132,52 @@ mod tests {
                 .sandbox_memory_bytes,
             1 << 30
         );
+    }
+
+    /// Issue 40: counts that `nimbus run` cannot honour (a pool too large
+    /// to map, more sessions than a semaphore holds, a task per Resolver
+    /// session) and durations it would clamp are refused by the validation
+    /// `run` and `check` share, naming the key and the bound; the bounds
+    /// themselves are accepted.
+    #[test]
+    fn counts_run_cannot_honour_and_durations_it_would_clamp_are_refused_with_their_bound() {
+        let huge = "\"18446744073709551615s\"";
+        let err = parse(&format!(
+            "[sandbox]\nmax_concurrent_instances = 1000000000\n\
+             [engine]\nmax_concurrent_sessions = 18446744073709551615\nresolver_sessions = 1001\n\
+             session_idle_timeout = {huge}\nsession_max_hold = \"2h\"\nshutdown_grace = {huge}\n\
+             transient_backoff = \"366d\"\ntransient_backoff_max = {huge}\n\
+             inbox_retention = \"3651d\"\n[resolver]\nretention = {huge}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        for expected in [
+            "sandbox.max_concurrent_instances: 1000000000 is over the maximum of 10000",
+            "engine.max_concurrent_sessions: 18446744073709551615 is over the maximum of 10000",
+            "engine.resolver_sessions: 1001 is over the maximum of 1000",
+            "engine.session_idle_timeout: ",
+            "engine.session_max_hold: 2h is over the maximum of 1h",
+            "engine.shutdown_grace: ",
+            "engine.transient_backoff: 366days is over the maximum of 365days",
+            "engine.transient_backoff_max: ",
+            "engine.inbox_retention: 3651days is over the maximum of 3650days",
+            "resolver.retention: ",
+        ] {
+            assert!(err.contains(expected), "{expected} missing from: {err}");
+        }
+        assert_eq!(
+            err.matches(" is over the maximum of ").count(),
+            10,
+            "one line per key: {err}"
+        );
+        let at_bounds = parse(
+            "[sandbox]\nmax_concurrent_instances = 10000\n\
+             [engine]\nmax_concurrent_sessions = 10000\nresolver_sessions = 1000\n\
+             session_idle_timeout = \"1h\"\nsession_max_hold = \"1h\"\nshutdown_grace = \"1h\"\n\
+             transient_backoff = \"365d\"\ntransient_backoff_max = \"365d\"\n\
+             inbox_retention = \"3650d\"\n[resolver]\nretention = \"3650d\"\n",
+        );
+        assert!(at_bounds.is_ok(), "{:?}", at_bounds.err());
     }
 
     /// Values that parse but would quietly do what nobody meant: data in
@@ -1174,11 +1356,58 @@ mod tests {
     const NAMESPACE: &str = "Endpoint=sb://localhost:5672;SharedAccessKeyName=Root;\
                              SharedAccessKey=s3cret-key-value;UseDevelopmentEmulator=true;";
 
+    const CONTROL_KEY: &str = "c0ntrol-key-shared-by-the-hosts-0123";
+
+    /// Issue 40: hosts on a namespace check each other's control messages,
+    /// so each needs the key they share; it is never shown.
+    #[test]
+    fn a_host_on_service_bus_needs_the_shared_control_key_and_it_is_never_shown() {
+        // Only meaningful without a key in this process's environment.
+        if std::env::var_os(CONTROL_KEY_ENV).is_some() {
+            return;
+        }
+        let path = Path::new("/etc/nimbus.toml");
+        let keyless = parse(&format!(
+            "[broker]\nkind = \"servicebus\"\nconnection_string = \"{NAMESPACE}\"\n"
+        ))
+        .unwrap();
+        let err = keyless.with_environment(path).unwrap_err().to_string();
+        assert!(
+            err.contains("manager.control_key: broker.kind is \"servicebus\"")
+                && err.contains(CONTROL_KEY_ENV)
+                && err.contains("the same on every host"),
+            "{err}"
+        );
+        // The embedded broker needs none: the host keeps its own.
+        let embedded = parse("").unwrap().with_environment(path).unwrap();
+        assert!(embedded.control_key.is_none());
+
+        let short = parse("[manager]\ncontrol_key = \"sh0rt-secret\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            short.contains("manager.control_key: must be at least 32 characters")
+                && !short.contains("sh0rt-secret"),
+            "{short}"
+        );
+        let spaced = parse("[manager]\ncontrol_key = \"a key with spaces in it, long enough\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            spaced.contains("manager.control_key: character 2 is not"),
+            "{spaced}"
+        );
+        let valid = parse(&format!("[manager]\ncontrol_key = \"{CONTROL_KEY}\"\n")).unwrap();
+        assert!(valid.control_key.is_some());
+        assert!(!format!("{valid:?}").contains(CONTROL_KEY));
+    }
+
     #[test]
     fn a_host_on_service_bus_needs_a_connection_string_and_no_amqp_endpoint() {
         let path = Path::new("/etc/nimbus.toml");
         let on_namespace = parse(&format!(
-            "[broker]\nkind = \"servicebus\"\nconnection_string = \"{NAMESPACE}\"\n"
+            "[broker]\nkind = \"servicebus\"\nconnection_string = \"{NAMESPACE}\"\n\
+             [manager]\ncontrol_key = \"{CONTROL_KEY}\"\n"
         ))
         .unwrap();
         assert_eq!(on_namespace.config.broker.kind, BrokerKind::ServiceBus);

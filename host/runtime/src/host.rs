@@ -13,6 +13,7 @@ use nimbus_resolver::SqliteResolverStore;
 use nimbus_sandbox::{Limits, Registry, Sandbox, SandboxConfig, Snapshot, WatchGuard};
 use nimbus_servicebus::ServiceBus;
 use nimbus_transport::provision::{self, Topology};
+use nimbus_wire::ControlKey;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -49,6 +50,9 @@ pub struct Host {
     retrying: Arc<Retrying>,
     /// The endpoints an operator paused.
     pauses: Arc<Pauses>,
+    /// What the Manager signs control messages with, and the endpoints and
+    /// the Resolver check them with.
+    control_key: ControlKey,
     /// Handler calls in progress, across every endpoint.
     handler_calls: Arc<AtomicUsize>,
     shutdown: CancellationToken,
@@ -105,6 +109,7 @@ impl Host {
                 host.handlers_dir.display()
             )
         })?;
+        let control_key = crate::control::host_key(&config)?;
         // Looked at before the broker opens, which writes a segment: a log
         // there already is the history of earlier runs. On Service Bus the
         // namespace's history cannot be told from here.
@@ -147,6 +152,7 @@ impl Host {
             metrics: Arc::new(Metrics::default()),
             retrying: Arc::default(),
             pauses,
+            control_key,
             handler_calls: Arc::default(),
             shutdown,
             tasks,
@@ -172,6 +178,11 @@ impl Host {
     /// The endpoints an operator paused.
     pub fn pauses(&self) -> &Arc<Pauses> {
         &self.pauses
+    }
+
+    /// The key control messages are signed and checked with.
+    pub fn control_key(&self) -> &ControlKey {
+        &self.control_key
     }
 
     /// The embedded broker, when the host runs on it (`[broker] kind`).
@@ -247,6 +258,7 @@ impl Host {
             self.resolver.clone(),
             Arc::clone(&self.metrics),
             &self.config,
+            self.control_key.clone(),
             &self.shutdown,
         );
     }
@@ -310,6 +322,7 @@ struct Supervisor {
     policies: Arc<Policies>,
     retrying: Arc<Retrying>,
     pauses: Arc<Pauses>,
+    control_key: ControlKey,
     handler_calls: Arc<AtomicUsize>,
     processor: ProcessorSettings,
     shutdown: CancellationToken,
@@ -326,6 +339,7 @@ impl Supervisor {
             policies: Arc::new(wiring::policies(&host.config)),
             retrying: Arc::clone(&host.retrying),
             pauses: Arc::clone(&host.pauses),
+            control_key: host.control_key.clone(),
             handler_calls: Arc::clone(&host.handler_calls),
             processor: wiring::processor_settings(&host.config),
             shutdown: host.shutdown.clone(),
@@ -415,6 +429,7 @@ impl Supervisor {
             format!("nimbus {VERSION}"),
             Arc::clone(&self.retrying),
             self.pauses.reader(name),
+            self.control_key.clone(),
         );
         if self.pauses.paused_since(name).is_some() {
             warn!(

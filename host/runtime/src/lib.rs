@@ -1,6 +1,8 @@
-//! The host: one process that runs the embedded broker, provisions the NimBus
-//! topology for the handlers it serves, runs each endpoint's session
-//! processor and replayer, the Resolver, and the operator API.
+//! The host: one process that runs on a [`Bus`] (the embedded broker in its
+//! data directory, or a Service Bus namespace reached over AMQP), provisions
+//! the NimBus topology for the handlers it serves (on Service Bus: checks that
+//! it exists), runs each endpoint's session processor and replayer, the
+//! Resolver, and the operator API.
 //!
 //! It is the composition root and the only crate that knows every other
 //! part; the parts know nothing of each other beyond their traits. The key
@@ -11,6 +13,7 @@ pub mod api;
 pub mod bench;
 pub mod bus;
 pub mod config;
+pub mod control;
 mod data_lock;
 pub mod handlers;
 mod host;

@@ -9,6 +9,7 @@ use nimbus_engine::{Endpoint, Handlers, Policies, ProcessorSettings, Retrying, T
 use nimbus_resolver::{ResolverSettings, ResolverStore, StoreDurability};
 use nimbus_transport::Transport;
 use nimbus_transport::provision::Topology;
+use nimbus_wire::ControlKey;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -69,6 +70,11 @@ pub(crate) fn base_topology(config: &ValidConfig) -> Topology {
 }
 
 /// The endpoint `name`, running `handlers`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each is a part the host hands every endpoint; the host and the bench rig both \
+              build endpoints here, so the list is written once"
+)]
 pub(crate) fn endpoint(
     config: &ValidConfig,
     name: &str,
@@ -77,6 +83,7 @@ pub(crate) fn endpoint(
     sdk_version: String,
     retrying: Arc<Retrying>,
     paused: nimbus_engine::Paused,
+    control_key: ControlKey,
 ) -> Endpoint {
     let engine = &config.config.engine;
     Endpoint {
@@ -89,6 +96,7 @@ pub(crate) fn endpoint(
         inbox_retention: engine.inbox.then_some(engine.inbox_retention),
         retrying,
         paused,
+        control_key,
     }
 }
 
@@ -122,12 +130,14 @@ pub(crate) fn spawn_resolver<T: Transport>(
     store: Arc<dyn ResolverStore>,
     metrics: Arc<Metrics>,
     config: &ValidConfig,
+    control_key: ControlKey,
     shutdown: &CancellationToken,
 ) {
     let store: Arc<dyn ResolverStore> = Arc::new(ObservedStore::new(store, metrics));
     let settings = ResolverSettings {
         max_concurrent_sessions: config.config.engine.resolver_sessions,
         session_max_hold: config.config.engine.session_max_hold,
+        control_key: Some(control_key),
         ..ResolverSettings::default()
     };
     let transport = Arc::clone(transport);

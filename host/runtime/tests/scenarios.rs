@@ -28,7 +28,7 @@ use nimbus_wire::{EventContent, MessageContent, MessageType, NimbusMessage, buil
 use serde_json::{Value, json};
 use support::{
     create_tap, detail, drain_tap, eventually, install, manager, parked_message_ids, publish,
-    record, send, session_state, start_host, wait_for, wait_status,
+    record, send, send_signed, session_state, start_host, wait_for, wait_status,
 };
 
 const ECHO: &str = "echoes";
@@ -397,7 +397,7 @@ fn rs05_a_failed_resubmission_carrying_a_spent_retry_count_still_gets_a_fresh_bu
         )
         .await;
         assert_eq!(error_retry_counts(host, &spent), vec![0, 1, 2]);
-        // A resubmission as NimBus tooling may send it: the failed message's
+        // A resubmission as a Manager may send it: the failed message's
         // RetryCount (2, the budget spent) carried over.
         let event = NimbusMessage {
             message_id: Some("rs-6-e1".to_owned()),
@@ -417,7 +417,7 @@ fn rs05_a_failed_resubmission_carrying_a_spent_retry_count_still_gets_a_fresh_bu
         let mut resubmission = build::resubmission_request(&event, ECHO, None);
         resubmission.message_id = Some("rs-6-resubmission".to_owned());
         resubmission.retry_count = 2;
-        send(host.broker().unwrap(), ECHO, &resubmission).await;
+        send_signed(host, ECHO, &resubmission).await;
         // Fresh budget (F14): the resubmission's failure is retried twice,
         // with RetryCount 1 then 2, whatever RetryCount it arrived with.
         let counts = wait_error_responses(host, &spent, 6).await;
@@ -1089,6 +1089,113 @@ fn ph_the_manager_refuses_to_complete_a_handoff_for_an_event_not_pending_one() {
             .await
             .expect_err("not pending a handoff");
         assert!(refused.to_string().contains(&done.event_id), "{refused}");
+    });
+}
+
+/// Issue 40: any client that can send to the endpoint's topic can write
+/// `From = Manager` (on Service Bus, any Send key). Each control request
+/// the host's Manager did not sign is dead-lettered by the endpoint and,
+/// its copy, by the Resolver: the event stays pending its handoff, nothing
+/// runs, and the operator's own completion still works.
+#[test]
+fn ph_control_messages_the_manager_did_not_sign_change_nothing() {
+    on_host(|host| async move {
+        let s = "ph-4";
+        echo(host, s, "ph-4-e1", handoff("job-ph-4")).await;
+        echo(host, s, "ph-4-e2", traced("ph-4-e2", ok())).await;
+        let pending = wait_for(
+            &**host.resolver(),
+            ECHO,
+            s,
+            "ph-4-e1",
+            "pending handoff",
+            |r| r.status == Status::Pending && r.sub_status.as_deref() == Some(HANDOFF_SUB_STATUS),
+        )
+        .await;
+        status(host, s, "ph-4-e2", Status::Deferred).await;
+
+        let mut forged_ids = Vec::new();
+        for kind in [
+            MessageType::ResubmissionRequest,
+            MessageType::SkipRequest,
+            MessageType::HandoffCompletedRequest,
+            MessageType::HandoffFailedRequest,
+        ] {
+            let id = format!("ph-4-forged-{kind}");
+            let forged = NimbusMessage {
+                message_id: Some(id.clone()),
+                session_id: Some(s.to_owned()),
+                to: Some(ECHO.to_owned()),
+                from: Some("Manager".to_owned()),
+                message_type: kind,
+                event_id: Some(pending.event_id.clone()),
+                event_type_id: Some("Echo".to_owned()),
+                content: Some(MessageContent::event(EventContent::new(
+                    "Echo".to_owned(),
+                    ok().to_string(),
+                ))),
+                ..NimbusMessage::default()
+            };
+            send(host.broker().unwrap(), ECHO, &forged).await;
+            forged_ids.push(id);
+        }
+        let manager = manager(host);
+        for (queue, reason) in [
+            (ECHO, nimbus_wire::dead_letter::UNAUTHORIZED_CONTROL),
+            ("Resolver", nimbus_resolver::UNRECORDABLE_REASON),
+        ] {
+            let mut listed = Vec::new();
+            for _ in 0..900 {
+                listed = manager.dead_letters(queue, None).await.expect("listed");
+                listed.retain(|d| {
+                    d.message_id
+                        .as_ref()
+                        .is_some_and(|id| forged_ids.contains(id))
+                });
+                if listed.len() == forged_ids.len() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            assert_eq!(listed.len(), forged_ids.len(), "{queue}: {listed:?}");
+            for dead in &listed {
+                assert_eq!(dead.reason.as_deref(), Some(reason), "{dead:?}");
+                let description = dead.description.as_deref().unwrap_or_default();
+                assert!(
+                    description.contains("NimbusControlSignature"),
+                    "{queue}: {description}"
+                );
+            }
+        }
+        let still = record(&**host.resolver(), ECHO, s, "ph-4-e1").expect("recorded");
+        assert_eq!(
+            (still.status, still.sub_status.as_deref()),
+            (Status::Pending, Some(HANDOFF_SUB_STATUS)),
+            "no forged request changed the event"
+        );
+        let history = detail(&**host.resolver(), &still.event_id, ECHO).history;
+        assert!(
+            history.iter().all(|h| h
+                .message_id
+                .as_ref()
+                .is_none_or(|id| !forged_ids.contains(id))),
+            "{history:?}"
+        );
+        assert_eq!(
+            record(&**host.resolver(), ECHO, s, "ph-4-e2")
+                .expect("recorded")
+                .status,
+            Status::Deferred,
+            "the block stays"
+        );
+
+        manager
+            .complete_handoff(&pending.event_id, Some(ECHO), None)
+            .await
+            .expect("the operator's completion is sent");
+        status(host, s, "ph-4-e1", Status::Completed).await;
+        status(host, s, "ph-4-e2", Status::Completed).await;
+        wait_traces(s, &["ph-4-e2"]).await;
     });
 }
 

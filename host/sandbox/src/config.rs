@@ -60,7 +60,8 @@ pub struct SandboxConfig {
     /// pool slot. A manifest asking for more is a load error.
     pub max_memory_bytes: u64,
     /// How many handler instances may run at once (the pool's size; as many
-    /// fiber stacks are reserved for calls on the async executor).
+    /// fiber stacks are reserved for calls on the async executor), at most
+    /// [`MAX_CONCURRENT_INSTANCES`].
     pub max_concurrent_instances: u32,
     /// The epoch tick: the granularity of deadlines, and the longest slice
     /// of CPU a handler called asynchronously runs before it yields its
@@ -95,6 +96,12 @@ pub struct SandboxConfig {
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
 /// Default pool size.
 pub const DEFAULT_MAX_CONCURRENT_INSTANCES: u32 = 200;
+/// The largest pool: each slot reserves address space for two linear
+/// memories (wasmtime's 4 GiB reservation plus guard each, about 8 GiB),
+/// so 10,000 slots reserve about 80 TiB of the 128 TiB a 64-bit Linux
+/// process can address, and a pool much larger fails to map at start
+/// (issue 40).
+pub const MAX_CONCURRENT_INSTANCES: u32 = 10_000;
 /// Default epoch tick (as Spin does).
 pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Default resident memory kept per pool slot.

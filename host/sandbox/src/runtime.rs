@@ -12,7 +12,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::cache::{ArtifactCache, ArtifactSource, CacheStats, Counters};
-use crate::config::{Limits, MAX_INSTANCES, MAX_TABLES, SandboxConfig};
+use crate::config::{Limits, MAX_CONCURRENT_INSTANCES, MAX_INSTANCES, MAX_TABLES, SandboxConfig};
 use crate::error::{LoadError, SandboxError};
 use crate::event::Digest;
 use crate::manifest::Manifest;
@@ -231,6 +231,13 @@ fn engine_config(config: &SandboxConfig) -> Result<Config, SandboxError> {
             "max_concurrent_instances must be at least 1".to_owned(),
         ));
     }
+    if slots > MAX_CONCURRENT_INSTANCES {
+        // Refused in words rather than as the mmap failure a pool this
+        // large meets.
+        return Err(SandboxError::Config(format!(
+            "max_concurrent_instances: {slots} is over the maximum of {MAX_CONCURRENT_INSTANCES}"
+        )));
+    }
     let max_memory = usize::try_from(config.max_memory_bytes).map_err(|_| {
         SandboxError::Config("max_memory_bytes does not fit this machine".to_owned())
     })?;
@@ -259,4 +266,27 @@ fn engine_config(config: &SandboxConfig) -> Result<Config, SandboxError> {
         .epoch_interruption(true)
         .memory_init_cow(true);
     Ok(wasm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pool too large to map is refused in words, before wasmtime tries
+    /// to reserve it (issue 40).
+    #[test]
+    fn a_pool_over_the_maximum_is_refused_before_it_is_mapped() {
+        let config = SandboxConfig {
+            max_concurrent_instances: 1_000_000_000,
+            ..SandboxConfig::default()
+        };
+        match Sandbox::new(config) {
+            Err(SandboxError::Config(why)) => assert_eq!(
+                why,
+                "max_concurrent_instances: 1000000000 is over the maximum of 10000"
+            ),
+            Err(other) => panic!("refused for another reason: {other}"),
+            Ok(_) => panic!("a pool of a billion instances was accepted"),
+        }
+    }
 }

@@ -22,6 +22,7 @@
 mod error;
 mod message;
 pub mod provision;
+mod retry;
 mod settlement;
 mod slots;
 mod topology;
@@ -35,6 +36,7 @@ pub use error::{
     ReceiveError, RenewError, SessionStateError, SettleError, TransientError,
 };
 pub use message::{LockToken, Message, Properties, PropertyValue, ReceivedMessage};
+pub use retry::{FailureLine, FailureLog, RecoveryLine, RetryBackoff};
 pub use settlement::{Disposition, InboxRecord, SettleReceipt, Settlement, SettlementParts};
 pub use slots::SlotRequests;
 pub use topology::{

@@ -12,6 +12,10 @@ pub const FAILED_TO_HANDLE: &str = "Failed to handle message.";
 pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
 /// The reason for a DeferredProcessor trigger without a session.
 pub const NO_SESSION_ID: &str = "No SessionId";
+/// nimbus's own reason for a control request that did not come from a
+/// nimbus host's Manager (not `From = Manager`, or not signed with the
+/// hosts' control key; decision 0141). The description says which.
+pub const UNAUTHORIZED_CONTROL: &str = "UnauthorizedControlMessage";
 
 /// The reason for a permanent failure: `Permanent failure: {type}: {message}`.
 pub fn permanent_failure_reason(failure: &Failure) -> String {

@@ -6,7 +6,8 @@
 //! what to do, and encodes what it sends with the builders in [`build`].
 //! Session state ([`SessionState`]), the inbox key ([`InboxKey`]) and
 //! dead-letter reasons ([`dead_letter`]) live here too because they are part
-//! of what NimBus tooling reads. This crate knows the transport's message
+//! of what NimBus tooling reads, and so does the signature that shows a
+//! control message comes from a nimbus Manager ([`control_signature`]). This crate knows the transport's message
 //! shape and nothing else of brokers, and nothing of wasm.
 //!
 //! Key decision: byte-for-byte compatibility with upstream NimBus v4 (names,
@@ -19,6 +20,7 @@
 
 pub mod build;
 mod content;
+pub mod control_signature;
 pub mod dead_letter;
 mod failure;
 mod heartbeat;
@@ -31,6 +33,7 @@ mod timestamp;
 pub mod user_properties;
 
 pub use content::{BodyError, ErrorContent, EventContent, MessageContent};
+pub use control_signature::{ControlKey, ControlKeyError, SignatureError};
 pub use failure::Failure;
 pub use inbox_key::{InboxKey, MAX_ENDPOINT_UTF16, MAX_MESSAGE_ID_UTF16};
 pub use message::{DecodeError, Defect, NimbusMessage};

@@ -202,6 +202,9 @@ impl Envelope {
                 prop::HANDOFF_REASON => &mut envelope.handoff_reason,
                 prop::EXTERNAL_JOB_ID => &mut envelope.external_job_id,
                 prop::EXPECTED_BY => &mut envelope.expected_by,
+                // Checked on the transport message before decoding; the
+                // model never carries it (see `prop::ENVELOPE`).
+                prop::CONTROL_SIGNATURE => continue,
                 _ => {
                     user.insert(name, value);
                     continue;
@@ -213,7 +216,20 @@ impl Envelope {
     }
 }
 
-fn property_text(value: &PropertyValue) -> String {
+/// The `MessageType` a property value names: a name, a number, or a
+/// number as text (upstream accepts all three).
+pub(crate) fn message_type_of(value: &PropertyValue) -> Result<MessageType, Defect> {
+    match value {
+        PropertyValue::Int(i) => {
+            MessageType::from_value(*i).ok_or_else(|| Defect::UnknownMessageType(i.to_string()))
+        }
+        other => property_text(other)
+            .parse::<MessageType>()
+            .map_err(|e| Defect::UnknownMessageType(e.0)),
+    }
+}
+
+pub(crate) fn property_text(value: &PropertyValue) -> String {
     match value {
         PropertyValue::String(s) => s.clone(),
         other => property_into_text(other.clone()),
@@ -321,12 +337,7 @@ impl NimbusMessage {
 
         let type_result = match &type_value {
             None => Err(Defect::MissingMessageType),
-            Some(PropertyValue::Int(i)) => {
-                MessageType::from_value(*i).ok_or_else(|| Defect::UnknownMessageType(i.to_string()))
-            }
-            Some(other) => property_text(other)
-                .parse::<MessageType>()
-                .map_err(|e| Defect::UnknownMessageType(e.0)),
+            Some(value) => message_type_of(value),
         };
         let body_result = MessageContent::from_json_bytes(&body);
 

@@ -55,10 +55,18 @@ pub mod prop {
     pub const ERROR_TYPE: &str = "ErrorType";
     /// On error replies: the error text.
     pub const ERROR_TEXT: &str = "ErrorText";
+    /// On the Manager's control messages: the HMAC that shows a nimbus host's
+    /// Manager sent it (see [`control_signature`](crate::control_signature)).
+    /// nimbus's own, not upstream's: NimBus trusts `From` alone.
+    pub const CONTROL_SIGNATURE: &str = "NimbusControlSignature";
 
-    /// Every property the typed [`NimbusMessage`](crate::NimbusMessage) owns;
-    /// any other property is a user property and is carried through as-is.
-    pub const ENVELOPE: [&str; 18] = [
+    /// Every property nimbus owns: the typed
+    /// [`NimbusMessage`](crate::NimbusMessage)'s fields, and the control
+    /// signature, a seal on the transport message that is checked before
+    /// decoding and never part of the model (so no handler sees it and no
+    /// copy of the event carries it on). Any other property is a user
+    /// property and is carried through as-is.
+    pub const ENVELOPE: [&str; 19] = [
         TO,
         FROM,
         MESSAGE_TYPE,
@@ -77,6 +85,7 @@ pub mod prop {
         HANDOFF_REASON,
         EXTERNAL_JOB_ID,
         EXPECTED_BY,
+        CONTROL_SIGNATURE,
     ];
 
     /// Whether `name` is one of the [`ENVELOPE`] properties (exact match).

@@ -392,12 +392,13 @@ fn on_failed_text(operation: &str, answer: &Value) -> (String, Vec<String>) {
     let mut notes: Vec<String> = not_sent
         .iter()
         .map(|left| {
-            format!(
+            let line = format!(
                 "not sent: event {} at {}: {}",
                 text(&left["event_id"]),
                 text(&left["endpoint"]),
                 text(&left["error"])
-            )
+            );
+            crate::escape::for_cell(&line).into_owned()
         })
         .collect();
     if !awaiting.is_empty() {
@@ -507,15 +508,17 @@ fn print_sent(sent: &Value, json: bool) -> anyhow::Result<()> {
     if json {
         return print_json(sent);
     }
-    outln!(
+    // One line each, whatever the event id a publisher chose holds.
+    let line = format!(
         "sent {} {} for event {} at {}",
         text(&sent["message_type"]),
         text(&sent["message_id"]),
         text(&sent["event_id"]),
         text(&sent["endpoint"])
     );
+    outln!("{}", crate::escape::for_cell(&line));
     for note in sent["notes"].as_array().into_iter().flatten() {
-        errln!("note: {}", text(note));
+        errln!("note: {}", crate::escape::for_cell(&text(note)));
     }
     Ok(())
 }
@@ -664,7 +667,8 @@ fn event_text(event: &Value) -> String {
         let count = event["endpoints"].as_array().map_or(0, Vec::len);
         let _ = writeln!(
             out,
-            "message {message_id} belongs to {count} event{}:\n",
+            "message {} belongs to {count} event{}:\n",
+            crate::escape::for_cell(message_id),
             if count == 1 { "" } else { "s" }
         );
     }
@@ -679,40 +683,39 @@ fn event_text(event: &Value) -> String {
             (Some(false), _) => status.push_str(", no retry left: resubmit or skip it"),
             _ => {}
         }
-        let _ = writeln!(out, "event       {}", text(&r["event_id"]));
-        let _ = writeln!(out, "endpoint    {}", text(&r["endpoint"]));
-        let _ = writeln!(out, "status      {status}");
-        if let Some(line) = transient_line(&at["transient_failure"]) {
-            let _ = writeln!(out, "retrying    {line}");
+        let mut line = |label: &str, value: &str| detail_line(&mut out, label, value);
+        line("event", &text(&r["event_id"]));
+        line("endpoint", &text(&r["endpoint"]));
+        line("status", &status);
+        if let Some(retrying) = transient_line(&at["transient_failure"]) {
+            line("retrying", &retrying);
         }
         if let Some(why) = at["waiting_for_handler"].as_str() {
-            let _ = writeln!(out, "waiting     {why}");
+            line("waiting", why);
         }
         if !at["endpoint_paused_since_ms"].is_null() {
-            let _ = writeln!(
-                out,
-                "paused      its endpoint is paused since {}: nothing of it runs until `nimbus resume {}`",
-                time_ms(&at["endpoint_paused_since_ms"]),
-                text(&r["endpoint"])
+            line(
+                "paused",
+                &format!(
+                    "its endpoint is paused since {}: nothing of it runs until `nimbus resume {}`",
+                    time_ms(&at["endpoint_paused_since_ms"]),
+                    text(&r["endpoint"])
+                ),
             );
         }
-        let _ = writeln!(out, "type        {}", text(&r["event_type"]));
-        let _ = writeln!(out, "session     {}", text(&r["session_id"]));
-        let _ = writeln!(out, "correlation {}", text(&r["correlation_id"]));
-        let _ = writeln!(out, "handler     {}", text(&r["handler_version"]));
-        let _ = writeln!(out, "retries     {}", text(&r["retry_count"]));
+        line("type", &text(&r["event_type"]));
+        line("session", &text(&r["session_id"]));
+        line("correlation", &text(&r["correlation_id"]));
+        line("handler", &text(&r["handler_version"]));
+        line("retries", &text(&r["retry_count"]));
         match (r["error_type"].as_str(), r["error_text"].as_str()) {
             (Some(error_type), Some(error_text)) => {
-                let _ = writeln!(out, "error       {error_type}: {error_text}");
+                line("error", &format!("{error_type}: {error_text}"));
             }
             // A skip's reason (`DuplicateDetected`, a discard's) is text
             // with no error type: not an error with a blank type.
-            (None, Some(reason)) => {
-                let _ = writeln!(out, "reason      {reason}");
-            }
-            (Some(error_type), None) => {
-                let _ = writeln!(out, "error       {error_type}");
-            }
+            (None, Some(reason)) => line("reason", reason),
+            (Some(error_type), None) => line("error", error_type),
             (None, None) => {}
         }
         if !r["dead_letter_reason"].is_null() {
@@ -720,28 +723,30 @@ fn event_text(event: &Value) -> String {
             let description = text(&r["dead_letter_description"]);
             // A permanent failure's reason already ends with its text.
             if reason.ends_with(&description) {
-                let _ = writeln!(out, "dead-letter {reason}");
+                line("dead-letter", &reason);
             } else {
-                let _ = writeln!(out, "dead-letter {reason}: {description}");
+                line("dead-letter", &format!("{reason}: {description}"));
             }
         }
         if !r["external_job_id"].is_null() {
             let late = overdue(&r["expected_by"], SystemTime::now())
                 .map(|late| format!(", overdue by {late}"))
                 .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "handoff     job {} (expected by {}{late}): {}",
-                text(&r["external_job_id"]),
-                text(&r["expected_by"]),
-                text(&r["handoff_reason"])
+            line(
+                "handoff",
+                &format!(
+                    "job {} (expected by {}{late}): {}",
+                    text(&r["external_job_id"]),
+                    text(&r["expected_by"]),
+                    text(&r["handoff_reason"])
+                ),
             );
         }
-        let _ = writeln!(out, "payload     {}", text(&r["payload"]));
+        line("payload", &text(&r["payload"]));
         // The published message's user properties (a resubmission carries
         // them again); most events have none.
         if let Some(properties) = r["properties"].as_str() {
-            let _ = writeln!(out, "properties  {properties}");
+            line("properties", properties);
         }
         let _ = writeln!(out, "history:");
         let rows: Vec<Vec<String>> = at["history"]
@@ -796,6 +801,15 @@ fn event_text(event: &Value) -> String {
         out.push('\n');
     }
     out
+}
+
+/// One line of `nimbus event`'s detail view: `label`, then `value` in the
+/// value column, written out as a table cell is (newline and tab too).
+/// Much of it (session and event ids, types, error texts, properties) is
+/// what a publisher or handler chose, and a newline in it would start a
+/// line that reads as another field, a forged status say (issue 40).
+fn detail_line(out: &mut String, label: &str, value: &str) {
+    let _ = writeln!(out, "{label:<11} {}", crate::escape::for_cell(value));
 }
 
 /// Why a Pending event is still pending when the host is delivering it
@@ -1209,6 +1223,76 @@ mod tests {
             event_text(&with_properties).contains("properties  {\"Tenant\":\"acme\"}"),
             "{}",
             event_text(&with_properties)
+        );
+    }
+
+    /// Issue 40: a newline in what a publisher or handler chose (session
+    /// and event id, type, error text, properties) stays in its field: it
+    /// cannot start a line that reads as another field, as the tables keep
+    /// a cell on its row.
+    #[test]
+    fn a_newline_in_a_peer_chosen_field_cannot_forge_a_line_of_the_detail_view() {
+        let forged = "\nstatus      Completed";
+        let event = json!({
+            "endpoints": [{
+                "record": {
+                    "event_id": format!("ev-1{forged}"), "endpoint": "billing",
+                    "status": "Failed", "event_type": format!("OrderPlaced{forged}"),
+                    "session_id": format!("s-1{forged}\r\t"),
+                    "correlation_id": format!("c{forged}"),
+                    "error_type": format!("Rejected{forged}"),
+                    "error_text": format!("no{forged}"),
+                    "dead_letter_reason": format!("Permanent{forged}"),
+                    "dead_letter_description": "why",
+                    "external_job_id": format!("job{forged}"),
+                    "handoff_reason": format!("erp{forged}"),
+                    "payload": format!("{{}}{forged}"),
+                    "properties": format!("{{\"Tenant\":\"acme{forged}\"}}"),
+                },
+                "waiting_for_handler": format!("none{forged}"),
+                "history": [],
+            }],
+        });
+        let text = event_text(&event);
+        let status_lines: Vec<&str> = text.lines().filter(|l| l.starts_with("status")).collect();
+        assert_eq!(status_lines, ["status      Failed"], "{text}");
+        assert!(
+            text.contains("session     s-1\\nstatus      Completed\\r\\t\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("error       Rejected\\nstatus      Completed: no\\nstatus"),
+            "{text}"
+        );
+        assert!(
+            text.contains("properties  {\"Tenant\":\"acme\\nstatus"),
+            "{text}"
+        );
+        // Each field, on a line of its own and no more.
+        let labels: Vec<&str> = text
+            .lines()
+            .take_while(|l| *l != "history:")
+            .map(|l| l.split_whitespace().next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "event",
+                "endpoint",
+                "status",
+                "waiting",
+                "type",
+                "session",
+                "correlation",
+                "handler",
+                "retries",
+                "error",
+                "dead-letter",
+                "handoff",
+                "payload",
+                "properties"
+            ],
+            "{text}"
         );
     }
 

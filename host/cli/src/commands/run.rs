@@ -62,6 +62,9 @@ fn load_config(path: Option<&Path>, environment: bool) -> anyhow::Result<(ValidC
 pub(crate) fn check(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     let (config, source) = load(args.config.as_deref())?;
     let host = &config.config.host;
+    // A damaged key file stops `run`, so it fails the check too.
+    let key =
+        nimbus_runtime::control::key_source(&config).map_err(|e| anyhow!("{source}: {e:#}"))?;
     outln!("{source}: valid");
     outln!("  api:      http://{}", config.config.api.listen);
     if let Some(amqp) = config.config.amqp.listen {
@@ -69,6 +72,7 @@ pub(crate) fn check(args: &CheckConfigArgs) -> anyhow::Result<ExitCode> {
     }
     outln!("  data:     {}", host.data_dir.display());
     outln!("  handlers: {}", host.handlers_dir.display());
+    outln!("  control key: {key}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -158,12 +162,18 @@ async fn serve(
                     nimbus_runtime::open_files::RESERVE
                 );
             }
+            // SDK clients may not claim the Manager's authority: a control
+            // request or `From = Manager` needs the Manager's signature
+            // (another host's Manager publishing here has it).
             let mut endpoint = nimbus_amqp::Endpoint::new(
                 std::sync::Arc::clone(broker),
                 amqp_keys,
                 max_message_bytes,
             )
-            .with_max_connections(connections);
+            .with_max_connections(connections)
+            .with_publish_check(nimbus_runtime::control::publish_check(
+                host.control_key().clone(),
+            ));
             if let Some(tls) = amqp_tls {
                 endpoint = endpoint.with_tls(tls);
             }

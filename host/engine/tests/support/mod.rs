@@ -1,9 +1,21 @@
 //! What the engine's integration tests share.
 
-use nimbus_wire::{EventContent, MessageContent, MessageType, NimbusMessage};
+use nimbus_transport::Message;
+use nimbus_wire::{ControlKey, EventContent, MessageContent, MessageType, NimbusMessage};
 
 /// The endpoint every test runs.
 pub(crate) const E: &str = "billing";
+
+/// The hosts' control key in these tests.
+pub(crate) fn control_key() -> ControlKey {
+    ControlKey::new("test-control-key-0123456789abcdef").expect("a valid key")
+}
+
+/// `message` as the Manager sends it: signed with [`control_key`].
+pub(crate) fn signed(mut message: Message) -> Message {
+    nimbus_wire::control_signature::sign(&control_key(), &mut message);
+    message
+}
 
 /// An `OrderPlaced` EventRequest as the forwarder delivers it to [`E`]:
 /// message id `msg-{event_id}`, correlation id `corr-1`, from `storefront`,

@@ -1,13 +1,16 @@
 //! API errors: a 4xx that names the problem, or a generic 5xx whose cause is
 //! only logged.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use axum::Json;
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use nimbus_manager::ManagerError;
-use nimbus_transport::AdminError;
+use nimbus_transport::{AdminError, FailureLog, PublishError};
 
 /// What the body of an internal error says: nothing internal.
 const INTERNAL_MESSAGE: &str = "internal error in the nimbus host; the host log has the cause";
@@ -28,8 +31,13 @@ pub enum ApiError {
     Internal(String),
     /// The host could not answer in time (503); the message says why and
     /// is both returned and logged.
-    #[error("{0}")]
-    Unavailable(String),
+    #[error("{message}")]
+    Unavailable {
+        /// Why, returned and logged.
+        message: String,
+        /// What to log instead of the message, if more.
+        cause: Option<String>,
+    },
 }
 
 impl ApiError {
@@ -68,7 +76,19 @@ impl ApiError {
 
     /// 503 Service Unavailable naming why (logged and returned).
     pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError::Unavailable(message.into())
+        ApiError::Unavailable {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// 503 naming why (returned), with what the route met besides (logged
+    /// beside it, never returned).
+    pub(crate) fn unavailable_because(message: String, cause: &str) -> ApiError {
+        ApiError::Unavailable {
+            cause: Some(format!("{message}; the route met: {cause}")),
+            message,
+        }
     }
 
     /// An internal failure with its cause (logged, never returned).
@@ -101,8 +121,13 @@ impl From<ManagerError> for ApiError {
             | ManagerError::NotForwarded { .. }
             | ManagerError::SeenInThisPass { .. }
             | ManagerError::MissingCoordinate { .. }
-            | ManagerError::MissingPayload { .. }
-            | ManagerError::BlockerOnlyNamed { .. } => ApiError::conflict(message),
+            | ManagerError::MissingPayload { .. } => ApiError::conflict(message),
+            // The control message was not taken for now (a dropped
+            // connection, a broker that cannot write): ask again later.
+            ManagerError::Publish {
+                source: PublishError::Transient(_),
+                ..
+            } => ApiError::unavailable(message),
             ManagerError::ReadEndpoint {
                 source: AdminError::Unsupported { .. },
                 ..
@@ -136,13 +161,14 @@ impl IntoResponse for ApiError {
                 response.extensions_mut().insert(InternalCause(cause));
                 response
             }
-            ApiError::Unavailable(message) => {
+            ApiError::Unavailable { message, cause } => {
+                let logged = cause.unwrap_or_else(|| message.clone());
                 let mut response = (
                     StatusCode::SERVICE_UNAVAILABLE,
                     Json(serde_json::json!({ "error": message })),
                 )
                     .into_response();
-                response.extensions_mut().insert(InternalCause(message));
+                response.extensions_mut().insert(InternalCause(logged));
                 response
             }
         }
@@ -157,12 +183,42 @@ pub(crate) fn internal_cause(response: &Response) -> Option<&str> {
         .map(|cause| cause.0.as_str())
 }
 
-/// Logs every 5xx with the request and its cause; 4xx are the caller's
-/// business, and 501 (what the bus cannot do) says why in its answer:
-/// both logged at debug only.
-pub(crate) async fn log_internal_errors(request: Request, next: Next) -> Response {
+/// When 5xx answers are logged: per route and status, the first at once,
+/// then one line a minute saying how many it stands for. A client that
+/// retries while the disk is full (or a load balancer probing a failing
+/// route) must not fill the disk with the host's log (issue 40).
+#[derive(Debug, Default)]
+pub(crate) struct ServerErrorLog {
+    /// By `method route status`: a fixed set, since `route` is the route's
+    /// pattern (`/api/events/{event_id}`), not the path asked for.
+    by_route: Mutex<HashMap<String, Arc<FailureLog>>>,
+}
+
+impl ServerErrorLog {
+    /// The log of failures of `key`.
+    fn of(&self, key: String) -> Arc<FailureLog> {
+        let mut by_route = self.by_route.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(by_route.entry(key).or_default())
+    }
+}
+
+/// Logs 5xx answers with the request and its cause, as [`ServerErrorLog`]
+/// lets through; 4xx are the caller's business, 501 (what the bus cannot
+/// do) says why in its answer, and `/health` answering 503 is its answer,
+/// not a failure: all logged at debug only.
+pub(crate) async fn log_internal_errors(
+    State(log): State<Arc<ServerErrorLog>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
+    // What the route is, for the log's limit; a path that matched none is
+    // answered by the fallback, whatever it is.
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "(no route)".to_owned(), |m| m.as_str().to_owned());
     let response = next.run(request).await;
     let status = response.status();
     // axum's own answer to an oversized body is plain text; every refusal
@@ -180,12 +236,18 @@ pub(crate) async fn log_internal_errors(request: Request, next: Next) -> Respons
     if status == StatusCode::NOT_IMPLEMENTED {
         // What the bus cannot do, named in the answer: nothing failed.
         tracing::debug!(%method, %path, %status, "API request not served on this bus");
+    } else if status == StatusCode::SERVICE_UNAVAILABLE && route == "/health" {
+        tracing::debug!(%method, %path, %status, "the health probe answered unhealthy");
     } else if status.is_server_error() {
-        let cause = response
-            .extensions()
-            .get::<InternalCause>()
-            .map_or("(no cause recorded)", |c| c.0.as_str());
-        tracing::error!(%method, %path, %status, cause, "API request failed");
+        let key = format!("{method} {route} {}", status.as_u16());
+        if let Some(line) = log.of(key).failed(std::time::Instant::now()) {
+            let cause = response
+                .extensions()
+                .get::<InternalCause>()
+                .map_or("(no cause recorded)", |c| c.0.as_str());
+            let held_back = line.held_back;
+            tracing::error!(%method, %path, %status, cause, held_back, "API request failed (one line a minute for its route while it fails)");
+        }
     } else if status.is_client_error() {
         tracing::debug!(%method, %path, %status, "API request refused");
     }

@@ -7,16 +7,14 @@
 
 use std::sync::Arc;
 
+use crate::api::error::internal_cause;
+use crate::api::{ApiError, ApiState};
+use crate::bus::Bus;
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use tracing::warn;
-
-use crate::api::error::internal_cause;
-use crate::api::{ApiError, ApiState};
-use crate::bus::Bus;
 
 /// `{"status": "ok"}`, or 503 `{"status": "unhealthy", "reason": ...}`
 /// while the bus cannot take work, so a load balancer or supervisor sees
@@ -48,22 +46,19 @@ pub(crate) async fn unavailable_while_unwritable(
     request: Request,
     next: Next,
 ) -> Response {
-    let path = request.uri().path().to_owned();
     let response = next.run(request).await;
     if response.status() != StatusCode::INTERNAL_SERVER_ERROR {
         return response;
     }
     match bus.failure() {
-        Some(reason) => {
-            // The 503 is logged with the disk as its cause; the error the
-            // route met is kept here, in case it was something else.
-            warn!(
-                %path,
-                cause = internal_cause(&response).unwrap_or("(none given)"),
-                "a request failed while the broker cannot write its log"
-            );
-            ApiError::unavailable(reason).into_response()
-        }
+        // One line in the log for it, with the disk (or the namespace) as
+        // its cause and the error the route met beside it, in case it was
+        // something else (issue 40: two lines per refused request).
+        Some(reason) => ApiError::unavailable_because(
+            reason,
+            internal_cause(&response).unwrap_or("(none given)"),
+        )
+        .into_response(),
         None => response,
     }
 }

@@ -99,7 +99,10 @@ pub fn router(state: ApiState) -> Router {
             health::unavailable_while_unwritable,
         ))
         .layer(axum::middleware::from_fn_with_state(guard, guard::check))
-        .layer(axum::middleware::from_fn(error::log_internal_errors))
+        .layer(axum::middleware::from_fn_with_state(
+            std::sync::Arc::new(error::ServerErrorLog::default()),
+            error::log_internal_errors,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REQUEST_BODY))
         .with_state(state)
 }

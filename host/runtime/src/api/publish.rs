@@ -169,6 +169,18 @@ pub(crate) async fn publish(
             PublishError::InvalidMessage { .. } => {
                 ApiError::bad_request(format!("the message is not valid: {e}"))
             }
+            // Not taken for now: a dropped connection to the namespace, a
+            // broker that cannot write. Nothing failed in the host, and a
+            // publish again may go through: 503, naming the bus's own
+            // failure when it knows one (issue 40).
+            PublishError::Transient(e) => {
+                ApiError::unavailable(state.bus.failure().unwrap_or_else(|| {
+                    format!(
+                        "the bus did not take the publish to '{}' for now ({e}); publish again",
+                        published.topic
+                    )
+                }))
+            }
             other => ApiError::internal(format!("publishing to '{}': {other}", published.topic)),
         })?;
     tracing::info!(

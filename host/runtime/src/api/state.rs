@@ -70,7 +70,11 @@ impl ApiState {
             metrics: Arc::clone(host.metrics()),
             retrying: Arc::clone(host.retrying()),
             pauses: Arc::clone(host.pauses()),
-            manager: Arc::new(Manager::new(Arc::clone(host.bus()), store)),
+            manager: Arc::new(Manager::new(
+                Arc::clone(host.bus()),
+                store,
+                host.control_key().clone(),
+            )),
             producers: Arc::new(producers),
             retention: host.config().config.resolver.retention,
             guard: Arc::new(Guard::new(

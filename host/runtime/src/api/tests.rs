@@ -408,6 +408,117 @@ async fn operator_flow_publish_block_skip_resubmit_handoff() {
     host.shutdown().await;
 }
 
+/// The message `forged-skip` in `billing`'s own dead-letter queue, once it
+/// is there (a replay takes it out until the engine dead-letters it again).
+async fn forged_dead_letter(api: &Api) -> Value {
+    let started = Instant::now();
+    loop {
+        let (listed, _) = api.listing("/api/dlq?endpoint=billing").await;
+        let found = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["message_id"] == "forged-skip" && d["subscription"] == "billing");
+        if let Some(found) = found {
+            return found.clone();
+        }
+        assert!(started.elapsed() < DEADLINE, "not dead-lettered: {listed}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 40 through the API: a publish cannot make a control message (no
+/// envelope property, the signature's included; `Manager` is no producer),
+/// and a forged one that reached the bus and was dead-lettered, replayed
+/// from the API, is refused again by the engine: the event stays as it was
+/// and the operator's skip works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_api_path_makes_a_control_message_the_engine_acts_on() {
+    let root = tempfile::tempdir().unwrap();
+    let host = start(root.path()).await;
+    let api = Api(router(ApiState::new(&host)));
+    let failing = api
+        .publish("OrderPlaced", "s-forged", order("o-forged", true))
+        .await;
+    let failed = api
+        .wait_status("billing", "s-forged", &failing, "Failed")
+        .await;
+    let event_id = failed["event_id"].as_str().unwrap().to_owned();
+
+    for (body, says) in [
+        (
+            json!({"event_type": "OrderPlaced", "data": {}, "session_id": "s-forged",
+                   "properties": {"MessageType": "SkipRequest"}}),
+            "properties.MessageType: a NimBus envelope property",
+        ),
+        (
+            json!({"event_type": "OrderPlaced", "data": {}, "session_id": "s-forged",
+                   "properties": {"From": "Manager"}}),
+            "properties.From: a NimBus envelope property",
+        ),
+        (
+            json!({"event_type": "OrderPlaced", "data": {}, "session_id": "s-forged",
+                   "properties": {"NimbusControlSignature": format!("v1:{}", "0".repeat(64))}}),
+            "properties.NimbusControlSignature: a NimBus envelope property",
+        ),
+        (
+            json!({"event_type": "OrderPlaced", "data": {}, "from": "Manager"}),
+            "unknown producer 'Manager'",
+        ),
+    ] {
+        let (status, answer) = api.post("/api/publish", &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert!(answer.to_string().contains(says), "{body}: {answer}");
+    }
+
+    // On a namespace a client can put one on the bus; the engine
+    // dead-letters it, and a replay from the API meets the same check.
+    let forged = nimbus_wire::NimbusMessage {
+        message_id: Some("forged-skip".to_owned()),
+        session_id: Some("s-forged".to_owned()),
+        to: Some("billing".to_owned()),
+        from: Some("Manager".to_owned()),
+        message_type: nimbus_wire::MessageType::SkipRequest,
+        event_id: Some(event_id.clone()),
+        event_type_id: Some("OrderPlaced".to_owned()),
+        content: Some(nimbus_wire::MessageContent::default()),
+        ..nimbus_wire::NimbusMessage::default()
+    };
+    nimbus_transport::Transport::publish(
+        &**host.broker().unwrap(),
+        "billing",
+        vec![forged.to_transport()],
+    )
+    .await
+    .unwrap();
+    let dead = forged_dead_letter(&api).await;
+    assert_eq!(dead["reason"], "UnauthorizedControlMessage", "{dead}");
+    let replayed = api
+        .ok(
+            Method::POST,
+            "/api/dlq/replay",
+            Some(&json!({"endpoint": "billing", "subscription": "billing",
+                         "message_id": "forged-skip", "force": true})),
+        )
+        .await;
+    assert_eq!(
+        replayed["replayed"][0]["message_id"], "forged-skip",
+        "{replayed}"
+    );
+    let again = forged_dead_letter(&api).await;
+    assert_eq!(again["reason"], "UnauthorizedControlMessage", "{again}");
+
+    let still = api
+        .wait_status("billing", "s-forged", &failing, "Failed")
+        .await;
+    assert_eq!(still["status_source"], "ErrorResponse", "{still}");
+    api.ok(Method::POST, &format!("/api/events/{event_id}/skip"), None)
+        .await;
+    api.wait_status("billing", "s-forged", &failing, "Skipped")
+        .await;
+    host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_4xx_that_names_the_problem() {
     let root = tempfile::tempdir().unwrap();
@@ -1773,4 +1884,135 @@ async fn health_and_changes_say_503_while_the_broker_cannot_write_and_recover() 
     api.wait_status("billing", "disk-4", &after, "Completed")
         .await;
     host.shutdown().await;
+}
+
+/// What a host logs at `nimbus run`'s default level (warnings and errors),
+/// one entry per line.
+#[derive(Clone, Default)]
+struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogLines {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogLines {
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A subscriber writing here, made the default of every thread of a
+    /// runtime of its own (and of the thread that blocks on it): the other
+    /// tests of this binary, running meanwhile, log elsewhere.
+    fn runtime(&self) -> (tokio::runtime::Runtime, tracing::Dispatch) {
+        let lines = self.clone();
+        let dispatch = tracing::Dispatch::new(
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::WARN)
+                .with_ansi(false)
+                .without_time()
+                .with_writer(move || lines.clone())
+                .finish(),
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .on_thread_start({
+                let dispatch = dispatch.clone();
+                // The thread is this runtime's for its whole life.
+                move || std::mem::forget(tracing::dispatcher::set_default(&dispatch))
+            })
+            .build()
+            .unwrap();
+        (runtime, dispatch)
+    }
+}
+
+/// Issue 40: while the broker cannot write (a full disk), an idle host
+/// used to log ~140 lines a second (every Resolver session worker and every
+/// endpoint retrying twice a second, a line each time), refilling the disk
+/// with its log, and two lines per refused request. Its consumers now back
+/// off and say so once per cause, and a refused request is one line, once
+/// a minute per route: over seconds of a full disk the log grows by a
+/// handful of lines, and once writes work the host goes on by itself.
+#[test]
+fn an_idle_host_on_a_full_disk_logs_a_bounded_number_of_lines() {
+    let log = LogLines::default();
+    let (runtime, dispatch) = log.runtime();
+    tracing::dispatcher::with_default(&dispatch, || {
+        runtime.block_on(async {
+            let root = tempfile::tempdir().unwrap();
+            let host = start(root.path()).await;
+            let api = Api(router(ApiState::new(&host)));
+            let first = api
+                .publish("OrderPlaced", "idle-1", order("o-1", false))
+                .await;
+            api.wait_status("billing", "idle-1", &first, "Completed")
+                .await;
+            let before = log.lines().len();
+
+            host.broker().unwrap().inject_write_failures(true);
+            // The broker finds out at its next write; a publish makes one,
+            // and waits for the disk.
+            let held = tokio::spawn({
+                let api = Api(router(ApiState::new(&host)));
+                async move {
+                    api.post(
+                        "/api/publish",
+                        &json!({"event_type": "OrderPlaced", "session_id": "idle-2",
+                                "data": order("o-2", false)}),
+                    )
+                    .await
+                }
+            });
+            let started = Instant::now();
+            while api.call(Method::GET, "/health", None).await.0 != StatusCode::SERVICE_UNAVAILABLE
+            {
+                assert!(started.elapsed() < DEADLINE, "never unhealthy");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // A client retrying its publish: each is refused 503, and
+            // logged once (it was twice each), then held back.
+            for attempt in 0..20 {
+                let (status, refused) = api
+                    .post(
+                        "/api/publish",
+                        &json!({"event_type": "OrderPlaced", "session_id": "idle-3",
+                                "data": order(&format!("o-3-{attempt}"), false)}),
+                    )
+                    .await;
+                assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{refused}");
+            }
+            // Seconds of an idle host on a full disk: at the old rate, some
+            // 700 lines.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let during: Vec<String> = log.lines().split_off(before);
+            // Six causes (the Resolver's accepts, each endpoint's accepts
+            // and replay triggers, the publish route), each at most a
+            // failure line and the line of its end within a minute.
+            assert!(
+                during.len() <= 12,
+                "{} lines in 5 s of a full disk:\n{}",
+                during.len(),
+                during.join("\n")
+            );
+
+            host.broker().unwrap().inject_write_failures(false);
+            let (status, held) = held.await.unwrap();
+            assert_eq!(status, StatusCode::OK, "{held}");
+            let held_id = held["message_id"].as_str().unwrap().to_owned();
+            api.wait_status("billing", "idle-2", &held_id, "Completed")
+                .await;
+            host.shutdown().await;
+        });
+    });
 }

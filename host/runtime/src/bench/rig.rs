@@ -95,6 +95,9 @@ impl Rig {
         let store: Arc<dyn ResolverStore> =
             Arc::new(ObservedStore::new(records, SettledWatch::new(settled)));
         let clock = Arc::new(HandlerClock::default());
+        // One key for the rig's Manager, endpoint and Resolver, as a host has.
+        let control_key = nimbus_wire::ControlKey::new(&crate::control::new_key_text()?)
+            .map_err(|why| anyhow::anyhow!("a made control key: {why}"))?;
         let endpoint = wiring::endpoint(
             &config,
             ENDPOINT,
@@ -103,6 +106,7 @@ impl Rig {
             format!("nimbus {} (bench)", crate::VERSION),
             Arc::default(),
             nimbus_engine::Paused::default(),
+            control_key.clone(),
         );
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -123,6 +127,7 @@ impl Rig {
             Arc::clone(&store),
             Arc::new(crate::Metrics::default()),
             &config,
+            control_key.clone(),
             &shutdown,
         );
         let session_release = config
@@ -130,7 +135,7 @@ impl Rig {
             .engine
             .session_idle_timeout
             .max(ResolverSettings::default().session_idle_timeout);
-        let manager = Arc::new(Manager::new(Arc::clone(&broker), store));
+        let manager = Arc::new(Manager::new(Arc::clone(&broker), store, control_key));
         Ok(Rig {
             broker,
             manager,

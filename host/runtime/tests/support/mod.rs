@@ -131,7 +131,11 @@ pub async fn start_host(root: &Path, max_delivery_count: u32) -> Host {
 /// A Manager on the host's broker and Resolver store.
 pub fn manager(host: &Host) -> Manager<Broker> {
     let store: Arc<dyn ResolverStore> = host.resolver().clone();
-    Manager::new(Arc::clone(host.broker().unwrap()), store)
+    Manager::new(
+        Arc::clone(host.broker().unwrap()),
+        store,
+        host.control_key().clone(),
+    )
 }
 
 /// Publishes one event the way an external producer does: an original
@@ -160,6 +164,17 @@ pub async fn publish(
 pub async fn send(broker: &Broker, topic: &str, message: &NimbusMessage) {
     broker
         .publish(topic, vec![message.to_transport()])
+        .await
+        .unwrap_or_else(|e| panic!("publishing to {topic}: {e}"));
+}
+
+/// Sends `message` as the host's Manager does: signed with its control key.
+pub async fn send_signed(host: &Host, topic: &str, message: &NimbusMessage) {
+    let mut sealed = message.to_transport();
+    nimbus_wire::control_signature::sign(host.control_key(), &mut sealed);
+    host.broker()
+        .expect("an embedded broker")
+        .publish(topic, vec![sealed])
         .await
         .unwrap_or_else(|e| panic!("publishing to {topic}: {e}"));
 }
