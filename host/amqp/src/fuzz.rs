@@ -11,11 +11,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
-use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
-use fe2o3_amqp::types::messaging::{Accepted, DeliveryState, Source, Target, TargetArchetype};
-use fe2o3_amqp::types::performatives::{
-    Attach, Begin, ChannelMax, Detach, Disposition, End, Flow, MaxFrameSize, Open, Transfer,
-};
+use fe2o3_amqp::types::definitions::{Handle, Role};
+use fe2o3_amqp::types::messaging::{Accepted, DeliveryState};
+use fe2o3_amqp::types::performatives::{Detach, Disposition, End};
 use proptest::prelude::*;
 
 use nimbus_dialect::frame_io::{self, encode};
@@ -23,86 +21,38 @@ use nimbus_dialect::frame_io::{self, encode};
 use crate::grants::Grants;
 use crate::guard::{Guard, Limits};
 use crate::tap::Tap;
+use crate::test_frames;
 
 /// A real frame of each kind, on `channel`, naming `handle`.
 fn template(kind: u8, channel: u16, handle: u32, payload: Vec<u8>) -> Frame {
     let body = match kind % 8 {
-        0 => FrameBody::Open(Open {
-            container_id: "fuzz".to_owned(),
-            hostname: Some("localhost".to_owned()),
-            max_frame_size: MaxFrameSize(65_536),
-            channel_max: ChannelMax(64),
-            idle_time_out: None,
-            outgoing_locales: None,
-            incoming_locales: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }),
-        1 => FrameBody::Begin(Begin {
-            remote_channel: None,
-            next_outgoing_id: 0,
-            incoming_window: 100,
-            outgoing_window: 100,
-            handle_max: Handle(255),
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }),
-        2 => FrameBody::Attach(Attach {
-            name: format!("l{handle}"),
-            handle: Handle(handle),
-            role: if handle.is_multiple_of(2) {
+        0 => FrameBody::Open(test_frames::open(Some("localhost"))),
+        1 => FrameBody::Begin(test_frames::begin(None)),
+        2 => {
+            let role = if handle.is_multiple_of(2) {
                 Role::Sender
             } else {
                 Role::Receiver
-            },
-            snd_settle_mode: SenderSettleMode::Unsettled,
-            rcv_settle_mode: ReceiverSettleMode::First,
-            source: Some(Box::new(Source::default())),
-            target: Some(Box::new(TargetArchetype::Target(Target {
-                address: Some(
-                    ["orders", "$cbs", "orders/$management"][handle as usize % 3].to_owned(),
-                ),
-                ..Target::default()
-            }))),
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: Some(0),
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }),
-        3 => FrameBody::Flow(Flow {
-            next_incoming_id: Some(0),
-            incoming_window: 100,
-            next_outgoing_id: 0,
-            outgoing_window: 100,
-            handle: Some(Handle(handle)),
-            delivery_count: Some(0),
-            link_credit: Some(10),
-            available: None,
-            drain: handle.is_multiple_of(3),
-            echo: false,
-            properties: None,
-        }),
-        4 => FrameBody::Transfer {
-            performative: Transfer {
-                handle: Handle(handle),
-                delivery_id: Some(handle),
-                delivery_tag: Some(vec![1, 2, 3, 4].into()),
-                message_format: Some(0),
-                settled: Some(handle.is_multiple_of(2)),
-                more: handle.is_multiple_of(3),
-                rcv_settle_mode: None,
-                state: None,
-                resume: false,
-                aborted: handle.is_multiple_of(7),
-                batchable: false,
-            },
-            payload: payload.into(),
-        },
+            };
+            let address = ["orders", "$cbs", "orders/$management"][handle as usize % 3];
+            let name = format!("l{handle}");
+            FrameBody::Attach(test_frames::attach(&name, handle, role, Some(address)))
+        }
+        3 => {
+            let mut flow = test_frames::flow(handle, Some(0), 10);
+            flow.drain = handle.is_multiple_of(3);
+            FrameBody::Flow(flow)
+        }
+        4 => {
+            let mut transfer =
+                test_frames::transfer(handle, handle, vec![1, 2, 3, 4], handle.is_multiple_of(3));
+            transfer.settled = Some(handle.is_multiple_of(2));
+            transfer.aborted = handle.is_multiple_of(7);
+            FrameBody::Transfer {
+                performative: transfer,
+                payload: payload.into(),
+            }
+        }
         5 => FrameBody::Disposition(Disposition {
             role: Role::Receiver,
             first: handle,

@@ -30,6 +30,8 @@ mod receive;
 mod reply;
 mod sasl;
 mod tap;
+#[cfg(test)]
+mod test_frames;
 mod tls;
 
 pub use endpoint::{

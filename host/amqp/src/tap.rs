@@ -722,11 +722,12 @@ pub(crate) async fn pump<C, L>(
 
 #[cfg(test)]
 mod tests {
-    use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, SenderSettleMode};
+    use fe2o3_amqp::types::definitions::Handle;
     use fe2o3_amqp::types::messaging::{Accepted, Rejected};
-    use fe2o3_amqp::types::performatives::{Attach, Begin, Detach, Flow, Transfer};
+    use fe2o3_amqp::types::performatives::{Attach, Detach};
 
     use super::*;
+    use crate::test_frames::{self, flow};
 
     /// Our channel 0 is the client's channel 5; the client's receiver
     /// `r` is its handle 1 and our handle 7.
@@ -734,57 +735,21 @@ mod tests {
     const CLIENTS: u16 = 5;
 
     fn attach(role: Role, handle: u32) -> Attach {
-        Attach {
-            name: "r".to_owned(),
-            handle: Handle(handle),
-            role,
-            snd_settle_mode: SenderSettleMode::Unsettled,
-            rcv_settle_mode: ReceiverSettleMode::Second,
-            source: None,
-            target: None,
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: None,
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }
-    }
-
-    fn flow(handle: u32, delivery_count: Option<u32>, link_credit: u32) -> Flow {
-        Flow {
-            next_incoming_id: None,
-            incoming_window: 100,
-            next_outgoing_id: 0,
-            outgoing_window: 100,
-            handle: Some(Handle(handle)),
-            delivery_count,
-            link_credit: Some(link_credit),
-            available: None,
-            drain: false,
-            echo: false,
-            properties: None,
-        }
+        let mut attach = test_frames::attach("r", handle, role, None);
+        attach.initial_delivery_count = None;
+        attach
     }
 
     fn transfer(delivery_id: u32, tag: u32) -> Frame {
         Frame::new(
             OURS,
             FrameBody::Transfer {
-                performative: Transfer {
-                    handle: Handle(7),
-                    delivery_id: Some(delivery_id),
-                    delivery_tag: Some(DeliveryTag::from(tag.to_be_bytes().to_vec())),
-                    message_format: Some(0),
-                    settled: Some(false),
-                    more: false,
-                    rcv_settle_mode: None,
-                    state: None,
-                    resume: false,
-                    aborted: false,
-                    batchable: true,
-                },
+                performative: test_frames::transfer(
+                    7,
+                    delivery_id,
+                    tag.to_be_bytes().to_vec(),
+                    false,
+                ),
                 payload: bytes::Bytes::from_static(b"\x00\x53\x70\x45the rest"),
             },
         )
@@ -808,16 +773,7 @@ mod tests {
     /// registered, and the client's flow of `credit`.
     fn attached(credit: u32) -> (Tap, LinkEvents, ToClient) {
         let (tap, answers) = Tap::new();
-        let begin = Begin {
-            remote_channel: Some(CLIENTS),
-            next_outgoing_id: 0,
-            incoming_window: 100,
-            outgoing_window: 100,
-            handle_max: Handle(255),
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        };
+        let begin = test_frames::begin(Some(CLIENTS));
         assert!(
             tap.outbound(Frame::new(OURS, FrameBody::Begin(begin)))
                 .is_none()

@@ -4,11 +4,11 @@ use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
 use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
-use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, SenderSettleMode};
-use fe2o3_amqp::types::messaging::{Source, Target};
-use fe2o3_amqp::types::performatives::{Begin, ChannelMax, Detach, End, MaxFrameSize, Open};
+use fe2o3_amqp::types::definitions::Handle;
+use fe2o3_amqp::types::performatives::{Detach, End};
 
 use super::*;
+use crate::test_frames;
 use nimbus_dialect::frame_io::encode;
 use nimbus_dialect::{Grant, SasError, SharedAccessKey};
 
@@ -28,80 +28,29 @@ fn bytes(frame: Frame) -> BytesMut {
 fn open(hostname: Option<&str>) -> BytesMut {
     bytes(Frame::new(
         0u16,
-        FrameBody::Open(Open {
-            container_id: "client".to_owned(),
-            hostname: hostname.map(str::to_owned),
-            max_frame_size: MaxFrameSize(65_536),
-            channel_max: ChannelMax(9),
-            idle_time_out: None,
-            outgoing_locales: None,
-            incoming_locales: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }),
+        FrameBody::Open(test_frames::open(hostname)),
     ))
 }
 
 fn begin(channel: u16) -> BytesMut {
     bytes(Frame::new(
         channel,
-        FrameBody::Begin(Begin {
-            remote_channel: None,
-            next_outgoing_id: 0,
-            incoming_window: 100,
-            outgoing_window: 100,
-            handle_max: Handle(255),
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }),
+        FrameBody::Begin(test_frames::begin(None)),
     ))
 }
 
 /// The client attaches `handle` on `channel`, sending to `address`.
 fn attach(channel: u16, handle: u32, address: &str) -> BytesMut {
-    bytes(Frame::new(
-        channel,
-        FrameBody::Attach(Attach {
-            name: format!("link-{channel}-{handle}"),
-            handle: Handle(handle),
-            role: Role::Sender,
-            snd_settle_mode: SenderSettleMode::Unsettled,
-            rcv_settle_mode: ReceiverSettleMode::First,
-            source: Some(Box::new(Source::default())),
-            target: Some(Box::new(TargetArchetype::Target(Target {
-                address: Some(address.to_owned()),
-                ..Target::default()
-            }))),
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: Some(0),
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
-        }),
-    ))
+    let name = format!("link-{channel}-{handle}");
+    let attach = test_frames::attach(&name, handle, Role::Sender, Some(address));
+    bytes(Frame::new(channel, FrameBody::Attach(attach)))
 }
 
 fn transfer(channel: u16, handle: u32, more: bool, payload: &'static [u8]) -> BytesMut {
     bytes(Frame::new(
         channel,
         FrameBody::Transfer {
-            performative: Transfer {
-                handle: Handle(handle),
-                delivery_id: Some(0),
-                delivery_tag: Some(vec![1].into()),
-                message_format: Some(0),
-                settled: Some(false),
-                more,
-                rcv_settle_mode: None,
-                state: None,
-                resume: false,
-                aborted: false,
-                batchable: false,
-            },
+            performative: test_frames::transfer(handle, 0, vec![1], more),
             payload: bytes::Bytes::from_static(payload),
         },
     ))
