@@ -31,9 +31,6 @@ use crate::session_state::{
     self, BlockChange, Entry, Guard, Plan, Response, Settle, Turn, Verdict,
 };
 
-/// The dead-letter reason when a transient failure uses up the deliveries.
-pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
-
 /// Everything the engine knows about one endpoint.
 pub struct Endpoint {
     /// The endpoint's name: its topic and its session subscription.
@@ -1187,7 +1184,9 @@ fn dead_letter_reason(
     );
     match settled.failure {
         Some(failure) if transient => (
-            MAX_DELIVERY_COUNT_EXCEEDED.to_owned(),
+            // The broker's own reason: the engine dead-letters at the last
+            // delivery in its stead, so the Resolver is told (F1, F29).
+            dead_letter::MAX_DELIVERY_COUNT_EXCEEDED.to_owned(),
             format!(
                 "Transient failure on delivery {delivery_count} of {max_delivery_count}: {}",
                 failure.text()
@@ -1198,7 +1197,7 @@ fn dead_letter_reason(
             failure.text(),
         ),
         None => (
-            "Failed to handle message.".to_owned(),
+            dead_letter::FAILED_TO_HANDLE.to_owned(),
             "no handler failure recorded".to_owned(),
         ),
     }

@@ -27,7 +27,7 @@ pub mod retry;
 mod retrying;
 pub mod session_state;
 
-pub use delivery::{Endpoint, MAX_DELIVERY_COUNT_EXCEEDED};
+pub use delivery::Endpoint;
 pub use handler::{HandlerCall, Handlers};
 pub use horizon::MAX_DELAY;
 pub use pause::{PauseSwitch, Paused, pause_switch};
