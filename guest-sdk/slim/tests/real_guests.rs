@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use nimbus_guest_slim::{STRIPPABLE_INTERFACES, SlimError, slim};
-use nimbus_sandbox::{Event, HandlerVersion, Invocation, Limits, Sandbox, SandboxConfig};
+use nimbus_handler::Event;
+use nimbus_sandbox::{HandlerVersion, Invocation, Limits, Sandbox, SandboxConfig};
 use wasmparser::{KnownCustom, Name, Parser, Payload};
 
 /// The unslimmed components: `NIMBUS_GUESTS_DIR`, else
@@ -65,7 +66,7 @@ fn event(event_type: &str, payload: &str) -> Event {
 fn answer(invocation: &Invocation) -> String {
     format!(
         "{:?} / {:?} / {:?}",
-        invocation.result, invocation.follow_ups, invocation.logs
+        invocation.report.result, invocation.report.follow_ups, invocation.logs
     )
 }
 
@@ -149,7 +150,7 @@ fn the_slimmed_orders_answers_every_event_like_the_full_one() {
         let (a, b) = (before.invoke(e.clone()), after.invoke(e));
         assert_eq!(answer(&b), answer(&a));
         assert_ne!(b.digest, a.digest, "two different components ran");
-        outcomes.push(b.result.is_ok());
+        outcomes.push(b.report.result.is_ok());
     }
     assert_eq!(
         outcomes,
@@ -165,11 +166,13 @@ fn a_panic_in_a_slimmed_handler_is_failed_panic_with_its_message() {
         .component;
     let sandbox = sandbox();
     let invocation = load(&sandbox, "panicker", &slimmed).invoke(event("Panic", "{}"));
-    let error = invocation.result.expect_err("the panic fails the event");
-    assert_eq!(error.detail.error_type, "Panic", "{error}");
+    let error = invocation
+        .report
+        .result
+        .expect_err("the panic fails the event");
+    assert_eq!(error.error_type, "Panic", "{error}");
     assert!(
         error
-            .detail
             .message
             .contains("panicker: deliberate panic for the host's tests"),
         "{error}"

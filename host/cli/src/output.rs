@@ -6,10 +6,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use nimbus_sandbox::{
-    ArtifactSource, FollowUp, HandlerError, HandlerVersion, Invocation, Limits, LogRecord, Outcome,
-    Snapshot,
-};
+use nimbus_handler::{FollowUp, HandlerError, Outcome};
+use nimbus_sandbox::{ArtifactSource, HandlerVersion, Invocation, Limits, LogRecord, Snapshot};
+use nimbus_transport::PropertyValue;
 use serde::Serialize;
 
 /// `print!` for what a command answers. A closed pipe (`nimbus events |
@@ -238,14 +237,17 @@ impl<'a> ListView<'a> {
 pub(crate) struct InvocationView<'a> {
     endpoint: &'a str,
     handler: &'a str,
-    version: String,
+    /// What outcomes record for the version that ran ([`HandlerVersion::id`]).
+    version: &'a str,
     result: ResultView<'a>,
-    follow_ups: &'a [FollowUp],
+    follow_ups: Vec<FollowUpView<'a>>,
     logs: &'a [LogRecord],
     duration_us: u128,
     invoked_at_ms: u128,
 }
 
+/// The handler's answer; durations in whole milliseconds, as the handler
+/// gave them.
 #[derive(Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 enum ResultView<'a> {
@@ -255,28 +257,103 @@ enum ResultView<'a> {
         external_job_id: Option<&'a str>,
         expected_by_ms: Option<u64>,
     },
-    Error(&'a HandlerError),
+    Error {
+        kind: &'static str,
+        error_type: &'a str,
+        message: &'a str,
+        retry_after_ms: Option<u64>,
+    },
 }
 
-impl<'a> InvocationView<'a> {
-    /// `version_id`: what outcomes record for the version that ran
-    /// ([`HandlerVersion::id`]).
-    pub(crate) fn new(endpoint: &'a str, version_id: &str, invocation: &'a Invocation) -> Self {
-        let result = match &invocation.result {
+impl<'a> ResultView<'a> {
+    fn new(result: &'a Result<Outcome, HandlerError>) -> Self {
+        match result {
             Ok(Outcome::Completed) => ResultView::Completed,
             Ok(Outcome::PendingHandoff(handoff)) => ResultView::PendingHandoff {
                 reason: &handoff.reason,
                 external_job_id: handoff.external_job_id.as_deref(),
-                expected_by_ms: handoff.expected_by_ms,
+                expected_by_ms: handoff.expected_by.map(whole_ms),
             },
-            Err(error) => ResultView::Error(error),
-        };
+            Err(error) => ResultView::Error {
+                kind: error.kind.as_str(),
+                error_type: &error.error_type,
+                message: &error.message,
+                retry_after_ms: error.retry_after.map(whole_ms),
+            },
+        }
+    }
+}
+
+/// A handler's duration in ms (it gave whole ms, so nothing is lost).
+fn whole_ms(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A follow-up the handler published (printed, not sent).
+#[derive(Serialize)]
+struct FollowUpView<'a> {
+    event_type: &'a str,
+    message_id: &'a str,
+    payload: &'a str,
+    session_id: Option<&'a str>,
+    properties: Vec<PropertyView<'a>>,
+}
+
+impl<'a> FollowUpView<'a> {
+    fn new(follow_up: &'a FollowUp) -> Self {
+        Self {
+            event_type: &follow_up.event_type,
+            message_id: &follow_up.message_id,
+            payload: &follow_up.payload,
+            session_id: follow_up.session_id.as_deref(),
+            properties: follow_up
+                .properties
+                .iter()
+                .map(|(name, value)| PropertyView {
+                    name,
+                    value: ValueView::new(value),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct PropertyView<'a> {
+    name: &'a str,
+    value: ValueView<'a>,
+}
+
+/// A property's value as plain JSON: a string, a number or a boolean.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ValueView<'a> {
+    Str(&'a str),
+    Int(i64),
+    Float(f64),
+    Boolean(bool),
+}
+
+impl<'a> ValueView<'a> {
+    fn new(value: &'a PropertyValue) -> Self {
+        match value {
+            PropertyValue::String(s) => ValueView::Str(s),
+            PropertyValue::Int(i) => ValueView::Int(*i),
+            PropertyValue::Float(f) => ValueView::Float(*f),
+            PropertyValue::Bool(b) => ValueView::Boolean(*b),
+        }
+    }
+}
+
+impl<'a> InvocationView<'a> {
+    pub(crate) fn new(endpoint: &'a str, invocation: &'a Invocation) -> Self {
+        let report = &invocation.report;
         Self {
             endpoint,
             handler: &invocation.handler,
-            version: version_id.to_owned(),
-            result,
-            follow_ups: &invocation.follow_ups,
+            version: &report.version,
+            result: ResultView::new(&report.result),
+            follow_ups: report.follow_ups.iter().map(FollowUpView::new).collect(),
             logs: &invocation.logs,
             duration_us: invocation.duration.as_micros(),
             invoked_at_ms: SystemTime::now()

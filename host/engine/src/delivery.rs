@@ -10,6 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::FutureExt;
 
+use nimbus_handler::error_type::{FOLLOW_UPS_REFUSED, PANIC};
+use nimbus_handler::{Event, HandlerError, Outcome, Report};
 use nimbus_transport::{
     Disposition, ErrorKind, Message, Properties, PropertyValue, ReceivedMessage, SessionLock,
     SettleError, Settlement, TransientError, Transport,
@@ -22,19 +24,12 @@ use nimbus_wire::{
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::handler::{HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers};
+use crate::handler::Handlers;
 use crate::policies::Policies;
 use crate::retrying::{Retrying, TransientAttempt};
 use crate::session_state::{
-    self, BlockChange, Entry, Guard, Outcome, Plan, Response, Settle, Turn,
+    self, BlockChange, Entry, Guard, Plan, Response, Settle, Turn, Verdict,
 };
-
-/// The application property nimbus adds to responses: the digest of the
-/// handler version that produced the outcome (SEMANTICS.md §10).
-pub const HANDLER_VERSION_PROPERTY: &str = "HandlerVersion";
-
-/// The dead-letter reason when a transient failure uses up the deliveries.
-pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
 
 /// Everything the engine knows about one endpoint.
 pub struct Endpoint {
@@ -137,7 +132,7 @@ pub(crate) struct Delivery<'a, T: Transport> {
     pub(crate) shutdown: &'a CancellationToken,
     /// After the engine panicked on this delivery: the report its second
     /// pass settles with, instead of running the handler again.
-    forced: Option<HandlerReport>,
+    forced: Option<Report>,
     /// Whether the broker took this delivery's settlement.
     committed: bool,
 }
@@ -214,7 +209,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
             started: SystemTime::now(),
         };
         let description =
-            format!("{HANDLER_PANIC}: the host panicked handling this message, twice: {panic}");
+            format!("{PANIC}: the host panicked handling this message, twice: {panic}");
         let readable = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let mut copy = received.clone();
             match NimbusMessage::take_from_received(&mut copy) {
@@ -231,7 +226,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
             Ok(settled) => settled,
             Err(_) if self.committed => Ok(()),
             Err(_) => {
-                let settlement = Settlement::dead_letter(received, HANDLER_PANIC, description);
+                let settlement = Settlement::dead_letter(received, PANIC, description);
                 self.commit(settlement, None).await
             }
         }
@@ -399,7 +394,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
         timing: Timing,
         inbox_key: Option<InboxKey>,
     ) -> Result<(), DeliveryError> {
-        let event = HandlerEvent {
+        let event = Event {
             event_id: event_id.to_owned(),
             event_type: message.event_type().unwrap_or_default().to_owned(),
             message_id: message.message_id.clone().unwrap_or_default(),
@@ -411,9 +406,11 @@ impl<'a, T: Transport> Delivery<'a, T> {
             enqueued_time: received.enqueued_time,
             payload: message.event_json().unwrap_or("null").to_owned(),
             properties: message.properties.clone(),
-            delivery_count: received.delivery_count,
-            message_type: message.message_type.as_str(),
-            from: message.from.clone(),
+            delivery: nimbus_handler::Delivery {
+                count: received.delivery_count,
+                message_type: message.message_type.as_str(),
+                from: message.from.clone(),
+            },
         };
         let report = self.invoke(event).await?;
         let event_type = message.event_type();
@@ -430,13 +427,9 @@ impl<'a, T: Transport> Delivery<'a, T> {
         }
         // A settlement with follow-ups can be refused for good (too large
         // for one request): kept to settle the event as failed instead.
-        let sends_follow_ups = report.as_ref().is_some_and(|r| {
-            !r.follow_ups.is_empty()
-                && matches!(
-                    r.result,
-                    HandlerResult::Completed | HandlerResult::PendingHandoff { .. }
-                )
-        });
+        let sends_follow_ups = report
+            .as_ref()
+            .is_some_and(|r| !r.follow_ups.is_empty() && r.result.is_ok());
         let fallback = sends_follow_ups.then(|| received.clone());
         let handled = Handled {
             message,
@@ -476,7 +469,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
         &mut self,
         received: ReceivedMessage,
         handled: Handled<'_>,
-        report: Option<&HandlerReport>,
+        report: Option<&Report>,
     ) -> Result<(), DeliveryError> {
         let Handled {
             message,
@@ -486,31 +479,31 @@ impl<'a, T: Transport> Delivery<'a, T> {
             inbox_key,
         } = handled;
         let event_type = message.event_type();
-        let (outcome, failure, decided_by) = match report.map(|r| &r.result) {
-            None => (Outcome::Unsupported, None, None),
-            Some(HandlerResult::Completed) => (Outcome::Completed, None, None),
-            Some(HandlerResult::PendingHandoff { .. }) => (Outcome::PendingHandoff, None, None),
-            Some(HandlerResult::Failed(f)) => {
-                let failure = Failure::new(f.error_type.clone(), f.message.clone());
-                let classification = self.endpoint.policies.classify(&failure, event_type);
-                (
-                    Outcome::Failed(classification.disposition),
-                    Some(failure),
-                    Some(classification.decided_by()),
-                )
+        let (verdict, failure, decided_by) = match report.map(|r| &r.result) {
+            None => (Verdict::Unsupported, None, None),
+            Some(Ok(Outcome::Completed)) => (Verdict::Completed, None, None),
+            Some(Ok(Outcome::PendingHandoff(_))) => (Verdict::PendingHandoff, None, None),
+            Some(Err(error)) => {
+                let failure = Failure::new(error.error_type.clone(), error.message.clone());
+                match error.kind {
+                    nimbus_handler::ErrorKind::Failed => {
+                        let classification = self.endpoint.policies.classify(&failure, event_type);
+                        (
+                            Verdict::Failed(classification.disposition),
+                            Some(failure),
+                            Some(classification.decided_by()),
+                        )
+                    }
+                    nimbus_handler::ErrorKind::Transient => {
+                        (Verdict::Transient, Some(failure), None)
+                    }
+                    nimbus_handler::ErrorKind::Permanent => {
+                        (Verdict::Permanent, Some(failure), None)
+                    }
+                }
             }
-            Some(HandlerResult::Transient(f)) => (
-                Outcome::Transient,
-                Some(Failure::new(f.error_type.clone(), f.message.clone())),
-                None,
-            ),
-            Some(HandlerResult::Permanent(f)) => (
-                Outcome::Permanent,
-                Some(Failure::new(f.error_type.clone(), f.message.clone())),
-                None,
-            ),
         };
-        let plan = session_state::after_handler(entry, self.state, event_id, outcome);
+        let plan = session_state::after_handler(entry, self.state, event_id, verdict);
         let settled = Settled {
             message,
             event_id,
@@ -542,7 +535,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
     /// panic in the sandbox is: the failure policy applies and an operator
     /// sees it, where leaving the message to the broker would redeliver it
     /// without counting, forever.
-    async fn invoke(&self, event: HandlerEvent) -> Result<Option<HandlerReport>, DeliveryError> {
+    async fn invoke(&self, event: Event) -> Result<Option<Report>, DeliveryError> {
         if let Some(report) = &self.forced {
             return Ok(Some(report.clone()));
         }
@@ -586,10 +579,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
         // in the same commit (F1, F29).
         let mut plan = plan;
         if plan.settle == Settle::Abandon {
-            let hint = settled.report.and_then(|r| match &r.result {
-                HandlerResult::Transient(f) => f.retry_after,
-                _ => None,
-            });
+            let hint = settled.retry_after(nimbus_handler::ErrorKind::Transient);
             if received.delivery_count < self.endpoint.max_delivery_count {
                 let backoff = self
                     .endpoint
@@ -687,10 +677,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
             } else {
                 settled.message.retry_count
             };
-            let hint = settled.report.and_then(|r| match &r.result {
-                HandlerResult::Failed(f) => f.retry_after,
-                _ => None,
-            });
+            let hint = settled.retry_after(nimbus_handler::ErrorKind::Failed);
             retry = self
                 .endpoint
                 .policies
@@ -800,7 +787,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
             info!(
                 endpoint = %topic,
                 event_id = %settled.event_id,
-                follow_up_type = %follow_up.event_type_id,
+                follow_up_type = %follow_up.event_type,
                 follow_up_message_id = %follow_up.message_id,
                 "follow-up published with the event's settlement"
             );
@@ -827,15 +814,12 @@ impl<'a, T: Transport> Delivery<'a, T> {
             Response::HandoffFailed => build::handoff_failed_response(message, times),
             Response::PendingHandoff => {
                 let handoff = match settled.report.map(|r| &r.result) {
-                    Some(HandlerResult::PendingHandoff {
-                        reason,
-                        external_job_id,
-                        expected_by,
-                    }) => Handoff {
-                        reason: reason.clone(),
-                        external_job_id: external_job_id.clone(),
+                    Some(Ok(Outcome::PendingHandoff(handoff))) => Handoff {
+                        reason: handoff.reason.clone(),
+                        external_job_id: handoff.external_job_id.clone(),
                         // The guest's duration: any u64 of milliseconds.
-                        expected_by: expected_by
+                        expected_by: handoff
+                            .expected_by
                             .map(|d| crate::horizon::after(SystemTime::now(), d)),
                     },
                     _ => Handoff::default(),
@@ -872,7 +856,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
         // No version ran when the handler did not load.
         if let Some(report) = settled.report.filter(|r| !r.version.is_empty()) {
             response.properties.insert(
-                HANDLER_VERSION_PROPERTY.to_owned(),
+                prop::HANDLER_VERSION.to_owned(),
                 PropertyValue::String(report.version.clone()),
             );
         }
@@ -1119,7 +1103,7 @@ struct Settled<'a> {
     event_id: &'a str,
     entry: Entry,
     replayed: bool,
-    report: Option<&'a HandlerReport>,
+    report: Option<&'a Report>,
     failure: Option<&'a Failure>,
     decided_by: Option<&'a str>,
     timing: Timing,
@@ -1137,6 +1121,14 @@ impl Settled<'_> {
         self.failure
             .map_or(("", ""), |f| (f.error_type.as_str(), f.message.as_str()))
     }
+
+    /// The handler's retry-after hint, when it reported an error of `kind`.
+    fn retry_after(&self, kind: nimbus_handler::ErrorKind) -> Option<Duration> {
+        match self.report.map(|r| &r.result) {
+            Some(Err(error)) if error.kind == kind => error.retry_after,
+            _ => None,
+        }
+    }
 }
 
 /// Says why a session is now blocked: a failure at warn (the default level
@@ -1144,19 +1136,14 @@ impl Settled<'_> {
 fn log_block(endpoint: &str, settled: &Settled<'_>, retry_at: Option<SystemTime>) {
     let session = settled.session();
     let event_type = settled.message.event_type().unwrap_or("");
-    if let Some(HandlerResult::PendingHandoff {
-        reason,
-        external_job_id,
-        ..
-    }) = settled.report.map(|r| &r.result)
-    {
+    if let Some(Ok(Outcome::PendingHandoff(handoff))) = settled.report.map(|r| &r.result) {
         info!(
             %endpoint,
             %session,
             event_id = %settled.event_id,
             %event_type,
-            %reason,
-            job = %external_job_id.as_deref().unwrap_or(""),
+            reason = %handoff.reason,
+            job = %handoff.external_job_id.as_deref().unwrap_or(""),
             "event handed off: its session waits until the handoff is completed or failed"
         );
         return;
@@ -1193,11 +1180,13 @@ fn dead_letter_reason(
 ) -> (String, String) {
     let transient = matches!(
         settled.report.map(|r| &r.result),
-        Some(HandlerResult::Transient(_))
+        Some(Err(error)) if error.kind == nimbus_handler::ErrorKind::Transient
     );
     match settled.failure {
         Some(failure) if transient => (
-            MAX_DELIVERY_COUNT_EXCEEDED.to_owned(),
+            // The broker's own reason: the engine dead-letters at the last
+            // delivery in its stead, so the Resolver is told (F1, F29).
+            dead_letter::MAX_DELIVERY_COUNT_EXCEEDED.to_owned(),
             format!(
                 "Transient failure on delivery {delivery_count} of {max_delivery_count}: {}",
                 failure.text()
@@ -1208,37 +1197,24 @@ fn dead_letter_reason(
             failure.text(),
         ),
         None => (
-            "Failed to handle message.".to_owned(),
+            dead_letter::FAILED_TO_HANDLE.to_owned(),
             "no handler failure recorded".to_owned(),
         ),
     }
 }
 
-/// The error type of a handler that panicked (the sandbox's for a guest).
-pub const HANDLER_PANIC: &str = "Panic";
-
-/// The error type of an event whose handler succeeded but whose settlement
-/// the broker refused for good because of its follow-ups (too large for one
-/// request): the event fails, so nothing is half sent and an operator sees
-/// why, instead of the message coming back to run again and again.
-pub const FOLLOW_UPS_REFUSED: &str = "FollowUpsRefused";
-
 /// The report a refused settlement turns `report` into: failed, with the
 /// broker's reason, without follow-ups, by the same handler version.
-fn follow_ups_refused(report: HandlerReport, refusal: &str) -> HandlerReport {
+fn follow_ups_refused(report: Report, refusal: &str) -> Report {
     let count = report.follow_ups.len();
-    HandlerReport {
-        result: HandlerResult::Failed(HandlerFailure {
-            error_type: FOLLOW_UPS_REFUSED.to_owned(),
-            message: format!(
-                "the handler succeeded, but the broker refused its settlement with {count} \
-                 follow-up(s), so none was sent: {refusal}"
-            ),
-            retry_after: None,
-        }),
-        follow_ups: Vec::new(),
-        version: report.version,
-    }
+    let error = HandlerError::failed(
+        FOLLOW_UPS_REFUSED,
+        format!(
+            "the handler succeeded, but the broker refused its settlement with {count} \
+             follow-up(s), so none was sent: {refusal}"
+        ),
+    );
+    Report::failed(error, report.version)
 }
 
 /// A panic's message.
@@ -1253,33 +1229,22 @@ fn panic_text(panic: &(dyn Any + Send)) -> String {
 /// The report a delivery is settled with after the engine itself
 /// panicked on it: `failed`, of type `Panic`, naming the host. No version
 /// is named: which one ran, if any, is lost with the panic.
-fn engine_panicked(panic: &str) -> HandlerReport {
-    HandlerReport {
-        result: HandlerResult::Failed(HandlerFailure {
-            error_type: HANDLER_PANIC.to_owned(),
-            message: format!(
-                "the host panicked handling the event (a nimbus bug; the handler is not run \
-                 again for this delivery): {panic}"
-            ),
-            retry_after: None,
-        }),
-        follow_ups: Vec::new(),
-        version: String::new(),
-    }
+fn engine_panicked(panic: &str) -> Report {
+    let error = HandlerError::failed(
+        PANIC,
+        format!(
+            "the host panicked handling the event (a nimbus bug; the handler is not run again \
+             for this delivery): {panic}"
+        ),
+    );
+    Report::failed(error, String::new())
 }
 
 /// The report of a handler that panicked: `failed`, with the panic's
 /// message. No version ran to the end, so none is named.
-fn panicked(panic: &(dyn Any + Send)) -> HandlerReport {
+fn panicked(panic: &(dyn Any + Send)) -> Report {
     let message = panic_text(panic);
     warn!(%message, "the handler panicked");
-    HandlerReport {
-        result: HandlerResult::Failed(HandlerFailure {
-            error_type: HANDLER_PANIC.to_owned(),
-            message: format!("the handler panicked: {message}"),
-            retry_after: None,
-        }),
-        follow_ups: Vec::new(),
-        version: "unknown".to_owned(),
-    }
+    let error = HandlerError::failed(PANIC, format!("the handler panicked: {message}"));
+    Report::failed(error, "unknown".to_owned())
 }

@@ -27,13 +27,8 @@ pub mod retry;
 mod retrying;
 pub mod session_state;
 
-pub use delivery::{
-    Endpoint, FOLLOW_UPS_REFUSED, HANDLER_PANIC, HANDLER_VERSION_PROPERTY,
-    MAX_DELIVERY_COUNT_EXCEEDED,
-};
-pub use handler::{
-    HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
-};
+pub use delivery::Endpoint;
+pub use handler::{HandlerCall, Handlers};
 pub use horizon::MAX_DELAY;
 pub use pause::{PauseSwitch, Paused, pause_switch};
 pub use policies::{Policies, TransientBackoff};

@@ -238,9 +238,11 @@ pub fn needs_replay_trigger(state: &SessionState) -> bool {
     !state.is_blocked() && state.has_parked()
 }
 
-/// What the handler (or the host on its behalf) reported, after the classifier.
+/// What the handler (or the host on its behalf) reported, after the
+/// classifier: the handler's `nimbus_handler::Outcome` or error, as the
+/// outcome table reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Verdict {
     /// Handled.
     Completed,
     /// Handed off to an external job.
@@ -365,7 +367,7 @@ impl Plan {
 
 /// The settlement after the handler ran for `event_id` at `entry`, given the
 /// session state *before* it ran (the guard already let it through).
-pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, outcome: Outcome) -> Plan {
+pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, verdict: Verdict) -> Plan {
     use BlockChange::{BlockByThis, Keep, Unblock};
     let owns = state.is_blocked_by(event_id);
     let other = state.is_blocked_by_another(event_id);
@@ -375,14 +377,14 @@ pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, outcome
     // settles it (completed, handed off, discarded): its parked copy must
     // not run the handler again (decision 0110).
     let settles_parked = entry == Entry::ResubmissionRequest && !owns && state.has_parked();
-    match outcome {
-        Outcome::Completed => Plan {
+    match verdict {
+        Verdict::Completed => Plan {
             send_follow_ups: true,
             record_inbox: true,
             remember_settled: settles_parked,
             ..Plan::new(Some(Response::Resolution), release, Settle::Complete)
         },
-        Outcome::PendingHandoff => Plan {
+        Verdict::PendingHandoff => Plan {
             send_follow_ups: true,
             remember_settled: settles_parked,
             // A resubmission while another event owns the block reports the
@@ -393,7 +395,7 @@ pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, outcome
                 Settle::Complete,
             )
         },
-        Outcome::Failed(Disposition::Retry) => {
+        Verdict::Failed(Disposition::Retry) => {
             let (block, retry) = match entry {
                 Entry::EventRequest => (BlockByThis, true),
                 Entry::RetryRequest => (Keep, true),
@@ -406,7 +408,7 @@ pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, outcome
                 ..Plan::new(Some(Response::Error), block, Settle::Complete)
             }
         }
-        Outcome::Failed(Disposition::DeadLetter) | Outcome::Permanent => {
+        Verdict::Failed(Disposition::DeadLetter) | Verdict::Permanent => {
             // Never blocks (F19); a blocker that dead-letters keeps its block
             // for the operator to resubmit or skip, as upstream (§4.3).
             Plan::new(
@@ -415,13 +417,13 @@ pub fn after_handler(entry: Entry, state: &SessionState, event_id: &str, outcome
                 Settle::DeadLetter,
             )
         }
-        Outcome::Failed(Disposition::Discard) => Plan {
+        Verdict::Failed(Disposition::Discard) => Plan {
             remember_settled: settles_parked,
             ..Plan::new(Some(Response::Discard), release, Settle::Complete)
         },
         // F11: Unsupported on every entry point; a blocker's block stays until an operator acts.
-        Outcome::Unsupported => Plan::new(Some(Response::Unsupported), Keep, Settle::Complete),
-        Outcome::Transient => Plan::new(None, Keep, Settle::Abandon),
+        Verdict::Unsupported => Plan::new(Some(Response::Unsupported), Keep, Settle::Complete),
+        Verdict::Transient => Plan::new(None, Keep, Settle::Abandon),
     }
 }
 

@@ -12,15 +12,14 @@ use std::time::Duration;
 use nimbus_broker::{Broker, BrokerOptions, Durability};
 use nimbus_engine::Classifier;
 use nimbus_engine::{
-    Endpoint, HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
-    Policies, ProcessorSettings, RetryPolicies, RetryPolicy, Retrying, TransientBackoff,
-    run_endpoint, run_replayer,
+    Endpoint, HandlerCall, Handlers, Policies, ProcessorSettings, RetryPolicies, RetryPolicy,
+    Retrying, TransientBackoff, run_endpoint, run_replayer,
 };
+use nimbus_handler::{ErrorKind, Event, FollowUp, HandlerError, Outcome, PendingHandoff, Report};
 use nimbus_transport::{
     Admin, Message, Receiver, RuleDescription, SubQueue, SubscriptionPath, SubscriptionSettings,
     TopicSettings, Transport,
 };
-use nimbus_wire::build::FollowUp;
 use nimbus_wire::{ControlKey, MessageContent, MessageType, NimbusMessage, SessionState};
 use tokio_util::sync::CancellationToken;
 
@@ -45,7 +44,7 @@ struct Scripted {
 }
 
 impl Handlers for Scripted {
-    fn invoke<'a>(&'a self, _endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
+    fn invoke<'a>(&'a self, _endpoint: &'a str, event: Event) -> HandlerCall<'a> {
         // Before any future exists, as a handler that panics while it sets
         // up its call would.
         assert!(
@@ -57,7 +56,7 @@ impl Handlers for Scripted {
 }
 
 impl Scripted {
-    async fn run(&self, event: HandlerEvent) -> Option<HandlerReport> {
+    async fn run(&self, event: Event) -> Option<Report> {
         let payload: serde_json::Value = serde_json::from_str(&event.payload).unwrap();
         let id = payload["Id"].as_str().unwrap_or_default().to_owned();
         self.seen.lock().unwrap().push(id.clone());
@@ -68,41 +67,38 @@ impl Scripted {
             *count += 1;
             *count
         };
-        let failure = |t: &str| HandlerFailure {
-            error_type: t.to_owned(),
-            message: format!("scripted {t}"),
-            retry_after: None,
-        };
+        let failure =
+            |kind: ErrorKind, t: &str| Err(HandlerError::new(kind, t, format!("scripted {t}")));
         let result = match action {
-            "fail" => HandlerResult::Failed(failure("Scripted")),
-            "fail-once" if count == 1 => HandlerResult::Failed(failure("Scripted")),
-            "transient" => HandlerResult::Transient(failure("Flaky")),
-            "transient-once" if count == 1 => HandlerResult::Transient(failure("Flaky")),
-            "permanent" => HandlerResult::Permanent(failure("Validation")),
-            "fail-then-permanent" if count == 1 => HandlerResult::Failed(failure("Scripted")),
-            "fail-then-permanent" => HandlerResult::Permanent(failure("Validation")),
+            "fail" => failure(ErrorKind::Failed, "Scripted"),
+            "fail-once" if count == 1 => failure(ErrorKind::Failed, "Scripted"),
+            "transient" => failure(ErrorKind::Transient, "Flaky"),
+            "transient-once" if count == 1 => failure(ErrorKind::Transient, "Flaky"),
+            "permanent" => failure(ErrorKind::Permanent, "Validation"),
+            "fail-then-permanent" if count == 1 => failure(ErrorKind::Failed, "Scripted"),
+            "fail-then-permanent" => failure(ErrorKind::Permanent, "Validation"),
             // Issue 28: durations a hostile guest may return.
-            "fail-retry-after-forever" => HandlerResult::Failed(HandlerFailure {
+            "fail-retry-after-forever" => Err(HandlerError {
                 retry_after: Some(Duration::from_millis(u64::MAX)),
-                ..failure("Scripted")
+                ..HandlerError::failed("Scripted", "scripted Scripted".to_owned())
             }),
-            "handoff-forever" => HandlerResult::PendingHandoff {
+            "handoff-forever" => Ok(Outcome::PendingHandoff(PendingHandoff {
                 reason: "external job".into(),
                 external_job_id: Some("job-1".into()),
                 expected_by: Some(Duration::from_millis(u64::MAX)),
-            },
-            "handoff" => HandlerResult::PendingHandoff {
+            })),
+            "handoff" => Ok(Outcome::PendingHandoff(PendingHandoff {
                 reason: "external job".into(),
                 external_job_id: Some("job-1".into()),
                 expected_by: Some(Duration::from_secs(60)),
-            },
+            })),
             "unknown-type" => return None,
             "slow" => {
                 tokio::time::sleep(SLOW_HANDLER).await;
-                HandlerResult::Completed
+                Ok(Outcome::Completed)
             }
             "panic" => panic!("scripted panic"),
-            _ => HandlerResult::Completed,
+            _ => Ok(Outcome::Completed),
         };
         // `follow-ups-N-BYTES`: completes, publishing N follow-ups whose
         // payloads are strings of BYTES characters.
@@ -112,7 +108,7 @@ impl Scripted {
                 let (n, bytes): (usize, usize) = (n.parse().unwrap(), bytes.parse().unwrap());
                 (0..n)
                     .map(|i| FollowUp {
-                        event_type_id: FOLLOW_UP_TYPE.to_owned(),
+                        event_type: FOLLOW_UP_TYPE.to_owned(),
                         message_id: format!("{id}-follow-up-{i}"),
                         payload: serde_json::json!("x".repeat(bytes)).to_string(),
                         ..FollowUp::default()
@@ -121,7 +117,7 @@ impl Scripted {
             }
             None => Vec::new(),
         };
-        Some(HandlerReport {
+        Some(Report {
             result,
             follow_ups,
             version: "sha256:test".into(),
@@ -1543,7 +1539,7 @@ async fn follow_ups_the_broker_refuses_fail_the_event_once_instead_of_running_it
         .expect("an error response has content");
     let text = serde_json::to_string(content).unwrap();
     assert!(
-        text.contains(nimbus_engine::FOLLOW_UPS_REFUSED)
+        text.contains(nimbus_handler::error_type::FOLLOW_UPS_REFUSED)
             && text.contains("3 follow-up(s)")
             && text.contains("more than the 65536 bytes a request may hold"),
         "the error names the follow-ups and the broker's limit: {text}"

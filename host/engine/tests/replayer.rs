@@ -573,19 +573,18 @@ impl nimbus_engine::Handlers for FailOne {
     fn invoke<'a>(
         &'a self,
         _endpoint: &'a str,
-        event: nimbus_engine::HandlerEvent,
+        event: nimbus_handler::Event,
     ) -> nimbus_engine::HandlerCall<'a> {
         Box::pin(async move {
             let result = if event.payload.contains("\"fail\"") {
-                nimbus_engine::HandlerResult::Failed(nimbus_engine::HandlerFailure {
-                    error_type: "Scripted".into(),
-                    message: "scripted failure".into(),
-                    retry_after: None,
-                })
+                Err(nimbus_handler::HandlerError::failed(
+                    "Scripted",
+                    "scripted failure".into(),
+                ))
             } else {
-                nimbus_engine::HandlerResult::Completed
+                Ok(nimbus_handler::Outcome::Completed)
             };
-            Some(nimbus_engine::HandlerReport {
+            Some(nimbus_handler::Report {
                 result,
                 follow_ups: Vec::new(),
                 version: "sha256:test".into(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_manager::{BulkAction, BulkSelection, Chosen, DeadLetterId, Manager, ManagerError};
 use nimbus_resolver::{
-    EventDetail, EventFilter, EventRecord, Heartbeat, MessageKind, Observation, Outcome, Progress,
+    Consumed, EventDetail, EventFilter, EventRecord, Heartbeat, MessageKind, Observation, Progress,
     REBUILT_FROM_BROKER, Recorded, ResolverError, ResolverSettings, ResolverStore,
     SqliteResolverStore, Status, StoreError, run_resolver,
 };
@@ -211,7 +211,7 @@ impl Harness {
                 .await
                 .expect("the resolver reports every message")
                 .expect("the resolver is running");
-            assert!(matches!(got.outcome, Outcome::Recorded { .. }), "{got:?}");
+            assert!(matches!(got.outcome, Consumed::Recorded { .. }), "{got:?}");
         }
     }
 
@@ -863,7 +863,7 @@ async fn an_event_routed_by_the_provisioned_topology_is_resubmitted_by_its_id_al
         .await
         .unwrap()
         .unwrap();
-    let Outcome::Recorded {
+    let Consumed::Recorded {
         endpoint, event_id, ..
     } = recorded.outcome
     else {
@@ -1481,7 +1481,7 @@ async fn the_resolvers_own_dead_letters_are_listed_kept_and_replayed_to_record_t
         .await
         .unwrap()
         .unwrap();
-    assert!(matches!(got.outcome, Outcome::DeadLettered(_)), "{got:?}");
+    assert!(matches!(got.outcome, Consumed::DeadLettered(_)), "{got:?}");
 
     // The response, dead-lettered as the bus does at the last delivery a
     // failing store abandoned; the Resolver is stopped so it cannot take it.

@@ -109,12 +109,13 @@ pub struct Progress {
     /// Its sequence number on the Resolver subscription.
     pub sequence_number: i64,
     /// What happened.
-    pub outcome: Outcome,
+    pub outcome: Consumed,
 }
 
-/// What happened to one message.
+/// What the consumer did with one message: how it disposed of it, not a
+/// handler's outcome (the Resolver runs no handler).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
+pub enum Consumed {
     /// Recorded for this event and completed.
     Recorded {
         /// The endpoint.
@@ -593,14 +594,14 @@ struct Decided {
     message_id: Option<String>,
     sequence_number: i64,
     settlement: Settlement,
-    outcome: Outcome,
+    outcome: Consumed,
 }
 
 impl Decided {
     fn new(
         message: ReceivedMessage,
         settlement: impl FnOnce(ReceivedMessage) -> Settlement,
-        outcome: Outcome,
+        outcome: Consumed,
     ) -> Decided {
         Decided {
             message_id: message.message.message_id.clone(),
@@ -773,7 +774,7 @@ async fn decide<T>(
             Some(Ok(recorded)) => Ok(Decided::new(
                 message,
                 Settlement::complete,
-                Outcome::Recorded {
+                Consumed::Recorded {
                     endpoint,
                     event_id,
                     recorded,
@@ -795,7 +796,7 @@ async fn decide<T>(
                 Ok(()) => Ok(Decided::new(
                     message,
                     Settlement::complete,
-                    Outcome::Heartbeat { endpoint },
+                    Consumed::Heartbeat { endpoint },
                 )),
                 Err(e) => Err((message, e)),
             }
@@ -803,7 +804,7 @@ async fn decide<T>(
         Step::Skip { message, why } => Ok(Decided::new(
             message,
             Settlement::complete,
-            Outcome::Ignored(why),
+            Consumed::Ignored(why),
         )),
         Step::Unrecordable {
             message,
@@ -813,7 +814,7 @@ async fn decide<T>(
             Ok(Decided::new(
                 message,
                 |m| Settlement::dead_letter(m, UNRECORDABLE_REASON.to_owned(), description),
-                Outcome::DeadLettered(reported),
+                Consumed::DeadLettered(reported),
             ))
         }
     }
@@ -846,7 +847,7 @@ async fn settle_together<T: Transport>(
                     context,
                     message_id,
                     sequence_number,
-                    Outcome::SettleFailed(e.to_string()),
+                    Consumed::SettleFailed(e.to_string()),
                 );
             }
         }
@@ -885,7 +886,7 @@ async fn abandon<T: Transport>(
             context,
             message.message.message_id.clone(),
             message.sequence_number,
-            Outcome::Abandoned(format!("{error} (released: {why})")),
+            Consumed::Abandoned(format!("{error} (released: {why})")),
         );
     };
     if !lock_held {
@@ -911,10 +912,10 @@ async fn abandon<T: Transport>(
     let message_id = message.message.message_id.clone();
     let sequence_number = message.sequence_number;
     let outcome = match session.abandon(message, Properties::new()).await {
-        Ok(()) => Outcome::Abandoned(error.to_string()),
+        Ok(()) => Consumed::Abandoned(error.to_string()),
         Err(e) => {
             tracing::warn!(error = %e, "resolver: abandoning failed; the message will be redelivered");
-            Outcome::SettleFailed(e.to_string())
+            Consumed::SettleFailed(e.to_string())
         }
     };
     report(context, message_id, sequence_number, outcome);
@@ -936,7 +937,7 @@ fn report<T>(
     context: &Context<T>,
     message_id: Option<String>,
     sequence_number: i64,
-    outcome: Outcome,
+    outcome: Consumed,
 ) {
     if let Some(progress) = &context.settings.progress {
         // A dropped receiver only means nobody is watching.

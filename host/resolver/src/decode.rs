@@ -5,15 +5,13 @@
 //! without recording, or dead-letter with the named defect.
 
 use nimbus_transport::{PropertyValue, ReceivedMessage};
-use nimbus_wire::{ControlKey, MessageContent, MessageType, NimbusMessage, control_signature};
+use nimbus_wire::{
+    ControlKey, MessageContent, MessageType, NimbusMessage, control_signature, prop,
+};
 
 use crate::observation::{HandoffDetails, Observation};
 use crate::status::MessageKind;
 use crate::store::Heartbeat;
-
-/// The application property the engine stamps on responses: the digest of
-/// the handler version that produced them.
-pub const HANDLER_VERSION_PROPERTY: &str = "HandlerVersion";
 
 /// The dead-letter reason of a Resolver message the consumer cannot record.
 pub const UNRECORDABLE_REASON: &str = "ResolverCannotRecord";
@@ -101,7 +99,7 @@ pub(crate) fn decode(
     obs.event_type = message.event_type().map(str::to_owned);
     obs.handler_version = message
         .properties
-        .get(HANDLER_VERSION_PROPERTY)
+        .get(prop::HANDLER_VERSION)
         .and_then(PropertyValue::as_str)
         .map(str::to_owned);
     // A handoff request's EventContent holds the external job's details,
@@ -279,7 +277,7 @@ mod tests {
         response.from = Some("billing".into());
         let mut wire = response.to_transport();
         wire.properties.insert(
-            HANDLER_VERSION_PROPERTY.into(),
+            prop::HANDLER_VERSION.into(),
             PropertyValue::String("sha256:abc".into()),
         );
         let obs = event(decode_unchecked(&mut received(wire)));

@@ -35,8 +35,8 @@ mod sqlite;
 mod status;
 mod store;
 
-pub use consumer::{Outcome, Progress, ResolverError, ResolverSettings, run_resolver};
-pub use decode::{HANDLER_VERSION_PROPERTY, UNRECORDABLE_REASON};
+pub use consumer::{Consumed, Progress, ResolverError, ResolverSettings, run_resolver};
+pub use decode::UNRECORDABLE_REASON;
 pub use observation::{HandoffDetails, Observation};
 pub use retention::{pass_interval, run_retention, sessions_in_use};
 pub use sqlite::{EventStatus, SqliteResolverStore, StoreDurability, StoreFile};

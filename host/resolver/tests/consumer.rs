@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_resolver::{
-    EventDetail, EventFilter, EventRecord, Heartbeat, Observation, Outcome, Progress, Recorded,
+    Consumed, EventDetail, EventFilter, EventRecord, Heartbeat, Observation, Progress, Recorded,
     ResolverError, ResolverSettings, ResolverStore, SqliteResolverStore, Status, StoreError,
     UNRECORDABLE_REASON, run_resolver,
 };
@@ -185,7 +185,7 @@ impl Harness {
             .expect("the consumer is running")
     }
 
-    async fn outcomes(&mut self, n: usize) -> Vec<Outcome> {
+    async fn outcomes(&mut self, n: usize) -> Vec<Consumed> {
         let mut got = Vec::with_capacity(n);
         for _ in 0..n {
             got.push(self.next().await.outcome);
@@ -216,9 +216,9 @@ fn as_engine_sends(mut response: NimbusMessage) -> NimbusMessage {
     response
 }
 
-fn recorded(outcome: &Outcome) -> (&str, &str, &Recorded) {
+fn recorded(outcome: &Consumed) -> (&str, &str, &Recorded) {
     match outcome {
-        Outcome::Recorded {
+        Consumed::Recorded {
             endpoint,
             event_id,
             recorded,
@@ -415,7 +415,7 @@ async fn messages_that_cannot_be_recorded_are_dead_lettered_with_the_defect_name
 
     let outcomes = h.outcomes(3).await;
     for outcome in &outcomes {
-        assert!(matches!(outcome, Outcome::DeadLettered(_)), "{outcome:?}");
+        assert!(matches!(outcome, Consumed::DeadLettered(_)), "{outcome:?}");
     }
     assert!(h.store.events(&EventFilter::default()).unwrap().is_empty());
 
@@ -519,8 +519,14 @@ async fn a_store_failure_abandons_the_message_and_its_redelivery_is_recorded_bef
     // land on the first delivery.
     h.send_all("billing", &[request, response]).await;
     let outcomes = h.outcomes(4).await;
-    assert!(matches!(outcomes[0], Outcome::Abandoned(_)), "{outcomes:?}");
-    assert!(matches!(outcomes[1], Outcome::Abandoned(_)), "{outcomes:?}");
+    assert!(
+        matches!(outcomes[0], Consumed::Abandoned(_)),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[1], Consumed::Abandoned(_)),
+        "{outcomes:?}"
+    );
     assert_eq!(
         recorded(&outcomes[2]).2,
         &Recorded::Applied {
@@ -564,10 +570,10 @@ async fn heartbeat_answers_are_noted_per_endpoint_and_probe_copies_are_not_event
     )
     .await;
     let outcomes = h.outcomes(2).await;
-    assert!(matches!(outcomes[0], Outcome::Ignored(_)), "{outcomes:?}");
+    assert!(matches!(outcomes[0], Consumed::Ignored(_)), "{outcomes:?}");
     assert_eq!(
         outcomes[1],
-        Outcome::Heartbeat {
+        Consumed::Heartbeat {
             endpoint: "billing".into()
         }
     );
@@ -643,7 +649,7 @@ async fn many_sessions_at_once_keep_each_sessions_order() {
     assert!(
         outcomes
             .iter()
-            .all(|o| matches!(o, Outcome::Recorded { .. }))
+            .all(|o| matches!(o, Consumed::Recorded { .. }))
     );
     for s in 1..SESSIONS {
         let detail = h.event(&format!("ev-{s}"));
@@ -737,7 +743,7 @@ async fn after_shutdown_messages_wait_on_the_bus_and_the_next_run_records_them()
         .await
         .unwrap()
         .unwrap();
-    assert!(matches!(got.outcome, Outcome::Recorded { .. }), "{got:?}");
+    assert!(matches!(got.outcome, Consumed::Recorded { .. }), "{got:?}");
     assert_eq!(store.event("e9").unwrap()[0].record.status, Status::Pending);
     shutdown.cancel();
     rerun.await.unwrap().unwrap();
@@ -969,7 +975,7 @@ async fn a_sessions_waiting_messages_share_one_commit_and_are_recorded_in_order(
     assert!(
         progress
             .iter()
-            .all(|p| matches!(p.outcome, Outcome::Recorded { .. })),
+            .all(|p| matches!(p.outcome, Consumed::Recorded { .. })),
         "{progress:?}"
     );
     assert_eq!(ids(&progress), sent, "settled in session order");
@@ -1074,12 +1080,12 @@ async fn a_store_failure_inside_a_pipelined_run_abandons_it_and_the_rest_follow_
     let mut progress = Vec::new();
     while progress
         .iter()
-        .filter(|p: &&Progress| matches!(p.outcome, Outcome::Recorded { .. }))
+        .filter(|p: &&Progress| matches!(p.outcome, Consumed::Recorded { .. }))
         .count()
         < 10
     {
         let p = h.next().await;
-        if matches!(p.outcome, Outcome::Recorded { .. }) {
+        if matches!(p.outcome, Consumed::Recorded { .. }) {
             assert!(
                 store.committed().contains(p.message_id.as_ref().unwrap()),
                 "{p:?} was completed before its record committed"
@@ -1091,9 +1097,9 @@ async fn a_store_failure_inside_a_pipelined_run_abandons_it_and_the_rest_follow_
         .iter()
         .map(|p| {
             let kind = match &p.outcome {
-                Outcome::Recorded { .. } => "recorded",
-                Outcome::Abandoned(why) if why.contains("released") => "released",
-                Outcome::Abandoned(why) => {
+                Consumed::Recorded { .. } => "recorded",
+                Consumed::Abandoned(why) if why.contains("released") => "released",
+                Consumed::Abandoned(why) => {
                     assert!(why.contains("injected failure on m-5"), "{why}");
                     "abandoned"
                 }
@@ -1140,14 +1146,14 @@ async fn a_record_submitted_behind_a_failing_one_does_not_overtake_it() {
     let mut progress = Vec::new();
     while progress
         .iter()
-        .filter(|p: &&Progress| matches!(p.outcome, Outcome::Recorded { .. }))
+        .filter(|p: &&Progress| matches!(p.outcome, Consumed::Recorded { .. }))
         .count()
         < 2
     {
         progress.push(h.next().await);
     }
     assert!(
-        matches!(&progress[0].outcome, Outcome::Abandoned(why) if why.contains("injected failure on m-0")),
+        matches!(&progress[0].outcome, Consumed::Abandoned(why) if why.contains("injected failure on m-0")),
         "{progress:?}"
     );
     assert_eq!(
@@ -1172,7 +1178,7 @@ async fn nothing_behind_a_failing_record_is_completed_and_shutdown_releases_it_a
     assert!(
         recorded
             .iter()
-            .all(|o| matches!(o, Outcome::Recorded { .. })),
+            .all(|o| matches!(o, Consumed::Recorded { .. })),
         "{recorded:?}"
     );
     assert_eq!(store.committed(), ["m-0", "m-1", "m-2"]);
@@ -1194,7 +1200,7 @@ async fn nothing_behind_a_failing_record_is_completed_and_shutdown_releases_it_a
     for _ in 0..3 {
         let p = h.next().await;
         assert!(
-            matches!(&p.outcome, Outcome::Abandoned(why) if why.contains("shutdown")),
+            matches!(&p.outcome, Consumed::Abandoned(why) if why.contains("shutdown")),
             "{p:?}"
         );
         released.push(p.message_id.unwrap());
@@ -1261,19 +1267,19 @@ async fn a_pipelined_batch_settles_heartbeats_and_defects_in_their_place() {
         got
     };
     assert_eq!(ids(&progress), ["m-0", "garbage", "m-1", "answer", "m-2"]);
-    assert!(matches!(progress[0].outcome, Outcome::Recorded { .. }));
+    assert!(matches!(progress[0].outcome, Consumed::Recorded { .. }));
     assert!(
-        matches!(&progress[1].outcome, Outcome::DeadLettered(why) if why.contains("cannot be decoded")),
+        matches!(&progress[1].outcome, Consumed::DeadLettered(why) if why.contains("cannot be decoded")),
         "{progress:?}"
     );
-    assert!(matches!(progress[2].outcome, Outcome::Recorded { .. }));
+    assert!(matches!(progress[2].outcome, Consumed::Recorded { .. }));
     assert_eq!(
         progress[3].outcome,
-        Outcome::Heartbeat {
+        Consumed::Heartbeat {
             endpoint: "billing".into()
         }
     );
-    assert!(matches!(progress[4].outcome, Outcome::Recorded { .. }));
+    assert!(matches!(progress[4].outcome, Consumed::Recorded { .. }));
     // The three events were one run, in one commit.
     assert_eq!(store.batches(), [3]);
     assert_eq!(store.committed(), ["m-0", "m-1", "m-2"]);

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_resolver::{
-    Outcome, Progress, ResolverSettings, ResolverStore, SqliteResolverStore, run_resolver,
+    Consumed, Progress, ResolverSettings, ResolverStore, SqliteResolverStore, run_resolver,
 };
 use nimbus_transport::provision::{self, Endpoint, Topology};
 use nimbus_transport::{
@@ -201,7 +201,7 @@ async fn the_next_message_is_recorded_while_the_previous_complete_is_in_flight()
             .await
             .unwrap()
             .unwrap();
-        assert!(matches!(p.outcome, Outcome::Recorded { .. }), "{p:?}");
+        assert!(matches!(p.outcome, Consumed::Recorded { .. }), "{p:?}");
         settled.push(p.message_id.unwrap());
     }
     assert_eq!(settled, ["m-1", "m-2"], "completes stay in session order");

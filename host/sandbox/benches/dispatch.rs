@@ -35,7 +35,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nimbus_sandbox::{Digest, Event, Limits, Outcome, Registry, Sandbox, SandboxConfig};
+use nimbus_handler::{Event, Outcome};
+use nimbus_sandbox::{Digest, Limits, Registry, Sandbox, SandboxConfig};
 
 /// A ~300-byte `OrderPlaced`, as NimBus writes it.
 const ORDER: &str = r#"{"OrderId":"o-100234","Customer":"acme-industrial-supplies","Total":1234.5,"Currency":"EUR","Lines":[{"Sku":"A-1001","Quantity":2,"UnitPrice":100.0},{"Sku":"B-2002","Quantity":5,"UnitPrice":150.5},{"Sku":"C-3003","Quantity":1,"UnitPrice":281.0}],"Channel":"web","PlacedBy":"buyer@acme.example"}"#;
@@ -235,16 +236,19 @@ fn bench_dispatch() {
     };
     // Sanity: both sides reach the same decision, and so does the example.
     assert_eq!(
-        decision.invoke(event.clone()).result,
+        decision.invoke(event.clone()).report.result,
         Ok(Outcome::Completed)
     );
     assert_eq!(native_decision(ORDER), Decision::Completed);
     for naive in naive_pooled.iter().chain(&naive_on_demand) {
         assert!(naive.invoke("OrderPlaced", ORDER));
     }
-    assert_eq!(orders.invoke(event.clone()).result, Ok(Outcome::Completed));
     assert_eq!(
-        noop.invoke(noop_event.clone()).result,
+        orders.invoke(event.clone()).report.result,
+        Ok(Outcome::Completed)
+    );
+    assert_eq!(
+        noop.invoke(noop_event.clone()).report.result,
         Ok(Outcome::Completed)
     );
 
@@ -440,7 +444,10 @@ fn profile(spec: &str) {
     eprintln!("{name} imports: {:?}", version.imports());
     eprintln!("{name} exports: {:?}", version.exports());
     let event = event_for(name);
-    assert_eq!(version.invoke(event.clone()).result, Ok(Outcome::Completed));
+    assert_eq!(
+        version.invoke(event.clone()).report.result,
+        Ok(Outcome::Completed)
+    );
     for _ in 0..events {
         black_box(version.invoke(black_box(event.clone())));
     }
@@ -464,7 +471,10 @@ fn pages(name: &str) {
         .unwrap();
     let event = event_for(name);
     for _ in 0..3 {
-        assert_eq!(version.invoke(event.clone()).result, Ok(Outcome::Completed));
+        assert_eq!(
+            version.invoke(event.clone()).report.result,
+            Ok(Outcome::Completed)
+        );
     }
     // The slot: the mapping of the memory image, and the reservation around it.
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();

@@ -16,7 +16,7 @@ use sha2::Digest as _;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-use crate::event::Digest;
+use crate::digest::Digest;
 
 /// Where a loaded version's compiled code came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -3,23 +3,12 @@
 //! `Trap`, or `transient`/`SandboxBusy` when the pool is full (not the
 //! handler's fault: redeliver).
 
+use nimbus_handler::error_type::{MEMORY_LIMIT, PANIC, SANDBOX_BUSY, TIMEOUT, TRAP};
+use nimbus_handler::{ErrorKind, HandlerError};
 use wasmtime::{PoolConcurrencyLimitError, Trap};
 
 use crate::config::Limits;
-use crate::event::{ErrorDetail, ErrorKind, HandlerError};
 use crate::state::InvocationState;
-
-/// Error type for a trap (panic without a message, `unreachable`, stack
-/// overflow, out-of-bounds access...).
-pub(crate) const TRAP: &str = "Trap";
-/// Error type for a deadline overrun.
-pub(crate) const TIMEOUT: &str = "Timeout";
-/// Error type for a memory overrun.
-pub(crate) const MEMORY_LIMIT: &str = "MemoryLimit";
-/// Error type for a panic the guest reported through `log.panicked`.
-pub(crate) const PANIC: &str = "Panic";
-/// Error type when every pool slot is busy.
-pub(crate) const SANDBOX_BUSY: &str = "SandboxBusy";
 
 /// Classifies `error` from instantiation or the call. Order matters: a
 /// refused memory growth usually surfaces as a trap (the guest's allocator
@@ -30,18 +19,15 @@ pub(crate) fn classify(
     limits: &Limits,
 ) -> HandlerError {
     if error.downcast_ref::<PoolConcurrencyLimitError>().is_some() {
-        return HandlerError {
-            kind: ErrorKind::Transient,
-            detail: ErrorDetail {
-                error_type: SANDBOX_BUSY.to_owned(),
-                message: format!("every sandbox instance slot is busy: {error}"),
-                retry_after_ms: None,
-            },
-        };
+        return HandlerError::new(
+            ErrorKind::Transient,
+            SANDBOX_BUSY,
+            format!("every sandbox instance slot is busy: {error}"),
+        );
     }
     let trap = error.downcast_ref::<Trap>().copied();
     if trap == Some(Trap::Interrupt) {
-        return HandlerError::sandbox_failed(
+        return HandlerError::failed(
             TIMEOUT,
             format!(
                 "handler ran past its deadline of {} and was stopped",
@@ -50,7 +36,7 @@ pub(crate) fn classify(
         );
     }
     if let Some(desired) = state.limiter.memory_refused_at() {
-        return HandlerError::sandbox_failed(
+        return HandlerError::failed(
             MEMORY_LIMIT,
             format!(
                 "handler tried to grow its memory to {desired} bytes, over its limit of {} bytes",
@@ -59,7 +45,7 @@ pub(crate) fn classify(
         );
     }
     if let Some(message) = &state.panic_message {
-        return HandlerError::sandbox_failed(PANIC, message.clone());
+        return HandlerError::failed(PANIC, message.clone());
     }
     let message = match trap {
         Some(Trap::StackOverflow) => "wasm trap: call stack exhausted (stack overflow)".to_owned(),
@@ -74,5 +60,5 @@ pub(crate) fn classify(
         Some(trap) => trap.to_string(),
         None => format!("{error:#}"),
     };
-    HandlerError::sandbox_failed(TRAP, message)
+    HandlerError::failed(TRAP, message)
 }

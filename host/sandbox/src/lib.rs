@@ -1,13 +1,16 @@
 //! The handler sandbox: loads handler components, limits them, runs one event
 //! per fresh instance, and swaps new versions in while the host keeps serving.
 //!
-//! Its place in the system: the engine hands it one [`Event`] at a time on
-//! the session's own task ([`HandlerVersion::invoke_async`]; tools and tests
-//! call [`HandlerVersion::invoke`] on a plain thread) and gets back an
-//! [`Invocation`]: the
-//! handler's outcome or error, the follow-up events it asked for, its logs and
-//! the digest of the version that ran it. The sandbox never talks to a broker
-//! and never settles anything; follow-ups are held, not sent.
+//! Its place in the system: the engine hands it one `nimbus_handler::Event`
+//! at a time on the session's own task ([`HandlerVersion::invoke_async`];
+//! tools and tests call [`HandlerVersion::invoke`] on a plain thread) and
+//! gets back an [`Invocation`]: the handler's `nimbus_handler::Report` (its
+//! outcome or error, the follow-up events it asked for, the version that
+//! ran it), its logs and the digest of the component. The handler's
+//! vocabulary is `nimbus_handler`'s; the generated WIT bindings are
+//! converted to and from it here, once, in `host/convert.rs`. The sandbox
+//! never talks to a broker and never settles anything; follow-ups are held,
+//! not sent.
 //!
 //! Of wasmtime it uses exactly this: the component model with synchronous
 //! calls and calls on a fiber that yield at every epoch tick, the pooling allocator with a pre-linked `InstancePre` per handler
@@ -32,9 +35,10 @@ pub(crate) mod bindings;
 pub(crate) mod cache;
 pub(crate) mod classify;
 pub(crate) mod config;
+pub(crate) mod digest;
 pub(crate) mod error;
-pub(crate) mod event;
 pub(crate) mod host;
+pub(crate) mod invocation;
 pub(crate) mod layout;
 pub(crate) mod limiter;
 pub(crate) mod manifest;
@@ -53,15 +57,13 @@ pub use config::{
     DEFAULT_REMOVAL_GRACE, DEFAULT_TABLES, DEFAULT_TIMEOUT, DEFAULT_WATCH_DEBOUNCE, Limits,
     MAX_CONCURRENT_INSTANCES, MAX_INSTANCES, MAX_REMOVAL_GRACE, MAX_TABLES, SandboxConfig,
 };
+pub use digest::Digest;
 pub use error::{Error, LoadError, ManifestError, RegistryError, SandboxError};
-pub use event::{
-    Delivery, Digest, ErrorDetail, ErrorKind, Event, FollowUp, HandlerError, Invocation, LogLevel,
-    LogRecord, LogSource, Outcome, PendingHandoff, Property, PropertyValue,
-};
 pub use host::publish::{
     MAX_FOLLOW_UP_BYTES_PER_EVENT, MAX_FOLLOW_UP_PAYLOAD_BYTES, MAX_FOLLOW_UPS_PER_EVENT,
     MAX_MESSAGE_ID_LEN,
 };
+pub use invocation::{Invocation, LogLevel, LogRecord, LogSource};
 pub use layout::HandlerKey;
 pub use manifest::{MAX_TIMEOUT, Manifest, parse_byte_size};
 pub use registry::{HandlerStatus, Registry, Snapshot};

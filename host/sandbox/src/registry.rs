@@ -15,8 +15,8 @@ use std::time::SystemTime;
 use tokio::sync::watch;
 
 use crate::config::MAX_REMOVAL_GRACE;
+use crate::digest::Digest;
 use crate::error::{LoadError, RegistryError};
-use crate::event::Digest;
 use crate::layout::{self, HandlerKey};
 use crate::manifest::Manifest;
 use crate::runtime::Sandbox;

@@ -13,8 +13,8 @@ use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAlloc
 
 use crate::cache::{ArtifactCache, ArtifactSource, CacheStats, Counters};
 use crate::config::{Limits, MAX_CONCURRENT_INSTANCES, MAX_INSTANCES, MAX_TABLES, SandboxConfig};
+use crate::digest::Digest;
 use crate::error::{LoadError, SandboxError};
-use crate::event::Digest;
 use crate::manifest::Manifest;
 use crate::state::InvocationState;
 use crate::ticker::EpochTicker;

@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use nimbus_handler::{Delivery, FollowUp};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::config::Limits;
-use crate::event::{Delivery, Digest, FollowUp, LogRecord};
+use crate::digest::Digest;
+use crate::invocation::LogRecord;
 use crate::limiter::HandlerLimiter;
 use crate::stdio::CapturedOutput;
 

@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nimbus_handler::{Event, Report};
 use wasmtime::component::Component;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
@@ -15,9 +16,10 @@ use crate::bindings::{HandlerPre, types};
 use crate::cache::ArtifactSource;
 use crate::classify::classify;
 use crate::config::Limits;
+use crate::digest::Digest;
 use crate::error::LoadError;
-use crate::event::{Digest, Event, Invocation, LogLevel, LogRecord, LogSource};
 use crate::host::convert::{event_to_wit, result_from_wit};
+use crate::invocation::{Invocation, LogLevel, LogRecord, LogSource};
 use crate::manifest::Manifest;
 use crate::runtime::SandboxInner;
 use crate::state::{InvocationState, InvocationTags};
@@ -197,7 +199,7 @@ impl HandlerVersion {
             let error = classify(&e, store.data(), &self.limits);
             format!(
                 "instantiating it and calling `subscriptions` failed: {}: {}",
-                error.detail.error_type, error.detail.message
+                error.error_type, error.message
             )
         })
     }
@@ -265,7 +267,7 @@ impl HandlerVersion {
     /// Synchronous and CPU-bound: call it from a blocking thread (e.g.
     /// `tokio::task::spawn_blocking`), not from an async task. It never
     /// panics on guest behaviour: traps, overruns and refused resources come
-    /// back as `failed` errors in [`Invocation::result`].
+    /// back as `failed` errors in the [`Invocation::report`]'s result.
     pub fn invoke(&self, event: Event) -> Invocation {
         let started = Instant::now();
         let mut store = self.new_store(self.tags(&event));
@@ -359,8 +361,11 @@ impl HandlerVersion {
             );
         }
         Invocation {
-            result,
-            follow_ups: state.outbox.follow_ups,
+            report: Report {
+                result,
+                follow_ups: state.outbox.follow_ups,
+                version: self.id.to_string(),
+            },
             logs: state.log.records,
             digest: self.digest,
             handler: self.name.to_string(),

@@ -8,7 +8,8 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use nimbus_sandbox::{ErrorKind, HandlerVersion, Limits, Outcome};
+use nimbus_handler::{ErrorKind, Outcome};
+use nimbus_sandbox::{HandlerVersion, Limits};
 use support::{event, guest, sandbox};
 
 /// Small arena classes, the largest one, and two sizes past it (the backing
@@ -43,7 +44,7 @@ fn allocating_and_freeing_in_a_loop_stays_within_a_small_memory_limit() {
     );
     let invocation = echo().invoke(event("Echo", &churn(false)));
     assert_eq!(
-        invocation.result,
+        invocation.report.result,
         Ok(Outcome::Completed),
         "{:?}",
         invocation.logs
@@ -55,7 +56,10 @@ fn allocating_and_freeing_in_a_loop_stays_within_a_small_memory_limit() {
 #[test]
 fn the_same_loop_keeping_its_blocks_runs_into_the_limit() {
     let invocation = echo().invoke(event("Echo", &churn(true)));
-    let error = invocation.result.expect_err("a leak must hit the limit");
+    let error = invocation
+        .report
+        .result
+        .expect_err("a leak must hit the limit");
     assert_eq!(error.kind, ErrorKind::Failed, "{error}");
-    assert_eq!(error.detail.error_type, "MemoryLimit", "{error}");
+    assert_eq!(error.error_type, "MemoryLimit", "{error}");
 }

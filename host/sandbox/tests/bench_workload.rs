@@ -8,7 +8,8 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use nimbus_sandbox::{ErrorKind, HandlerVersion, Invocation, Limits, Outcome};
+use nimbus_handler::{ErrorKind, Outcome};
+use nimbus_sandbox::{HandlerVersion, Invocation, Limits};
 use support::{event, guest, sandbox};
 
 const ORDER: &str = r#"{"OrderId":"o-7","Customer":"acme","Total":150.0,"Lines":[{"Sku":"A-1","Quantity":2,"UnitPrice":50.0},{"Sku":"B-7","Quantity":1,"UnitPrice":50.0}]}"#;
@@ -22,12 +23,12 @@ fn load(crate_name: &str) -> HandlerVersion {
 
 /// The result as `(kind, error type)`, `None` for completed.
 fn decision(invocation: &Invocation) -> Option<(ErrorKind, String)> {
-    match &invocation.result {
+    match &invocation.report.result {
         Ok(outcome) => {
             assert_eq!(outcome, &Outcome::Completed);
             None
         }
-        Err(error) => Some((error.kind, error.detail.error_type.clone())),
+        Err(error) => Some((error.kind, error.error_type.clone())),
     }
 }
 
@@ -69,7 +70,7 @@ fn order_decision_decides_every_payload_as_the_orders_example_does() {
         "OrderPlaced",
         &ORDER.replace("\"Lines\"", "\"Fail\":true,\"Lines\""),
     ));
-    let message = rejected.result.expect_err("rejected").detail.message;
+    let message = rejected.report.result.expect_err("rejected").message;
     assert_eq!(message, "order o-7 rejected: the payload asked to fail");
 }
 

@@ -6,7 +6,8 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use nimbus_sandbox::{ErrorKind, HandlerVersion, Limits, Outcome, Sandbox};
+use nimbus_handler::{ErrorKind, Outcome};
+use nimbus_sandbox::{HandlerVersion, Limits, Sandbox};
 use support::{event, guest, sandbox};
 
 fn load(sandbox: &Sandbox, crate_name: &str, limits: Limits) -> HandlerVersion {
@@ -18,12 +19,13 @@ fn load(sandbox: &Sandbox, crate_name: &str, limits: Limits) -> HandlerVersion {
 
 fn assert_failed(invocation: &nimbus_sandbox::Invocation, error_type: &str) -> String {
     let error = invocation
+        .report
         .result
         .as_ref()
         .expect_err("the invocation must fail");
     assert_eq!(error.kind, ErrorKind::Failed, "{error}");
-    assert_eq!(error.detail.error_type, error_type, "{error}");
-    error.detail.message.clone()
+    assert_eq!(error.error_type, error_type, "{error}");
+    error.message.clone()
 }
 
 #[test]
@@ -132,7 +134,11 @@ fn called_asynchronously_every_misbehaviour_is_contained_the_same_way() {
             let invocation = hostile.invoke_async(event(event_type, "{}")).await;
             assert_failed(&invocation, error_type);
             let served = noop.invoke_async(event("Noop", "{}")).await;
-            assert_eq!(served.result, Ok(Outcome::Completed), "after {event_type}");
+            assert_eq!(
+                served.report.result,
+                Ok(Outcome::Completed),
+                "after {event_type}"
+            );
         }
     });
 }
@@ -154,9 +160,19 @@ fn the_sandbox_keeps_serving_after_every_kind_of_misbehaviour() {
     ] {
         let hostile = load(&sandbox, crate_name, limits);
         for _ in 0..3 {
-            assert!(hostile.invoke(event(event_type, "{}")).result.is_err());
+            assert!(
+                hostile
+                    .invoke(event(event_type, "{}"))
+                    .report
+                    .result
+                    .is_err()
+            );
             let served = noop.invoke(event("Noop", "{}"));
-            assert_eq!(served.result, Ok(Outcome::Completed), "after {crate_name}");
+            assert_eq!(
+                served.report.result,
+                Ok(Outcome::Completed),
+                "after {crate_name}"
+            );
         }
     }
 }
@@ -167,10 +183,10 @@ fn two_events_in_a_row_share_no_state() {
     let stateful = load(&sandbox, "stateful", Limits::default());
     for _ in 0..3 {
         let invocation = stateful.invoke(event("Stateful", "{}"));
-        assert_eq!(invocation.result, Ok(Outcome::Completed));
-        assert_eq!(invocation.follow_ups.len(), 1);
+        assert_eq!(invocation.report.result, Ok(Outcome::Completed));
+        assert_eq!(invocation.report.follow_ups.len(), 1);
         let payload: serde_json::Value =
-            serde_json::from_str(&invocation.follow_ups[0].payload).expect("JSON");
+            serde_json::from_str(&invocation.report.follow_ups[0].payload).expect("JSON");
         assert_eq!(
             payload["Count"], 1,
             "every event sees a fresh instance, so the counter starts again"

@@ -13,7 +13,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use nimbus_sandbox::{ErrorKind, HandlerVersion, Limits, Outcome, Sandbox};
+use nimbus_handler::{ErrorKind, Outcome};
+use nimbus_sandbox::{HandlerVersion, Limits, Sandbox};
 use support::{event, guest, sandbox};
 
 /// Signals, per event id, that the handler wrote a log line containing
@@ -112,7 +113,7 @@ fn load_endless_loop(sandbox: &Sandbox) -> Arc<HandlerVersion> {
     load(sandbox, "endless-loop", limits)
 }
 
-fn loop_event(event_id: &str) -> nimbus_sandbox::Event {
+fn loop_event(event_id: &str) -> nimbus_handler::Event {
     let mut looping = event("Loop", "{}");
     looping.event_id = event_id.to_owned();
     looping
@@ -144,11 +145,11 @@ fn an_endless_loop_is_stopped_by_its_deadline_while_other_handlers_keep_serving(
     let mut served_while_looping = 0;
     for _ in 0..10 {
         assert_eq!(
-            noop.invoke(event("Noop", "{}")).result,
+            noop.invoke(event("Noop", "{}")).report.result,
             Ok(Outcome::Completed)
         );
         assert_eq!(
-            orders.invoke(event("OrderPlaced", order)).result,
+            orders.invoke(event("OrderPlaced", order)).report.result,
             Ok(Outcome::Completed)
         );
         if !loop_finished.load(Ordering::SeqCst) {
@@ -161,9 +162,9 @@ fn an_endless_loop_is_stopped_by_its_deadline_while_other_handlers_keep_serving(
     );
 
     let invocation = looping.join().expect("loop thread");
-    let error = invocation.result.expect_err("the loop is stopped");
+    let error = invocation.report.result.expect_err("the loop is stopped");
     assert_eq!(error.kind, ErrorKind::Failed);
-    assert_eq!(error.detail.error_type, "Timeout", "{error}");
+    assert_eq!(error.error_type, "Timeout", "{error}");
 }
 
 #[test]
@@ -186,7 +187,7 @@ fn an_async_endless_loop_yields_its_thread_to_other_handlers_until_its_deadline(
         let mut served_while_looping = 0;
         for _ in 0..10 {
             let invocation = noop.invoke_async(event("Noop", "{}")).await;
-            assert_eq!(invocation.result, Ok(Outcome::Completed));
+            assert_eq!(invocation.report.result, Ok(Outcome::Completed));
             if !looping.is_finished() {
                 served_while_looping += 1;
             }
@@ -197,9 +198,9 @@ fn an_async_endless_loop_yields_its_thread_to_other_handlers_until_its_deadline(
         served_while_looping > 0,
         "the loop must yield its thread while it runs"
     );
-    let error = looped.result.expect_err("the loop is stopped");
+    let error = looped.report.result.expect_err("the loop is stopped");
     assert_eq!(error.kind, ErrorKind::Failed);
-    assert_eq!(error.detail.error_type, "Timeout", "{error}");
+    assert_eq!(error.error_type, "Timeout", "{error}");
 }
 
 /// Runs `test` on a current-thread runtime with its timer, failing it
@@ -227,9 +228,9 @@ fn an_async_handler_asleep_in_a_wasi_call_is_stopped_at_its_deadline() {
     };
     let sleeper = load(&sandbox, "endless-loop", limits);
     let invocation = on_one_thread(sleeper.invoke_async(event("Sleep", "{}")));
-    let error = invocation.result.expect_err("the sleep is cut off");
+    let error = invocation.report.result.expect_err("the sleep is cut off");
     assert_eq!(error.kind, ErrorKind::Failed);
-    assert_eq!(error.detail.error_type, "Timeout", "{error}");
+    assert_eq!(error.error_type, "Timeout", "{error}");
     assert!(
         invocation
             .logs
@@ -260,7 +261,7 @@ fn an_async_handler_dropped_mid_run_gives_its_instance_slot_back() {
         assert!(looping.await.is_err_and(|e| e.is_cancelled()));
         noop.invoke_async(event("Noop", "{}")).await
     });
-    assert_eq!(served.result, Ok(Outcome::Completed));
+    assert_eq!(served.report.result, Ok(Outcome::Completed));
 }
 
 #[test]
@@ -282,15 +283,15 @@ fn when_every_instance_slot_is_busy_the_event_is_transient_sandbox_busy() {
     let busy = noop.invoke(event("Noop", "{}"));
     let looped = looping.join().expect("loop thread");
     assert_eq!(
-        looped.result.expect_err("stopped").detail.error_type,
+        looped.report.result.expect_err("stopped").error_type,
         "Timeout"
     );
-    let error = busy.result.expect_err("no slot while the loop runs");
+    let error = busy.report.result.expect_err("no slot while the loop runs");
     assert_eq!(error.kind, ErrorKind::Transient, "{error}");
-    assert_eq!(error.detail.error_type, "SandboxBusy", "{error}");
+    assert_eq!(error.error_type, "SandboxBusy", "{error}");
     // The slot is free again once the loop is stopped.
     assert_eq!(
-        noop.invoke(event("Noop", "{}")).result,
+        noop.invoke(event("Noop", "{}")).report.result,
         Ok(Outcome::Completed)
     );
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use nimbus_sandbox::{Digest, Outcome, Registry};
+use nimbus_handler::Outcome;
+use nimbus_sandbox::{Digest, Registry};
 use support::{HandlersDir, event, guest, sandbox, sandbox_with, wait_for};
 
 const WORKERS: usize = 4;
@@ -18,6 +19,7 @@ fn digest_of(crate_name: &str) -> Digest {
 /// The `Version` the swap guests put in their follow-up.
 fn served_version(invocation: &nimbus_sandbox::Invocation) -> u64 {
     let follow_up = invocation
+        .report
         .follow_ups
         .first()
         .expect("a SwapServed follow-up");
@@ -84,7 +86,7 @@ fn hot_swap_under_concurrent_invocations_fails_none_and_each_runs_on_exactly_one
         let mut switched = false;
         for invocation in &runs {
             assert_eq!(
-                invocation.result,
+                invocation.report.result,
                 Ok(Outcome::Completed),
                 "no invocation fails"
             );
@@ -121,7 +123,7 @@ fn the_watcher_keeps_the_old_version_when_a_broken_file_arrives_and_reports_why(
     let serving = registry.lookup("ep", "Swap").expect("still served");
     assert_eq!(serving.digest(), digest_of("swap-v1"));
     assert_eq!(
-        serving.invoke(event("Swap", "{}")).result,
+        serving.invoke(event("Swap", "{}")).report.result,
         Ok(Outcome::Completed)
     );
 }

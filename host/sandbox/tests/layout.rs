@@ -6,7 +6,8 @@ mod support;
 
 use std::path::Path;
 
-use nimbus_sandbox::{Digest, Outcome, Registry, Snapshot};
+use nimbus_handler::Outcome;
+use nimbus_sandbox::{Digest, Registry, Snapshot};
 use nimbus_transport::provision::{Endpoint, Topology};
 use support::{HandlersDir, event, guest, sandbox};
 
@@ -212,7 +213,7 @@ mod symlinks {
             "the linked manifest applies"
         );
         assert_eq!(
-            noop.invoke(event("Noop", "{}")).result,
+            noop.invoke(event("Noop", "{}")).report.result,
             Ok(Outcome::Completed)
         );
         assert!(

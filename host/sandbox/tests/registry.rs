@@ -5,7 +5,8 @@ mod support;
 
 use std::time::Duration;
 
-use nimbus_sandbox::{ArtifactSource, Digest, Outcome, Registry};
+use nimbus_handler::Outcome;
+use nimbus_sandbox::{ArtifactSource, Digest, Registry};
 use support::{HandlersDir, event, guest, sandbox, sandbox_with};
 
 fn digest_of(crate_name: &str) -> Digest {
@@ -40,7 +41,7 @@ fn events_are_dispatched_by_endpoint_and_event_type() {
     // Its log lines name the endpoint: one component may serve several.
     assert_eq!(noop.endpoint(), Some("billing"));
     assert_eq!(
-        noop.invoke(event("Noop", "{}")).result,
+        noop.invoke(event("Noop", "{}")).report.result,
         Ok(Outcome::Completed)
     );
 }
@@ -102,7 +103,7 @@ fn an_invalid_file_dropped_in_leaves_the_old_version_serving() {
         status.last_error
     );
     let invocation = serving.invoke(event("Swap", "{}"));
-    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.report.result, Ok(Outcome::Completed));
     let (swaps, last_swap) = (status.swaps, status.last_swap);
 
     // The good file put back: the error clears, and no swap is counted,
@@ -319,7 +320,7 @@ fn deleting_a_component_without_a_grace_unregisters_its_event_types() {
     // A snapshot taken before keeps working: in-flight work finishes on it.
     let old = before.lookup("ep", "Swap").expect("old snapshot");
     assert_eq!(
-        old.invoke(event("Swap", "{}")).result,
+        old.invoke(event("Swap", "{}")).report.result,
         Ok(Outcome::Completed)
     );
 }
@@ -348,7 +349,7 @@ fn a_restart_loads_from_the_cache_without_compiling() {
     let noop = registry.lookup("ep", "Noop").expect("noop");
     assert_eq!(noop.artifact_source(), ArtifactSource::CacheHit);
     assert_eq!(
-        noop.invoke(event("Noop", "{}")).result,
+        noop.invoke(event("Noop", "{}")).report.result,
         Ok(Outcome::Completed)
     );
 }
@@ -371,7 +372,7 @@ fn a_corrupt_cache_entry_is_recompiled_not_trusted() {
         .expect("recompiles");
     assert_eq!(version.artifact_source(), ArtifactSource::Compiled);
     assert_eq!(
-        version.invoke(event("Noop", "{}")).result,
+        version.invoke(event("Noop", "{}")).report.result,
         Ok(Outcome::Completed)
     );
 }
@@ -384,7 +385,7 @@ fn a_manifest_sets_limits_and_config_and_a_change_to_it_reloads() {
     let order = r#"{"OrderId":"o-1","Customer":"acme","Total":150.0,"Lines":[{"Sku":"A","Quantity":1,"UnitPrice":150.0}]}"#;
     let first = registry.lookup("ep", "OrderPlaced").expect("orders");
     assert_eq!(
-        first.invoke(event("OrderPlaced", order)).result,
+        first.invoke(event("OrderPlaced", order)).report.result,
         Ok(Outcome::Completed)
     );
 
@@ -403,9 +404,10 @@ fn a_manifest_sets_limits_and_config_and_a_change_to_it_reloads() {
     );
     let error = second
         .invoke(event("OrderPlaced", order))
+        .report
         .result
         .expect_err("over the configured total");
-    assert_eq!(error.detail.error_type, "OrderRejected", "{error}");
+    assert_eq!(error.error_type, "OrderRejected", "{error}");
 }
 
 #[test]
@@ -468,7 +470,7 @@ fn a_component_whose_subscriptions_waits_in_wasi_fails_to_load_at_its_deadline()
         .lookup("ep", "Noop")
         .expect("the other component serves");
     assert_eq!(
-        noop.invoke(event("Noop", "{}")).result,
+        noop.invoke(event("Noop", "{}")).report.result,
         Ok(Outcome::Completed)
     );
     let status = snapshot

@@ -7,11 +7,11 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
+use std::time::{Duration, UNIX_EPOCH};
 
-use nimbus_sandbox::{
-    Delivery, ErrorDetail, ErrorKind, Event, HandlerError, HandlerVersion, Invocation, Limits,
-    LogLevel, LogSource, Outcome, PendingHandoff, Property, PropertyValue, Sandbox,
-};
+use nimbus_handler::{Delivery, ErrorKind, Event, HandlerError, Outcome, PendingHandoff};
+use nimbus_sandbox::{HandlerVersion, Invocation, Limits, LogLevel, LogSource, Sandbox};
+use nimbus_transport::{Properties, PropertyValue};
 use support::{event, guest, sandbox};
 
 fn load(sandbox: &Sandbox, crate_name: &str, config: &[(&str, &str)]) -> HandlerVersion {
@@ -42,19 +42,17 @@ fn error(
 ) -> HandlerError {
     HandlerError {
         kind,
-        detail: ErrorDetail {
-            error_type: error_type.to_owned(),
-            message: message.to_owned(),
-            retry_after_ms,
-        },
+        error_type: error_type.to_owned(),
+        message: message.to_owned(),
+        retry_after: retry_after_ms.map(Duration::from_millis),
     }
 }
 
 #[test]
 fn completed_round_trips() {
-    assert_eq!(echo("{}").result, Ok(Outcome::Completed));
+    assert_eq!(echo("{}").report.result, Ok(Outcome::Completed));
     assert_eq!(
-        echo(r#"{"Outcome":"Completed"}"#).result,
+        echo(r#"{"Outcome":"Completed"}"#).report.result,
         Ok(Outcome::Completed)
     );
 }
@@ -65,20 +63,20 @@ fn pending_handoff_round_trips_with_every_field() {
         r#"{"Outcome":"PendingHandoff","Reason":"DMF import","JobId":"job-7","ExpectedWithinMs":90000}"#,
     );
     assert_eq!(
-        full.result,
+        full.report.result,
         Ok(Outcome::PendingHandoff(PendingHandoff {
             reason: "DMF import".to_owned(),
             external_job_id: Some("job-7".to_owned()),
-            expected_by_ms: Some(90_000),
+            expected_by: Some(Duration::from_millis(90_000)),
         }))
     );
     let bare = echo(r#"{"Outcome":"PendingHandoff","Reason":"waiting"}"#);
     assert_eq!(
-        bare.result,
+        bare.report.result,
         Ok(Outcome::PendingHandoff(PendingHandoff {
             reason: "waiting".to_owned(),
             external_job_id: None,
-            expected_by_ms: None,
+            expected_by: None,
         }))
     );
 }
@@ -94,7 +92,7 @@ fn every_error_kind_round_trips_with_every_field() {
             r#"{{"Outcome":"{outcome}","ErrorType":"PartnerUnavailable","Message":"503 from partner","RetryAfterMs":1500}}"#
         ));
         assert_eq!(
-            with_retry.result,
+            with_retry.report.result,
             Err(error(
                 kind,
                 "PartnerUnavailable",
@@ -105,7 +103,7 @@ fn every_error_kind_round_trips_with_every_field() {
         let without = echo(&format!(
             r#"{{"Outcome":"{outcome}","ErrorType":"Nope","Message":"no"}}"#
         ));
-        assert_eq!(without.result, Err(error(kind, "Nope", "no", None)));
+        assert_eq!(without.report.result, Err(error(kind, "Nope", "no", None)));
     }
 }
 
@@ -115,8 +113,8 @@ fn follow_ups_are_held_even_when_the_outcome_is_an_error() {
     let invocation = echo(
         r#"{"Outcome":"Transient","ErrorType":"PartnerUnavailable","Message":"503","RetryAfterMs":1500,"Publish":2}"#,
     );
-    assert!(invocation.result.is_err());
-    assert_eq!(invocation.follow_ups.len(), 2);
+    assert!(invocation.report.result.is_err());
+    assert_eq!(invocation.report.follow_ups.len(), 2);
 }
 
 #[test]
@@ -133,34 +131,23 @@ fn every_event_field_reaches_the_handler() {
         parent_message_id: Some("parent-1".to_owned()),
         originating_message_id: Some("origin-1".to_owned()),
         retry_count: 3,
-        enqueued_time_ms: 1_700_000_000_123,
+        enqueued_time: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
         payload: payload.to_owned(),
-        properties: vec![
-            Property {
-                name: "S".to_owned(),
-                value: PropertyValue::Str("text".to_owned()),
-            },
-            Property {
-                name: "I".to_owned(),
-                value: PropertyValue::Int(-42),
-            },
-            Property {
-                name: "F".to_owned(),
-                value: PropertyValue::Float(1.5),
-            },
-            Property {
-                name: "B".to_owned(),
-                value: PropertyValue::Boolean(true),
-            },
-        ],
+        properties: Properties::from([
+            ("S".to_owned(), PropertyValue::String("text".to_owned())),
+            ("I".to_owned(), PropertyValue::Int(-42)),
+            ("F".to_owned(), PropertyValue::Float(1.5)),
+            ("B".to_owned(), PropertyValue::Bool(true)),
+        ]),
         delivery: Delivery {
             count: 4,
-            message_type: "ResubmissionRequest".into(),
+            message_type: "ResubmissionRequest",
             from: Some("Manager".to_owned()),
         },
     });
-    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.report.result, Ok(Outcome::Completed));
     let described = invocation
+        .report
         .follow_ups
         .iter()
         .find(|f| f.event_type == "EchoDescribed")
@@ -182,7 +169,7 @@ fn every_event_field_reaches_the_handler() {
 #[test]
 fn absent_event_ids_reach_the_handler_as_none() {
     let invocation = echo(r#"{"Describe":true}"#);
-    let described = &invocation.follow_ups[0];
+    let described = &invocation.report.follow_ups[0];
     let seen: serde_json::Value = serde_json::from_str(&described.payload).expect("JSON");
     assert!(seen["CorrelationId"].is_null());
     assert!(seen["ParentMessageId"].is_null());
@@ -198,8 +185,9 @@ fn follow_up_fields_round_trip() {
     let invocation = echo(
         r#"{"FollowUps":[{"EventType":"OrderShipped","MessageId":"e:ship","Payload":{"A":[1,2]},"SessionId":"other","Properties":{"P":"str","N":7,"X":2.5,"T":false}}],"Publish":1,"PublishSession":"s-2"}"#,
     );
-    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.report.result, Ok(Outcome::Completed));
     let shipped = invocation
+        .report
         .follow_ups
         .iter()
         .find(|f| f.event_type == "OrderShipped")
@@ -208,22 +196,17 @@ fn follow_up_fields_round_trip() {
     assert_eq!(shipped.session_id.as_deref(), Some("other"));
     let payload: serde_json::Value = serde_json::from_str(&shipped.payload).expect("JSON");
     assert_eq!(payload, serde_json::json!({"A": [1, 2]}));
-    let mut properties: Vec<(String, PropertyValue)> = shipped
-        .properties
-        .iter()
-        .map(|p| (p.name.clone(), p.value.clone()))
-        .collect();
-    properties.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
-        properties,
-        [
+        shipped.properties,
+        Properties::from([
             ("N".to_owned(), PropertyValue::Int(7)),
-            ("P".to_owned(), PropertyValue::Str("str".to_owned())),
-            ("T".to_owned(), PropertyValue::Boolean(false)),
+            ("P".to_owned(), PropertyValue::String("str".to_owned())),
+            ("T".to_owned(), PropertyValue::Bool(false)),
             ("X".to_owned(), PropertyValue::Float(2.5)),
-        ]
+        ])
     );
     let numbered = invocation
+        .report
         .follow_ups
         .iter()
         .find(|f| f.event_type == "EchoFollowUp")
@@ -232,32 +215,29 @@ fn follow_up_fields_round_trip() {
     assert_eq!(numbered.session_id.as_deref(), Some("s-2"));
     assert_eq!(
         numbered.properties,
-        [Property {
-            name: "Index".to_owned(),
-            value: PropertyValue::Int(0)
-        }]
+        Properties::from([("Index".to_owned(), PropertyValue::Int(0))])
     );
 }
 
 #[test]
 fn an_empty_follow_up_message_id_is_refused_by_the_host() {
     let invocation = echo(r#"{"FollowUps":[{"EventType":"X","MessageId":"","Payload":{}}]}"#);
-    let error = invocation.result.expect_err("refused");
+    let error = invocation.report.result.expect_err("refused");
     assert_eq!(error.kind, ErrorKind::Failed);
-    assert_eq!(error.detail.error_type, "PublishRejected");
-    assert!(error.detail.message.contains("message-id"), "{error}");
-    assert!(invocation.follow_ups.is_empty());
+    assert_eq!(error.error_type, "PublishRejected");
+    assert!(error.message.contains("message-id"), "{error}");
+    assert!(invocation.report.follow_ups.is_empty());
 }
 
 #[test]
 fn too_many_follow_ups_hit_the_host_bound() {
     let count = nimbus_sandbox::MAX_FOLLOW_UPS_PER_EVENT + 1;
     let invocation = echo(&format!(r#"{{"Publish":{count}}}"#));
-    let error = invocation.result.expect_err("refused");
-    assert_eq!(error.detail.error_type, "PublishRejected");
-    assert!(error.detail.message.contains("at most"), "{error}");
+    let error = invocation.report.result.expect_err("refused");
+    assert_eq!(error.error_type, "PublishRejected");
+    assert!(error.message.contains("at most"), "{error}");
     assert_eq!(
-        invocation.follow_ups.len(),
+        invocation.report.follow_ups.len(),
         nimbus_sandbox::MAX_FOLLOW_UPS_PER_EVENT
     );
 }
@@ -267,7 +247,7 @@ fn logs_stdout_and_stderr_are_captured_with_level_source_and_fields() {
     let invocation = echo(
         r#"{"Stdout":"to stdout\n","Stderr":"to stderr\n","Logs":[{"Level":"Warn","Message":"careful","Fields":{"k":"v"}},{"Level":"Debug","Message":"detail"}]}"#,
     );
-    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.report.result, Ok(Outcome::Completed));
     let find = |message: &str| {
         invocation
             .logs
@@ -296,7 +276,7 @@ fn called_asynchronously_stdout_and_stderr_are_captured_through_async_wasi() {
         "Echo",
         r#"{"Stdout":"async out\n","Stderr":"async err\n"}"#,
     )));
-    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.report.result, Ok(Outcome::Completed));
     let source_of = |message: &str| {
         invocation
             .logs
@@ -324,7 +304,7 @@ fn log_records_past_the_per_event_bound_are_counted_not_kept() {
         .map(|n| format!(r#"{{"Level":"Info","Message":"line {n}"}}"#))
         .collect();
     let invocation = echo(&format!(r#"{{"Logs":[{}]}}"#, logs.join(",")));
-    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.report.result, Ok(Outcome::Completed));
     let handler_records = invocation
         .logs
         .iter()
@@ -348,7 +328,7 @@ fn config_is_read_from_the_manifest_table() {
         "Echo",
         r#"{"ReadConfig":["reject_over_total","missing"]}"#,
     ));
-    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.report.result, Ok(Outcome::Completed));
     let messages: Vec<&str> = invocation.logs.iter().map(|r| r.message.as_str()).collect();
     assert!(
         messages.contains(&r#"config reject_over_total = Some("100")"#),
@@ -362,8 +342,9 @@ fn the_probe_sees_no_file_no_variable_and_no_socket() {
     let sandbox = sandbox();
     let probe = load(&sandbox, "probe", &[]);
     let invocation = probe.invoke(event("Probe", "{}"));
-    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.report.result, Ok(Outcome::Completed));
     let result = invocation
+        .report
         .follow_ups
         .iter()
         .find(|f| f.event_type == "ProbeResult")
@@ -407,7 +388,7 @@ fn a_component_built_before_the_delivery_interface_still_runs() {
         event_id: "evt-legacy".to_owned(),
         ..event("Legacy", "{}")
     });
-    assert_eq!(invocation.result, Ok(Outcome::Completed));
+    assert_eq!(invocation.report.result, Ok(Outcome::Completed));
     assert_eq!(invocation.logs.len(), 1, "{:?}", invocation.logs);
     assert_eq!(
         invocation.logs[0].message,

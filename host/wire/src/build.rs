@@ -16,6 +16,7 @@
 
 use std::time::SystemTime;
 
+use nimbus_handler::FollowUp;
 use nimbus_transport::Properties;
 
 use crate::content::{ErrorContent, EventContent, MessageContent};
@@ -537,24 +538,9 @@ pub fn original_publish(publish: &Publish) -> NimbusMessage {
     }
 }
 
-/// A follow-up event a handler published while handling `inbound`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FollowUp {
-    /// The event type of the follow-up.
-    pub event_type_id: String,
-    /// The message id the handler chose (deterministic, so a replay repeats it).
-    pub message_id: String,
-    /// The payload (JSON text).
-    pub payload: String,
-    /// The session; `None` keeps the inbound event's session.
-    pub session_id: Option<String>,
-    /// Extra user properties.
-    pub properties: Properties,
-}
-
-/// The publish of a follow-up by the handler at `endpoint`: session (unless
-/// the follow-up names one), correlation id and lineage of `inbound` kept,
-/// the handler's message id.
+/// The publish of a follow-up the handler at `endpoint` published while
+/// handling `inbound`: session (unless the follow-up names one),
+/// correlation id and lineage of `inbound` kept, the handler's message id.
 pub fn follow_up_publish(
     inbound: &NimbusMessage,
     follow_up: &FollowUp,
@@ -567,15 +553,15 @@ pub fn follow_up_publish(
             .clone()
             .or_else(|| inbound.session_id.clone()),
         correlation_id: inbound.correlation_id.clone(),
-        to: Some(follow_up.event_type_id.clone()),
+        to: Some(follow_up.event_type.clone()),
         message_type: MessageType::EventRequest,
-        event_type_id: Some(follow_up.event_type_id.clone()),
+        event_type_id: Some(follow_up.event_type.clone()),
         originating_message_id: inbound.lineage_origin(),
         parent_message_id: inbound.message_id.clone(),
         originating_from: Some(endpoint.to_owned()),
         properties: follow_up.properties.clone(),
         content: Some(MessageContent::event(EventContent::new(
-            follow_up.event_type_id.clone(),
+            follow_up.event_type.clone(),
             follow_up.payload.clone(),
         ))),
         ..NimbusMessage::default()

@@ -59,6 +59,11 @@ pub mod prop {
     /// Manager sent it (see [`control_signature`](crate::control_signature)).
     /// nimbus's own, not upstream's: NimBus trusts `From` alone.
     pub const CONTROL_SIGNATURE: &str = "NimbusControlSignature";
+    /// On responses: the id of the handler version that produced the
+    /// outcome (SEMANTICS.md §10), which the Resolver records. nimbus's
+    /// own; not an envelope property: a response never reaches a handler,
+    /// and NimBus tooling carries it as a user property.
+    pub const HANDLER_VERSION: &str = "HandlerVersion";
 
     /// Every property nimbus owns: the typed
     /// [`NimbusMessage`](crate::NimbusMessage)'s fields, and the control

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
+use nimbus_handler::FollowUp;
 use nimbus_transport::{Message, Properties, PropertyValue};
 use nimbus_wire::build::{self, Handoff, Publish, ResponseTimes};
 use nimbus_wire::{
@@ -565,8 +566,8 @@ fn user_properties_travel_with_the_event_but_not_with_responses() {
 #[test]
 fn follow_up_publish_keeps_session_correlation_and_lineage() {
     let inbound = decode("02-forwarded");
-    let follow_up = build::FollowUp {
-        event_type_id: "InvoiceRequested".into(),
+    let follow_up = FollowUp {
+        event_type: "InvoiceRequested".into(),
         message_id: "2f0e6c1e:invoice".into(),
         payload: r#"{"OrderId":"o-1001"}"#.into(),
         session_id: None,
@@ -599,7 +600,7 @@ fn follow_up_publish_keeps_session_correlation_and_lineage() {
         "forwarding rules need From IS NULL"
     );
     assert!(!t.properties.contains_key("EventId"));
-    let elsewhere = build::FollowUp {
+    let elsewhere = FollowUp {
         session_id: Some("other".into()),
         ..follow_up
     };

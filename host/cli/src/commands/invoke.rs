@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
-use nimbus_sandbox::{
-    Delivery, Event, HandlerVersion, Property, PropertyValue, Registry, Snapshot,
-};
+use nimbus_handler::{Delivery, Event};
+use nimbus_sandbox::{HandlerVersion, Registry, Snapshot};
+use nimbus_transport::PropertyValue;
 
 use crate::cli::InvokeArgs;
 use crate::output;
@@ -53,12 +53,8 @@ pub(crate) fn run(args: &InvokeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start a runtime to run the handler")?;
     let invocation = runtime.block_on(version.invoke_async(event));
-    let failed = invocation.result.is_err();
-    output::print_json(&output::InvocationView::new(
-        &endpoint,
-        version.id(),
-        &invocation,
-    ))?;
+    let failed = invocation.report.result.is_err();
+    output::print_json(&output::InvocationView::new(&endpoint, &invocation))?;
     Ok(if failed {
         ExitCode::from(EXIT_HANDLER_ERROR)
     } else {
@@ -159,7 +155,8 @@ fn known_types_hint(snapshot: &Snapshot, endpoint: Option<&str>) -> String {
 }
 
 fn build_event(args: &InvokeArgs, payload: String) -> Event {
-    let now_ms = SystemTime::now()
+    let now = SystemTime::now();
+    let now_ms = now
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0);
@@ -177,19 +174,18 @@ fn build_event(args: &InvokeArgs, payload: String) -> Event {
         parent_message_id: None,
         originating_message_id: None,
         retry_count: args.retry_count,
-        enqueued_time_ms: now_ms,
+        enqueued_time: now,
         payload,
+        // A publish's properties are a map: a name given twice keeps its
+        // last value, as the message would.
         properties: args
             .properties
             .iter()
-            .map(|(name, value)| Property {
-                name: name.clone(),
-                value: PropertyValue::Str(value.clone()),
-            })
+            .map(|(name, value)| (name.clone(), PropertyValue::String(value.clone())))
             .collect(),
         delivery: Delivery {
             count: args.delivery_count,
-            message_type: message_type.into(),
+            message_type,
             from: from.map(str::to_owned),
         },
     }

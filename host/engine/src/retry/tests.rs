@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use nimbus_wire::{Failure, NimbusMessage, build};
 
 use super::*;
-use crate::session_state::{self, Entry, Outcome};
+use crate::session_state::{self, Entry, Verdict};
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
@@ -371,7 +371,7 @@ fn rp14_a_first_failure_schedules_one_retry_request_with_retry_count_one() {
         Entry::EventRequest,
         &nimbus_wire::SessionState::default(),
         "e1",
-        Outcome::Failed(crate::Disposition::Retry),
+        Verdict::Failed(crate::Disposition::Retry),
     );
     assert_eq!(plan.response, Some(session_state::Response::Error));
     assert!(plan.retry_if_policy_allows);

@@ -105,13 +105,13 @@ fn a_resubmission_has_no_guard() {
 #[test]
 fn event_request_outcomes() {
     let state = free();
-    let plan = after_handler(Entry::EventRequest, &state, "e1", Outcome::Completed);
+    let plan = after_handler(Entry::EventRequest, &state, "e1", Verdict::Completed);
     assert_eq!(plan.response, Some(Response::Resolution));
     assert_eq!(plan.block, BlockChange::Keep);
     assert!(plan.send_follow_ups && plan.record_inbox);
     assert_eq!(plan.settle, Settle::Complete);
 
-    let plan = after_handler(Entry::EventRequest, &state, "e1", Outcome::PendingHandoff);
+    let plan = after_handler(Entry::EventRequest, &state, "e1", Verdict::PendingHandoff);
     assert_eq!(plan.response, Some(Response::PendingHandoff));
     assert_eq!(plan.block, BlockChange::BlockByThis);
     assert!(plan.send_follow_ups, "a handoff keeps its follow-ups");
@@ -121,7 +121,7 @@ fn event_request_outcomes() {
         Entry::EventRequest,
         &state,
         "e1",
-        Outcome::Failed(Disposition::Retry),
+        Verdict::Failed(Disposition::Retry),
     );
     assert_eq!(plan.response, Some(Response::Error));
     assert_eq!(plan.block, BlockChange::BlockByThis);
@@ -131,7 +131,7 @@ fn event_request_outcomes() {
         "a failed attempt never leaks an event"
     );
 
-    for outcome in [Outcome::Permanent, Outcome::Failed(Disposition::DeadLetter)] {
+    for outcome in [Verdict::Permanent, Verdict::Failed(Disposition::DeadLetter)] {
         let plan = after_handler(Entry::EventRequest, &state, "e1", outcome);
         assert_eq!(plan.response, Some(Response::DeadLetterNotification));
         assert_eq!(plan.block, BlockChange::Keep, "F19: never blocks");
@@ -142,16 +142,16 @@ fn event_request_outcomes() {
         Entry::EventRequest,
         &state,
         "e1",
-        Outcome::Failed(Disposition::Discard),
+        Verdict::Failed(Disposition::Discard),
     );
     assert_eq!(plan.response, Some(Response::Discard));
     assert_eq!(plan.block, BlockChange::Keep);
 
-    let plan = after_handler(Entry::EventRequest, &state, "e1", Outcome::Unsupported);
+    let plan = after_handler(Entry::EventRequest, &state, "e1", Verdict::Unsupported);
     assert_eq!(plan.response, Some(Response::Unsupported));
     assert_eq!(plan.settle, Settle::Complete);
 
-    let plan = after_handler(Entry::EventRequest, &state, "e1", Outcome::Transient);
+    let plan = after_handler(Entry::EventRequest, &state, "e1", Verdict::Transient);
     assert_eq!(plan.response, None);
     assert_eq!(plan.settle, Settle::Abandon);
     assert!(!plan.send_follow_ups);
@@ -163,7 +163,7 @@ fn a_successful_retry_unblocks_and_drains() {
         Entry::RetryRequest,
         &blocked_by("e1"),
         "e1",
-        Outcome::Completed,
+        Verdict::Completed,
     );
     assert_eq!(plan.block, BlockChange::Unblock);
     assert!(plan.drains());
@@ -176,7 +176,7 @@ fn rp23_a_failed_retry_keeps_the_block_and_may_retry_again() {
         Entry::RetryRequest,
         &blocked_by("e1"),
         "e1",
-        Outcome::Failed(Disposition::Retry),
+        Verdict::Failed(Disposition::Retry),
     );
     assert_eq!(plan.response, Some(Response::Error));
     assert_eq!(plan.block, BlockChange::Keep);
@@ -192,7 +192,7 @@ fn rp25_no_handler_on_a_retry_answers_unsupported_and_keeps_the_block() {
         Entry::RetryRequest,
         &blocked_by("e1"),
         "e1",
-        Outcome::Unsupported,
+        Verdict::Unsupported,
     );
     assert_eq!(plan.response, Some(Response::Unsupported));
     assert_eq!(plan.block, BlockChange::Keep);
@@ -205,7 +205,7 @@ fn a_discarded_retry_releases_the_block() {
         Entry::RetryRequest,
         &blocked_by("e1"),
         "e1",
-        Outcome::Failed(Disposition::Discard),
+        Verdict::Failed(Disposition::Discard),
     );
     assert_eq!(plan.response, Some(Response::Discard));
     assert!(plan.drains());
@@ -217,14 +217,14 @@ fn a_resubmission_drains_only_when_it_actually_unblocks() {
         Entry::ResubmissionRequest,
         &blocked_by("e1"),
         "e1",
-        Outcome::Completed,
+        Verdict::Completed,
     );
     assert!(plan.drains());
     let plan = after_handler(
         Entry::ResubmissionRequest,
         &blocked_by("other"),
         "e1",
-        Outcome::Completed,
+        Verdict::Completed,
     );
     assert_eq!(
         plan.block,
@@ -236,7 +236,7 @@ fn a_resubmission_drains_only_when_it_actually_unblocks() {
         Entry::ResubmissionRequest,
         &free(),
         "e1",
-        Outcome::Completed,
+        Verdict::Completed,
     );
     assert!(!plan.drains());
 }
@@ -247,7 +247,7 @@ fn a_failed_resubmission_of_the_blocker_keeps_the_block_with_a_fresh_retry_budge
         Entry::ResubmissionRequest,
         &blocked_by("e1"),
         "e1",
-        Outcome::Failed(Disposition::Retry),
+        Verdict::Failed(Disposition::Retry),
     );
     assert_eq!(plan.response, Some(Response::Error));
     assert_eq!(plan.block, BlockChange::Keep);
@@ -256,7 +256,7 @@ fn a_failed_resubmission_of_the_blocker_keeps_the_block_with_a_fresh_retry_budge
         Entry::ResubmissionRequest,
         &free(),
         "e1",
-        Outcome::Failed(Disposition::Retry),
+        Verdict::Failed(Disposition::Retry),
     );
     assert!(!plan.retry_if_policy_allows);
     assert_eq!(plan.block, BlockChange::Keep);
@@ -268,7 +268,7 @@ fn a_resubmitted_handoff_leaves_another_events_block_alone() {
         Entry::ResubmissionRequest,
         &blocked_by("other"),
         "e1",
-        Outcome::PendingHandoff,
+        Verdict::PendingHandoff,
     );
     assert_eq!(plan.response, Some(Response::PendingHandoff));
     assert_eq!(plan.block, BlockChange::Keep);
@@ -276,7 +276,7 @@ fn a_resubmitted_handoff_leaves_another_events_block_alone() {
         Entry::ResubmissionRequest,
         &blocked_by("e1"),
         "e1",
-        Outcome::PendingHandoff,
+        Verdict::PendingHandoff,
     );
     assert_eq!(plan.block, BlockChange::BlockByThis);
 }
@@ -328,7 +328,7 @@ fn plans_apply_to_the_session_state() {
         Entry::EventRequest,
         &state,
         "e1",
-        Outcome::Failed(Disposition::Retry),
+        Verdict::Failed(Disposition::Retry),
     );
     fail.apply(&mut state, "e1", false);
     assert!(state.is_blocked_by("e1"));
@@ -340,12 +340,12 @@ fn plans_apply_to_the_session_state() {
         }
     );
     assert_eq!(park(&mut state, ParkSequence::Next), 0);
-    let ok = after_handler(Entry::RetryRequest, &state, "e1", Outcome::Completed);
+    let ok = after_handler(Entry::RetryRequest, &state, "e1", Verdict::Completed);
     ok.apply(&mut state, "e1", false);
     assert!(!state.is_blocked());
     assert!(state.has_parked(), "the drain replays what is parked");
     assert!(needs_replay_trigger(&state));
-    let replayed = after_handler(Entry::EventRequest, &state, "e2", Outcome::Completed);
+    let replayed = after_handler(Entry::EventRequest, &state, "e2", Verdict::Completed);
     replayed.apply(&mut state, "e2", true);
     assert!(!needs_replay_trigger(&state));
     assert!(state.to_bytes().is_empty());
@@ -401,13 +401,13 @@ fn a_replayed_copy_that_meets_a_block_keeps_its_place() {
 fn an_abandoned_replayed_copy_stays_counted() {
     let mut state = free();
     state.park();
-    let plan = after_handler(Entry::EventRequest, &state, "e2", Outcome::Transient);
+    let plan = after_handler(Entry::EventRequest, &state, "e2", Verdict::Transient);
     plan.apply(&mut state, "e2", true);
     assert_eq!(
         state.deferred_count, 1,
         "in flight: the broker redelivers it"
     );
-    let plan = after_handler(Entry::EventRequest, &state, "e2", Outcome::Permanent);
+    let plan = after_handler(Entry::EventRequest, &state, "e2", Verdict::Permanent);
     plan.apply(&mut state, "e2", true);
     assert_eq!(state.deferred_count, 0, "dead-lettered: settled");
 }
@@ -484,9 +484,9 @@ fn a_resubmission_of_a_parked_event_that_settles_it_drops_its_parked_copy() {
     let mut state = blocked_by("e1");
     state.park();
     for settles in [
-        Outcome::Completed,
-        Outcome::PendingHandoff,
-        Outcome::Failed(Disposition::Discard),
+        Verdict::Completed,
+        Verdict::PendingHandoff,
+        Verdict::Failed(Disposition::Discard),
     ] {
         let plan = after_handler(Entry::ResubmissionRequest, &state, "e3", settles);
         assert!(plan.remember_settled, "{settles:?}");
@@ -495,24 +495,24 @@ fn a_resubmission_of_a_parked_event_that_settles_it_drops_its_parked_copy() {
     // Outcomes that leave the event to be run again: its parked copy runs
     // in its turn.
     for open in [
-        Outcome::Failed(Disposition::Retry),
-        Outcome::Failed(Disposition::DeadLetter),
-        Outcome::Permanent,
-        Outcome::Transient,
-        Outcome::Unsupported,
+        Verdict::Failed(Disposition::Retry),
+        Verdict::Failed(Disposition::DeadLetter),
+        Verdict::Permanent,
+        Verdict::Transient,
+        Verdict::Unsupported,
     ] {
         let plan = after_handler(Entry::ResubmissionRequest, &state, "e3", open);
         assert!(!plan.remember_settled, "{open:?}");
     }
-    let blocker = after_handler(Entry::ResubmissionRequest, &state, "e1", Outcome::Completed);
+    let blocker = after_handler(Entry::ResubmissionRequest, &state, "e1", Verdict::Completed);
     assert!(!blocker.remember_settled, "the blocker is not parked");
     assert_eq!(blocker.block, BlockChange::Unblock);
-    let replayed = after_handler(Entry::EventRequest, &state, "e3", Outcome::Completed);
+    let replayed = after_handler(Entry::EventRequest, &state, "e3", Verdict::Completed);
     assert!(
         !replayed.remember_settled,
         "only an operator's resubmission"
     );
-    let done = after_handler(Entry::ResubmissionRequest, &state, "e3", Outcome::Completed);
+    let done = after_handler(Entry::ResubmissionRequest, &state, "e3", Verdict::Completed);
     done.apply(&mut state, "e3", false);
     assert!(settled_while_parked(
         Entry::EventRequest,

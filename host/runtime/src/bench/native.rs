@@ -2,9 +2,8 @@
 //! Rust behind the engine's [`Handlers`] trait, so a run through them and a
 //! run through the sandbox differ only by the sandbox.
 
-use nimbus_engine::{
-    HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
-};
+use nimbus_engine::{HandlerCall, Handlers};
+use nimbus_handler::{ErrorKind, Event, HandlerError, Outcome, Report};
 use serde::de::IgnoredAny;
 
 /// The version digest native runs report (there is no component).
@@ -16,10 +15,10 @@ const NATIVE_VERSION: &str = "native";
 pub(crate) struct NativeNoop;
 
 impl Handlers for NativeNoop {
-    fn invoke<'a>(&'a self, _endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
+    fn invoke<'a>(&'a self, _endpoint: &'a str, event: Event) -> HandlerCall<'a> {
         let result = match serde_json::from_str::<IgnoredAny>(&event.payload) {
-            Ok(_) => HandlerResult::Completed,
-            Err(e) => HandlerResult::Permanent(failure("InvalidPayload", e.to_string())),
+            Ok(_) => Ok(Outcome::Completed),
+            Err(e) => Err(permanent("InvalidPayload", e.to_string())),
         };
         Box::pin(std::future::ready(Some(report(result))))
     }
@@ -42,16 +41,14 @@ mod decision;
 use decision::{Decision, OrderPlaced, decide};
 
 impl Handlers for NativeOrders {
-    fn invoke<'a>(&'a self, _endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
+    fn invoke<'a>(&'a self, _endpoint: &'a str, event: Event) -> HandlerCall<'a> {
         let result = match serde_json::from_str::<OrderPlaced>(&event.payload) {
-            Err(e) => HandlerResult::Permanent(failure("InvalidPayload", e.to_string())),
+            Err(e) => Err(permanent("InvalidPayload", e.to_string())),
             Ok(order) => match decide(&order, None) {
-                Decision::Completed => HandlerResult::Completed,
-                Decision::Permanent(error_type, message) => {
-                    HandlerResult::Permanent(failure(error_type, message))
-                }
+                Decision::Completed => Ok(Outcome::Completed),
+                Decision::Permanent(error_type, message) => Err(permanent(error_type, message)),
                 Decision::Failed(error_type, message) => {
-                    HandlerResult::Failed(failure(error_type, message))
+                    Err(HandlerError::failed(error_type, message))
                 }
             },
         };
@@ -59,16 +56,12 @@ impl Handlers for NativeOrders {
     }
 }
 
-fn failure(error_type: &str, message: String) -> HandlerFailure {
-    HandlerFailure {
-        error_type: error_type.to_owned(),
-        message,
-        retry_after: None,
-    }
+fn permanent(error_type: &str, message: String) -> HandlerError {
+    HandlerError::new(ErrorKind::Permanent, error_type, message)
 }
 
-fn report(result: HandlerResult) -> HandlerReport {
-    HandlerReport {
+fn report(result: Result<Outcome, HandlerError>) -> Report {
+    Report {
         result,
         follow_ups: Vec::new(),
         version: NATIVE_VERSION.to_owned(),

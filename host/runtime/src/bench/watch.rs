@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use nimbus_engine::{HandlerCall, HandlerEvent, Handlers};
+use nimbus_engine::{HandlerCall, Handlers};
+use nimbus_handler::Event;
 use nimbus_resolver::{Observation, Recorded, Status};
 use tokio::sync::mpsc;
 
@@ -96,7 +97,7 @@ impl Timed {
 }
 
 impl Handlers for Timed {
-    fn invoke<'a>(&'a self, endpoint: &'a str, event: HandlerEvent) -> HandlerCall<'a> {
+    fn invoke<'a>(&'a self, endpoint: &'a str, event: Event) -> HandlerCall<'a> {
         Box::pin(async move {
             let start = Instant::now();
             let report = self.inner.invoke(endpoint, event).await;

@@ -1,10 +1,15 @@
-//! Conversions between the generated bindings and the public types.
+//! The one boundary between the generated bindings and the handler's
+//! vocabulary (`nimbus_handler`): the event goes in as the WIT record, the
+//! answer and follow-up properties come back out. WIT carries durations and
+//! times in milliseconds; the vocabulary carries `Duration`s and
+//! `SystemTime`s, converted here and nowhere else.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use nimbus_handler::{Delivery, ErrorKind, Event, HandlerError, Outcome, PendingHandoff};
+use nimbus_transport::PropertyValue;
 
 use crate::bindings::types as wit;
-use crate::event::{
-    Delivery, ErrorDetail, ErrorKind, Event, HandlerError, Outcome, PendingHandoff, Property,
-    PropertyValue,
-};
 use crate::host::log::truncate;
 
 /// The most of an error's type a handler may report: a type names a kind
@@ -20,6 +25,12 @@ pub(crate) const MAX_JOB_ID_BYTES: usize = 1 << 10;
 /// The WIT `event` record, and the delivery facts the `delivery` interface
 /// answers with.
 pub(crate) fn event_to_wit(event: Event) -> (wit::Event, Delivery) {
+    // Before the epoch, or past u64 milliseconds: neither is a broker's
+    // enqueue time, and the record has no way to say so.
+    let enqueued_time = event
+        .enqueued_time
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let record = wit::Event {
         event_id: event.event_id,
         event_type: event.event_type,
@@ -29,37 +40,41 @@ pub(crate) fn event_to_wit(event: Event) -> (wit::Event, Delivery) {
         parent_message_id: event.parent_message_id,
         originating_message_id: event.originating_message_id,
         retry_count: event.retry_count,
-        enqueued_time: event.enqueued_time_ms,
+        enqueued_time,
         payload: event.payload,
-        properties: event.properties.into_iter().map(property_to_wit).collect(),
+        properties: event
+            .properties
+            .into_iter()
+            .map(|(name, value)| wit::Property {
+                name,
+                value: value_to_wit(value),
+            })
+            .collect(),
     };
     (record, event.delivery)
 }
 
-fn property_to_wit(property: Property) -> wit::Property {
-    wit::Property {
-        name: property.name,
-        value: match property.value {
-            PropertyValue::Str(s) => wit::PropertyValue::Str(s),
-            PropertyValue::Int(i) => wit::PropertyValue::Int(i),
-            PropertyValue::Float(f) => wit::PropertyValue::Float(f),
-            PropertyValue::Boolean(b) => wit::PropertyValue::Boolean(b),
-        },
+fn value_to_wit(value: PropertyValue) -> wit::PropertyValue {
+    match value {
+        PropertyValue::String(s) => wit::PropertyValue::Str(s),
+        PropertyValue::Int(i) => wit::PropertyValue::Int(i),
+        PropertyValue::Float(f) => wit::PropertyValue::Float(f),
+        PropertyValue::Bool(b) => wit::PropertyValue::Boolean(b),
     }
 }
 
-pub(crate) fn property_from_wit(property: wit::Property) -> Property {
-    Property {
-        name: property.name,
-        value: match property.value {
-            wit::PropertyValue::Str(s) => PropertyValue::Str(s),
-            wit::PropertyValue::Int(i) => PropertyValue::Int(i),
-            wit::PropertyValue::Float(f) => PropertyValue::Float(f),
-            wit::PropertyValue::Boolean(b) => PropertyValue::Boolean(b),
-        },
-    }
+/// A follow-up's property, as the message that publishes it carries it.
+pub(crate) fn property_from_wit(property: wit::Property) -> (String, PropertyValue) {
+    let value = match property.value {
+        wit::PropertyValue::Str(s) => PropertyValue::String(s),
+        wit::PropertyValue::Int(i) => PropertyValue::Int(i),
+        wit::PropertyValue::Float(f) => PropertyValue::Float(f),
+        wit::PropertyValue::Boolean(b) => PropertyValue::Bool(b),
+    };
+    (property.name, value)
 }
 
+/// The handler's answer, with every text the handler controls bounded.
 pub(crate) fn result_from_wit(
     result: Result<wit::Outcome, wit::Error>,
 ) -> Result<Outcome, HandlerError> {
@@ -70,7 +85,7 @@ pub(crate) fn result_from_wit(
             external_job_id: handoff
                 .external_job_id
                 .map(|id| truncate(id, MAX_JOB_ID_BYTES)),
-            expected_by_ms: handoff.expected_by,
+            expected_by: handoff.expected_by.map(Duration::from_millis),
         })),
         Err(error) => {
             let (kind, detail) = match error {
@@ -80,11 +95,9 @@ pub(crate) fn result_from_wit(
             };
             Err(HandlerError {
                 kind,
-                detail: ErrorDetail {
-                    error_type: truncate(detail.error_type, MAX_ERROR_TYPE_BYTES),
-                    message: truncate(detail.message, MAX_ERROR_MESSAGE_BYTES),
-                    retry_after_ms: detail.retry_after,
-                },
+                error_type: truncate(detail.error_type, MAX_ERROR_TYPE_BYTES),
+                message: truncate(detail.message, MAX_ERROR_MESSAGE_BYTES),
+                retry_after: detail.retry_after.map(Duration::from_millis),
             })
         }
     }
@@ -104,10 +117,10 @@ mod tests {
         let Err(error) = result_from_wit(Err(wit::Error::Failed(detail))) else {
             panic!("a failure");
         };
-        assert!(error.detail.error_type.len() < MAX_ERROR_TYPE_BYTES + 20);
-        assert!(error.detail.error_type.ends_with("…[truncated]"));
-        assert!(error.detail.message.len() < MAX_ERROR_MESSAGE_BYTES + 20);
-        assert!(error.detail.message.ends_with("…[truncated]"));
+        assert!(error.error_type.len() < MAX_ERROR_TYPE_BYTES + 20);
+        assert!(error.error_type.ends_with("…[truncated]"));
+        assert!(error.message.len() < MAX_ERROR_MESSAGE_BYTES + 20);
+        assert!(error.message.ends_with("…[truncated]"));
 
         let handoff = wit::PendingHandoff {
             reason: "r".repeat(MAX_ERROR_MESSAGE_BYTES * 2),
@@ -135,10 +148,7 @@ mod tests {
             panic!("a failure");
         };
         assert_eq!(
-            (
-                error.detail.error_type.as_str(),
-                error.detail.message.as_str()
-            ),
+            (error.error_type.as_str(), error.message.as_str()),
             ("Boom", "it broke")
         );
     }

@@ -2,8 +2,9 @@
 //! handled, read-only. Asked outside an event (from `subscriptions`), it
 //! answers as for a first delivery of a published event.
 
+use nimbus_handler::Delivery;
+
 use crate::bindings::delivery::Host;
-use crate::event::Delivery;
 use crate::state::DeliveryView;
 
 impl Host for DeliveryView<'_> {
@@ -13,11 +14,8 @@ impl Host for DeliveryView<'_> {
 
     fn message_type(&mut self) -> String {
         self.delivery
-            .map_or_else(
-                || Delivery::default().message_type,
-                |d| d.message_type.clone(),
-            )
-            .into_owned()
+            .map_or(Delivery::default().message_type, |d| d.message_type)
+            .to_owned()
     }
 
     fn from(&mut self) -> Option<String> {

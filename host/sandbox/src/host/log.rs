@@ -3,7 +3,7 @@
 //! invocation. `panicked` remembers the panic message for the error report.
 
 use crate::bindings::log::{Host, Level};
-use crate::event::{LogLevel, LogRecord, LogSource};
+use crate::invocation::{LogLevel, LogRecord, LogSource};
 use crate::state::{InvocationTags, LogCapture, LogView};
 use crate::version::ShortId;
 
@@ -155,7 +155,8 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::{emit, key_values, truncate};
-    use crate::event::{Digest, LogLevel, LogRecord, LogSource};
+    use crate::digest::Digest;
+    use crate::invocation::{LogLevel, LogRecord, LogSource};
     use crate::state::InvocationTags;
 
     /// Records every event's fields as strings.

@@ -1,9 +1,10 @@
 //! `nimbus:handler/publish`: follow-up events are validated and held, never
 //! sent; the engine sends them at settlement (SEMANTICS.md §9).
 
+use nimbus_handler::FollowUp;
+
 use crate::bindings::publish::Host;
 use crate::bindings::types::{FollowUp as WitFollowUp, HostError};
-use crate::event::FollowUp;
 use crate::host::convert::property_from_wit;
 use crate::state::PublishView;
 

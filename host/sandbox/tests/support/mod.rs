@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nimbus_sandbox::{Event, Registry, Sandbox, SandboxConfig};
+use nimbus_handler::Event;
+use nimbus_sandbox::{Registry, Sandbox, SandboxConfig};
 
 /// Where the guest components are: `NIMBUS_GUESTS_DIR`, else
 /// `$CARGO_TARGET_DIR/wasm32-wasip2/release`, else the workspace's
