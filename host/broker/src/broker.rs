@@ -32,8 +32,6 @@ use crate::timers::{TimerEvent, Timers};
 /// the forwarding subscription's dead-letter queue (Service Bus allows 4).
 pub const MAX_FORWARD_HOPS: u32 = 4;
 
-/// Dead-letter reason when the max delivery count is reached.
-pub const REASON_MAX_DELIVERY: &str = "MaxDeliveryCountExceeded";
 /// Dead-letter reason for an expired message.
 pub const REASON_EXPIRED: &str = "TTLExpiredException";
 /// Dead-letter reason when a forward chain is too long.
@@ -1178,7 +1176,7 @@ impl Inner {
                 move_to_dead_letter(
                     sub,
                     entry,
-                    REASON_MAX_DELIVERY,
+                    nimbus_transport::MAX_DELIVERY_COUNT_EXCEEDED,
                     &description,
                     ops,
                     on_commit,

@@ -46,7 +46,7 @@ mod wait;
 pub use api::{Broker, CommitHold};
 pub use broker::{
     BrokerOptions, DEFAULT_MAX_REQUEST_BYTES, Durability, MAX_FORWARD_HOPS, REASON_EXPIRED,
-    REASON_FILTER_FAILED, REASON_FORWARD_TARGET_MISSING, REASON_MAX_DELIVERY, REASON_MAX_HOPS,
+    REASON_FILTER_FAILED, REASON_FORWARD_TARGET_MISSING, REASON_MAX_HOPS,
 };
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
 pub use handles::{BrokerReceiver, BrokerSession};

@@ -33,9 +33,6 @@ use crate::session_state::{
 /// handler version that produced the outcome (SEMANTICS.md §10).
 pub const HANDLER_VERSION_PROPERTY: &str = "HandlerVersion";
 
-/// The dead-letter reason when a transient failure uses up the deliveries.
-pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
-
 /// Everything the engine knows about one endpoint.
 pub struct Endpoint {
     /// The endpoint's name: its topic and its session subscription.
@@ -1197,7 +1194,7 @@ fn dead_letter_reason(
     );
     match settled.failure {
         Some(failure) if transient => (
-            MAX_DELIVERY_COUNT_EXCEEDED.to_owned(),
+            dead_letter::MAX_DELIVERY_COUNT_EXCEEDED.to_owned(),
             format!(
                 "Transient failure on delivery {delivery_count} of {max_delivery_count}: {}",
                 failure.text()

@@ -27,10 +27,7 @@ pub mod retry;
 mod retrying;
 pub mod session_state;
 
-pub use delivery::{
-    Endpoint, FOLLOW_UPS_REFUSED, HANDLER_PANIC, HANDLER_VERSION_PROPERTY,
-    MAX_DELIVERY_COUNT_EXCEEDED,
-};
+pub use delivery::{Endpoint, FOLLOW_UPS_REFUSED, HANDLER_PANIC, HANDLER_VERSION_PROPERTY};
 pub use handler::{
     HandlerCall, HandlerEvent, HandlerFailure, HandlerReport, HandlerResult, Handlers,
 };

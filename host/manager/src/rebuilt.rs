@@ -13,8 +13,8 @@
 //! saying so, just before the message is sent.
 
 use nimbus_resolver::{EventRecord, HANDOFF_SUB_STATUS, MessageKind, Status};
-use nimbus_transport::provision::endpoint_topics;
 use nimbus_transport::{Admin, AdminError, SubscriptionPath, Transport};
+use nimbus_wire::topology::endpoint_topics;
 use nimbus_wire::{BlockingEvent, SessionState};
 
 use crate::error::ManagerError;

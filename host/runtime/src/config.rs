@@ -9,7 +9,7 @@ use std::time::Duration;
 use nimbus_broker::Durability;
 use nimbus_engine::policy_config::{ClassifierConfig, RetryConfig};
 use nimbus_engine::{Classifier, RetryPolicies};
-use nimbus_transport::provision::Topology;
+use nimbus_wire::topology::Topology;
 use serde::Deserialize;
 
 mod amqp;
@@ -135,8 +135,13 @@ pub struct ApiConfig {
     pub idle_timeout: Duration,
 }
 
+/// `[api] listen` when the configuration sets none; the CLI's client
+/// commands call it there when nothing else names the API.
+pub const DEFAULT_API_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7300);
+
 fn default_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 7300))
+    DEFAULT_API_LISTEN
 }
 
 fn default_request_timeout() -> Duration {

@@ -12,8 +12,8 @@ use nimbus_engine::{Policies, ProcessorSettings, Retrying};
 use nimbus_resolver::SqliteResolverStore;
 use nimbus_sandbox::{Limits, Registry, Sandbox, SandboxConfig, Snapshot, WatchGuard};
 use nimbus_servicebus::ServiceBus;
-use nimbus_transport::provision::{self, Topology};
 use nimbus_wire::ControlKey;
+use nimbus_wire::topology::Topology;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -357,7 +357,8 @@ impl Supervisor {
                 .into_iter()
                 .map(str::to_owned)
                 .collect();
-            topology = topology.endpoint(provision::Endpoint::new(endpoint).consumes(consumed));
+            topology = topology
+                .endpoint(nimbus_wire::topology::Endpoint::new(endpoint).consumes(consumed));
         }
         topology
     }
@@ -495,7 +496,7 @@ async fn provision_embedded(
     topology: &Topology,
     snapshot: &Snapshot,
 ) -> anyhow::Result<()> {
-    let report = provision::provision(broker, topology)
+    let report = nimbus_wire::topology::provision(broker, topology)
         .await
         .context("provisioning")?;
     let unknown = snapshot.endpoints_not_loading();
@@ -509,7 +510,7 @@ async fn provision_embedded(
              resubmit those"
         );
     }
-    let pruned = provision::prune(broker, topology, &unknown)
+    let pruned = nimbus_wire::topology::prune(broker, topology, &unknown)
         .await
         .context("pruning forwarding for removed event types")?;
     for mutation in report.mutations.iter().chain(&pruned.mutations) {

@@ -492,7 +492,7 @@ fn check_declared(declared: &[String]) -> Result<(), String> {
     for event_type in declared {
         // The topology's rule: anything else would be served here and then
         // refused by provisioning, which stops routing host-wide.
-        if let Err(e) = nimbus_transport::provision::check_event_type(event_type) {
+        if let Err(e) = nimbus_wire::topology::check_event_type(event_type) {
             return Err(format!(
                 "it declares an event type the topology refuses: {e}"
             ));

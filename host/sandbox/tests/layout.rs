@@ -7,7 +7,7 @@ mod support;
 use std::path::Path;
 
 use nimbus_sandbox::{Digest, Outcome, Registry, Snapshot};
-use nimbus_transport::provision::{Endpoint, Topology};
+use nimbus_wire::topology::{Endpoint, Topology};
 use support::{HandlersDir, event, guest, sandbox};
 
 fn digest_of(crate_name: &str) -> Digest {

@@ -42,6 +42,7 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub use error::ApiError;
+pub use events::TRUNCATED_HEADER;
 pub use guard::AllowedHost;
 pub use server::serve;
 pub use state::ApiState;

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use nimbus_transport::provision::forwarder_name;
 use nimbus_transport::{
     Admin as _, AdminError, Properties, PublishError, SubscriptionPath, Transport as _,
 };
 use nimbus_wire::build::{self, Publish};
+use nimbus_wire::topology::forwarder_name;
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{given, json, optional_id};

@@ -14,7 +14,7 @@ use nimbus_broker::{Broker, BrokerOptions, Durability};
 use nimbus_engine::{Handlers, ProcessorSettings};
 use nimbus_manager::Manager;
 use nimbus_resolver::{ResolverSettings, ResolverStore, SqliteResolverStore};
-use nimbus_transport::provision;
+
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -85,9 +85,10 @@ impl Rig {
         // `nimbus run` runs with an empty configuration.
         let config = Config::defaults(spec.dir).context("the default configuration")?;
         let topology = wiring::base_topology(&config).endpoint(
-            provision::Endpoint::new(ENDPOINT).consumes(vec![spec.event_type.to_owned()]),
+            nimbus_wire::topology::Endpoint::new(ENDPOINT)
+                .consumes(vec![spec.event_type.to_owned()]),
         );
-        provision::provision(&*broker, &topology)
+        nimbus_wire::topology::provision(&*broker, &topology)
             .await
             .context("provisioning the bench topology")?;
 
