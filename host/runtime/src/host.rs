@@ -73,11 +73,11 @@ impl Host {
     }
 
     /// [`Host::start`] with the data directory's lock already taken (by
-    /// `nimbus run`, before it binds the API, so that a second host on the
+    /// [`Host::run`], before it binds the API, so that a second host on the
     /// same directory is refused naming the first rather than for its
     /// port), and the operator's word on a Resolver store that is not there
     /// (`nimbus run --new-resolver-store`).
-    pub async fn start_locked(
+    pub(crate) async fn start_locked(
         config: ValidConfig,
         data_lock: DataLock,
         resolver_start: ResolverStoreStart,
