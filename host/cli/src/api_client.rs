@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow, bail};
 // The header with which a listing says it was cut at its limit while more
 // matched: the API's own constant, so the two cannot drift apart.
-use nimbus_runtime::api::{ApiToken, TRUNCATED_HEADER};
+use nimbus_runtime::api::TRUNCATED_HEADER;
+use nimbus_runtime::config::ApiToken;
 use serde_json::Value;
 
 use crate::cli_ops::ApiArgs;

@@ -28,9 +28,6 @@ use crate::pauses::Pauses;
 use crate::resolver_store::{self, ResolverStoreStart};
 use crate::wiring;
 
-/// The producer topic an external publish goes to when it names none.
-pub const DEFAULT_PRODUCER: &str = "publisher";
-
 /// The version the host reports (heartbeats, `nimbus --version`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

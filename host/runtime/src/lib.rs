@@ -32,10 +32,10 @@ mod wiring;
 
 pub use api::{ApiError, ApiState, router, serve};
 pub use bus::Bus;
-pub use config::{Config, ConfigError, ValidConfig};
+pub use config::{Config, ConfigError, DEFAULT_PRODUCER, ValidConfig};
 pub use data_lock::{DataLock, DataLockError, Holder};
 pub use handlers::SandboxHandlers;
-pub use host::{BROKER_DIR, DEFAULT_PRODUCER, Host, RESOLVER_STORE_FILE, VERSION};
+pub use host::{BROKER_DIR, Host, RESOLVER_STORE_FILE, VERSION};
 pub use metrics::Metrics;
 pub use pauses::{PauseState, Pauses};
 pub use resolver_store::{NEW_RESOLVER_STORE_FLAG, ResolverStoreStart};

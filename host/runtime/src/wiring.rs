@@ -13,8 +13,7 @@ use nimbus_wire::topology::Topology;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::ValidConfig;
-use crate::host::DEFAULT_PRODUCER;
+use crate::config::{DEFAULT_PRODUCER, ValidConfig};
 use crate::metrics::Metrics;
 use crate::observed_store::ObservedStore;
 

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::body::{given, json, optional_id};
 use crate::api::{ApiError, ApiState};
-use crate::host::DEFAULT_PRODUCER;
+use crate::config::DEFAULT_PRODUCER;
 
 /// The request body.
 #[derive(Debug, Default, Deserialize)]

@@ -19,11 +19,21 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::ResolverStoreChoice;
 use super::discard::DiscardingStore;
 use super::watch::{HandlerClock, Settled, SettledWatch, Timed};
 use crate::observed_store::ObservedStore;
 use crate::{Config, wiring};
+
+/// Where the Resolver's records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolverStoreChoice {
+    /// SQLite in the data directory, as the host runs it.
+    Sqlite,
+    /// Nowhere: the Resolver consumes and settles every message but writes
+    /// nothing, to price the store beside a run with it (never a host
+    /// configuration).
+    Discard,
+}
 
 /// The endpoint the bench's events go to.
 pub(crate) const ENDPOINT: &str = "bench";
