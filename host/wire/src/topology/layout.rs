@@ -116,7 +116,8 @@ impl Topology {
         &self.endpoints
     }
 
-    /// Checks names and settings; [`provision`] and [`prune`] call it first.
+    /// Checks names and settings; [`provision`](crate::topology::provision)
+    /// and [`prune`](crate::topology::prune) call it first.
     ///
     /// # Errors
     ///
@@ -363,7 +364,7 @@ impl fmt::Display for Requirement {
 }
 
 /// Every topic and subscription `topology` needs, topics first: what
-/// [`provision`] would create, for a transport that cannot (Service Bus
+/// [`provision`](crate::topology::provision) would create, for a transport that cannot (Service Bus
 /// reached over AMQP alone, where entities are made through the
 /// namespace's management API or by an operator).
 ///

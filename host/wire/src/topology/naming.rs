@@ -28,7 +28,7 @@ pub const MAX_ENDPOINT_NAME: usize = MAX_ENTITY_NAME - SELF_FORWARDER_PREFIX.len
 /// The longest event type id (it names a rule).
 pub const MAX_EVENT_TYPE: usize = MAX_ENTITY_NAME;
 
-/// Checks one endpoint name as [`Topology::validate`] does (length,
+/// Checks one endpoint name as [`Topology::validate`](crate::topology::Topology::validate) does (length,
 /// characters, fixed ids, the `fwd-` prefix), so a caller that discovers
 /// endpoints (the handlers directory) can refuse a name before it reaches a
 /// topology, where it would fail the whole provisioning. Uniqueness ignoring
