@@ -38,6 +38,7 @@ pub(crate) mod host;
 pub(crate) mod layout;
 pub(crate) mod limiter;
 pub(crate) mod manifest;
+pub(crate) mod process;
 pub(crate) mod registry;
 pub(crate) mod runtime;
 pub(crate) mod state;

@@ -18,8 +18,9 @@ use crate::config::Limits;
 use crate::error::LoadError;
 use crate::event::{Digest, Event, Invocation, LogLevel, LogRecord, LogSource};
 use crate::host::convert::{event_to_wit, result_from_wit};
+use crate::host::log::ShortId;
 use crate::manifest::Manifest;
-use crate::runtime::SandboxInner;
+use crate::process::SandboxInner;
 use crate::state::{InvocationState, InvocationTags};
 
 /// Event types one component may declare.
@@ -47,26 +48,6 @@ pub struct HandlerVersion {
     pre: HandlerPre<InvocationState>,
     /// The same component linked for [`HandlerVersion::invoke_async`].
     pre_async: AsyncHandlerPre<InvocationState>,
-}
-
-/// A version as log lines name it: the digest's short form and the
-/// settings suffix (`+…`) when there is one, which is what tells a
-/// manifest-only fix from the version before it. Formatted only when a
-/// line is written.
-pub(crate) struct ShortId<'a> {
-    pub(crate) digest: &'a Digest,
-    /// The whole version id ([`HandlerVersion::id`]).
-    pub(crate) id: &'a str,
-}
-
-impl fmt::Display for ShortId<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.digest.short())?;
-        match self.id.split_once('+') {
-            Some((_, settings)) => write!(f, "+{settings}"),
-            None => Ok(()),
-        }
-    }
 }
 
 impl fmt::Debug for HandlerVersion {
