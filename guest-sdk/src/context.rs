@@ -6,22 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::bindings::nimbus::handler::types as wit;
 use crate::host::Host;
+use crate::level::Level;
 use crate::{Error, FollowUp, Property, PropertyValue, PublishError};
-
-/// How important a log record is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Level {
-    /// Very detailed diagnostics.
-    Trace,
-    /// Diagnostics.
-    Debug,
-    /// Normal operation.
-    Info,
-    /// Something unexpected that the handler coped with.
-    Warn,
-    /// Something failed.
-    Error,
-}
 
 /// The event's metadata and the host's services for one [`Handler::handle`](crate::Handler::handle) call.
 ///

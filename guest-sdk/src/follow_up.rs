@@ -2,8 +2,9 @@
 
 use serde::Serialize;
 
+use crate::Error;
 use crate::bindings::nimbus::handler::types as wit;
-use crate::{Error, Event};
+use crate::event::Event;
 
 /// The value of one user (application) property.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,8 +5,8 @@
 //! against a recording fake, while a real component uses [`ComponentHost`],
 //! which calls the WIT imports.
 
-use crate::Level;
 use crate::bindings::nimbus::handler::{config, delivery, log, publish, types as wit};
+use crate::level::Level;
 
 /// What the SDK needs from the host. `Sync` because the panic hook, which
 /// must be `'static + Sync`, holds one.

@@ -178,9 +178,11 @@ mod arena;
 mod context;
 mod dispatch;
 mod error;
+mod event;
 mod follow_up;
 mod handler;
 mod host;
+mod level;
 mod macros;
 mod outcome;
 pub mod testing;
@@ -199,10 +201,12 @@ pub mod testing;
 pub mod __bindings;
 use __bindings as bindings;
 
-pub use context::{Context, Level};
+pub use context::Context;
 pub use error::{Error, ErrorKind, ResultExt};
+pub use event::Event;
 pub use follow_up::{FollowUp, Property, PropertyValue, PublishError};
-pub use handler::{Event, Handler};
+pub use handler::Handler;
+pub use level::Level;
 pub use outcome::{Outcome, PendingHandoff, pending_handoff};
 
 /// Not part of the API: what the `export!` macro expands to call.

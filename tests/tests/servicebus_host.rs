@@ -17,8 +17,8 @@ use nimbus_blackbox_tests::orders::{id, order, publish, publish_run};
 use nimbus_blackbox_tests::running::{RunningHost, config_text};
 use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_dialect::SharedAccessKey;
-use nimbus_transport::provision::{self, Topology};
 use nimbus_transport::{Admin, SubscriptionPath};
+use nimbus_wire::topology::{self, Topology};
 
 const KEY_NAME: &str = "RootManageSharedAccessKey";
 const KEY: &str = "the namespace's key";
@@ -140,9 +140,9 @@ impl Namespace {
         let topology = Topology::new()
             .lock_duration(Duration::from_secs(5))
             .producer_topic("publisher")
-            .endpoint(provision::Endpoint::new("billing").consumes(["OrderPlaced"]));
+            .endpoint(topology::Endpoint::new("billing").consumes(["OrderPlaced"]));
         self.runtime
-            .block_on(provision::provision(&*self.broker, &topology))
+            .block_on(topology::provision(&*self.broker, &topology))
             .unwrap();
     }
 

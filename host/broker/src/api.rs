@@ -12,10 +12,12 @@ use nimbus_transport::{
 };
 
 use crate::broker::{self, BrokerOptions, Inner, TopicState};
+use crate::commit::Wakeups;
+use crate::error::OpenError;
 use crate::handles::{BrokerReceiver, BrokerSession};
+use crate::records::StoreOp;
 use crate::rules::CompiledRule;
-use crate::state::{SubCore, TopicCore, Wakeups};
-use crate::store::{OpenError, StoreOp};
+use crate::state::{SubCore, TopicCore};
 use crate::timers::TimerEvent;
 
 /// The embedded broker. Cheap to clone; all clones share one broker.
@@ -647,7 +649,7 @@ impl Broker {
 /// See [`Broker::hold_commits`]; dropping it releases the writer.
 #[doc(hidden)]
 #[derive(Debug)]
-pub struct CommitHold(std::sync::Arc<crate::store::CommitGate>);
+pub struct CommitHold(std::sync::Arc<crate::commit::CommitGate>);
 
 impl Drop for CommitHold {
     fn drop(&mut self) {

@@ -23,17 +23,19 @@ use nimbus_transport::{
 
 use crate::clock::{Clock, SystemClock};
 use crate::codec;
+use crate::commit::{OnCommit, Wakeups};
+use crate::durability::Durability;
+use crate::error::{OpenError, StoreError};
+use crate::records::{EntryRow, StoreOp};
 use crate::rules::{CompiledRule, RuleOutcome};
-use crate::state::{Entry, EntryId, EntryStatus, Scheduled, SubCore, TopicCore, Wakeups};
-use crate::store::{self, Ack, EntryRow, OnCommit, OpenError, Store, StoreError, StoreOp};
+use crate::state::{Entry, EntryId, EntryStatus, Scheduled, SubCore, TopicCore};
+use crate::store::{self, Ack, Store};
 use crate::timers::{TimerEvent, Timers};
 
 /// Most auto-forward hops a message may take; beyond it the copy goes to
 /// the forwarding subscription's dead-letter queue (Service Bus allows 4).
 pub const MAX_FORWARD_HOPS: u32 = 4;
 
-/// Dead-letter reason when the max delivery count is reached.
-pub const REASON_MAX_DELIVERY: &str = "MaxDeliveryCountExceeded";
 /// Dead-letter reason for an expired message.
 pub const REASON_EXPIRED: &str = "TTLExpiredException";
 /// Dead-letter reason when a forward chain is too long.
@@ -42,19 +44,6 @@ pub const REASON_MAX_HOPS: &str = "MaxTransferHopCountExceeded";
 pub const REASON_FORWARD_TARGET_MISSING: &str = "ForwardToTargetNotFound";
 /// Dead-letter reason when a rule's filter or action fails on a message.
 pub const REASON_FILTER_FAILED: &str = "FilterEvaluationException";
-
-/// How durable an acknowledged operation is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Survives power loss: every commit's frame is synced before it is
-    /// acknowledged (concurrent operations share one commit). The default.
-    #[default]
-    Fsync,
-    /// Survives `kill -9` of the process, not of the machine: commits reach
-    /// the OS page cache; the log is synced at a clean shutdown, and a power
-    /// cut keeps a prefix of it.
-    Os,
-}
 
 /// How to open a broker.
 #[derive(Clone)]
@@ -1178,7 +1167,7 @@ impl Inner {
                 move_to_dead_letter(
                     sub,
                     entry,
-                    REASON_MAX_DELIVERY,
+                    nimbus_transport::MAX_DELIVERY_COUNT_EXCEEDED,
                     &description,
                     ops,
                     on_commit,

@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 
 use crate::live::LiveState;
 use crate::log;
-use crate::store::StoreOp;
+use crate::records::StoreOp;
 
 /// Ops per snapshot frame: frames of a few hundred KiB at most for the
 /// reader's buffer.

@@ -13,8 +13,10 @@ use nimbus_transport::{
 use tokio::sync::Notify;
 
 use crate::broker::{Inner, TopicState};
-use crate::state::{EntryStatus, Wakeups};
-use crate::store::{OnCommit, StoreOp};
+use crate::commit::OnCommit;
+use crate::commit::Wakeups;
+use crate::records::StoreOp;
+use crate::state::EntryStatus;
 use crate::timers::TimerEvent;
 
 /// An exclusive lock on one session of a session-enabled subscription of

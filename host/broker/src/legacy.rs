@@ -11,7 +11,9 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use nimbus_transport::{SubscriptionSettings, TopicSettings};
 
-use crate::store::{EntryRow, OpenError, StoreOp, from_millis};
+use crate::error::OpenError;
+use crate::op_serde::from_millis;
+use crate::records::{EntryRow, StoreOp};
 
 /// The earlier database's file name in the data directory.
 pub(crate) const FILE_NAME: &str = "broker.sqlite3";
@@ -310,7 +312,7 @@ CREATE TABLE IF NOT EXISTS inbox (
         .unwrap();
     }
 
-    fn open(dir: &Path) -> crate::store::Snapshot {
+    fn open(dir: &Path) -> crate::records::Snapshot {
         let (store, snapshot) = crate::store::Store::open(
             dir,
             crate::Durability::Fsync,

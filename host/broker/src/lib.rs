@@ -28,7 +28,10 @@ mod api;
 mod broker;
 mod clock;
 mod codec;
+mod commit;
 mod compact;
+mod durability;
+mod error;
 mod handles;
 mod legacy;
 mod live;
@@ -36,6 +39,7 @@ mod log;
 #[cfg(test)]
 mod log_fuzz;
 mod op_serde;
+mod records;
 mod rules;
 mod state;
 mod store;
@@ -45,12 +49,14 @@ mod wait;
 
 pub use api::{Broker, CommitHold};
 pub use broker::{
-    BrokerOptions, DEFAULT_MAX_REQUEST_BYTES, Durability, MAX_FORWARD_HOPS, REASON_EXPIRED,
-    REASON_FILTER_FAILED, REASON_FORWARD_TARGET_MISSING, REASON_MAX_DELIVERY, REASON_MAX_HOPS,
+    BrokerOptions, DEFAULT_MAX_REQUEST_BYTES, MAX_FORWARD_HOPS, REASON_EXPIRED,
+    REASON_FILTER_FAILED, REASON_FORWARD_TARGET_MISSING, REASON_MAX_HOPS,
 };
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};
+pub use durability::Durability;
+pub use error::OpenError;
 pub use handles::{BrokerReceiver, BrokerSession};
-pub use store::{FileReport, Finding, OpenError};
+pub use store::{FileReport, Finding};
 pub use verify::{LiveSummary, Verification, verify};
 
 /// The log's directory inside a broker's data directory.

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use nimbus_transport::{SubscriptionSettings, TopicSettings};
 
-use crate::store::{EntryRow, LoadedEntry, Snapshot, StoreOp};
+use crate::records::{EntryRow, LoadedEntry, Snapshot, StoreOp};
 
 #[derive(Debug)]
 struct RuleRow {

@@ -21,7 +21,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::store::StoreOp;
+use crate::records::StoreOp;
 
 /// The directory under the data directory.
 pub(crate) const DIR_NAME: &str = "broker-log";

@@ -9,7 +9,8 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use crate::log::{self, End};
-use crate::store::{self, Finding, Repair, StoreOp};
+use crate::records::StoreOp;
+use crate::store::{self, Finding, Repair};
 
 /// A segment of `commits` frames, commit `i` holding `i + 1` ops; returns
 /// the bytes and the ops' sequence numbers in order.
@@ -176,7 +177,7 @@ proptest! {
         std::fs::write(&path, &bytes).unwrap();
         let listing = log::list(&log_dir).unwrap();
         match store::read_log(&log_dir, &listing, Repair::Report, &mut Vec::new()) {
-            Err(store::OpenError::DamagedFrame { offset, next, .. }) => {
+            Err(crate::error::OpenError::DamagedFrame { offset, next, .. }) => {
                 prop_assert_eq!(offset, ends[k] as u64);
                 prop_assert!(next > offset);
             }

@@ -1,5 +1,7 @@
-//! How the fields of a [`StoreOp`](crate::store::StoreOp) that are not plain
-//! data are written to the log.
+//! How the fields of a [`StoreOp`](crate::records::StoreOp) that are not
+//! plain data are written to the log, and the time encoding they share.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A time as signed milliseconds since the Unix epoch: any `SystemTime`
 /// encodes (serde's own form refuses times before the epoch, and a message's
@@ -9,7 +11,7 @@ pub(crate) mod time_ms {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::store::{from_millis, millis};
+    use crate::op_serde::{from_millis, millis};
 
     pub(crate) fn serialize<S: Serializer>(time: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_i64(millis(*time))
@@ -24,7 +26,7 @@ pub(crate) mod time_ms {
 
         use serde::{Deserialize, Deserializer, Serializer};
 
-        use crate::store::{from_millis, millis};
+        use crate::op_serde::{from_millis, millis};
 
         pub(crate) fn serialize<S: Serializer>(
             time: &Option<SystemTime>,
@@ -123,5 +125,22 @@ pub(crate) mod subscription_settings {
         settings.dead_letter_on_expiry = stored.dead_letter_on_expiry;
         settings.forward_to = stored.forward_to;
         Ok(settings)
+    }
+}
+
+/// `time` as signed milliseconds since the Unix epoch, saturating.
+pub(crate) fn millis(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+/// The time `ms` milliseconds from the Unix epoch.
+pub(crate) fn from_millis(ms: i64) -> SystemTime {
+    if ms >= 0 {
+        UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs())
+    } else {
+        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
     }
 }

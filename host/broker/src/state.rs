@@ -14,8 +14,8 @@ use std::time::SystemTime;
 use nimbus_transport::{LockToken, Message, ReceivedMessage, SubscriptionSettings, TopicSettings};
 use tokio::sync::Notify;
 
+use crate::commit::{CommitFlag, OnCommit, Wakeups};
 use crate::rules::CompiledRule;
-use crate::store::{CommitFlag, OnCommit};
 
 /// Entry ids order messages within a queue; sequence numbers and entry ids
 /// share one broker-wide counter.
@@ -131,24 +131,6 @@ pub(crate) struct QueueCore {
     /// Wakes accept-next-available waiters and non-session receivers.
     pub(crate) notify: Arc<Notify>,
     len: usize,
-}
-
-/// Notifies collected under the topic lock and fired after it is released.
-#[derive(Default)]
-pub(crate) struct Wakeups(Vec<Arc<Notify>>);
-
-impl Wakeups {
-    pub(crate) fn add(&mut self, notify: &Arc<Notify>) {
-        if !self.0.iter().any(|n| Arc::ptr_eq(n, notify)) {
-            self.0.push(Arc::clone(notify));
-        }
-    }
-
-    pub(crate) fn fire(self) {
-        for notify in self.0 {
-            notify.notify_waiters();
-        }
-    }
 }
 
 impl QueueCore {

@@ -16,21 +16,20 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
-use nimbus_transport::{Message, SubscriptionSettings, TopicSettings, TransientError};
-
+use crate::commit::{CommitGate, OnCommit};
 use crate::compact::Compactor;
+use crate::durability::Durability;
+use crate::error::{OpenError, StoreError};
+use crate::legacy;
 use crate::live::LiveState;
 use crate::log;
-use crate::op_serde::{subscription_settings, time_ms, topic_settings};
-use crate::state::Wakeups;
-use crate::{Durability, legacy};
+use crate::records::{Snapshot, StoreOp};
 
 /// Most requests folded into one transaction: bounds the latency a request
 /// waits behind others when the queue is long.
@@ -54,234 +53,6 @@ const COMMIT_BYTES: usize = 256 << 10;
 /// says otherwise.
 pub(crate) const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
 
-/// One durable mutation: a record of the log.
-///
-/// The log stores these by variant index, so a new variant goes at the end
-/// and an existing one never changes shape without a new
-/// [`log::FORMAT_VERSION`].
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum StoreOp {
-    PutTopic {
-        name: String,
-        #[serde(with = "topic_settings")]
-        settings: TopicSettings,
-    },
-    DeleteTopic {
-        name: String,
-    },
-    PutSubscription {
-        topic: String,
-        name: String,
-        #[serde(with = "subscription_settings")]
-        settings: SubscriptionSettings,
-    },
-    DeleteSubscription {
-        topic: String,
-        name: String,
-    },
-    PutRule {
-        topic: String,
-        subscription: String,
-        name: String,
-        filter: String,
-        action: Option<String>,
-        order: i64,
-    },
-    DeleteRule {
-        topic: String,
-        subscription: String,
-        name: String,
-    },
-    InsertEntry(Box<EntryRow>),
-    DeleteEntry {
-        id: i64,
-    },
-    /// Delivery count and (after abandon with properties) the message.
-    UpdateEntry {
-        id: i64,
-        failures: u32,
-        #[serde(with = "serde_bytes")]
-        message: Option<Vec<u8>>,
-    },
-    MoveToDeadLetter {
-        id: i64,
-        failures: u32,
-        reason: String,
-        description: String,
-    },
-    InsertScheduled {
-        seq: i64,
-        topic: String,
-        #[serde(with = "time_ms")]
-        at: SystemTime,
-        #[serde(with = "serde_bytes")]
-        message: Vec<u8>,
-    },
-    DeleteScheduled {
-        seq: i64,
-    },
-    SetSessionState {
-        topic: String,
-        subscription: String,
-        session: String,
-        #[serde(with = "serde_bytes")]
-        state: Option<Vec<u8>>,
-    },
-    PutDedup {
-        topic: String,
-        message_id: String,
-        #[serde(with = "time_ms")]
-        at: SystemTime,
-        seq: i64,
-    },
-    PruneDedup {
-        topic: String,
-        #[serde(with = "time_ms")]
-        before: SystemTime,
-    },
-    PutInbox {
-        scope: String,
-        key: String,
-        #[serde(with = "time_ms")]
-        expires: SystemTime,
-    },
-    PruneInbox {
-        #[serde(with = "time_ms")]
-        before: SystemTime,
-    },
-    /// The sequence high-water mark: no number at or below it is reused.
-    SequenceHighWater(i64),
-}
-
-impl StoreOp {
-    /// About how many bytes the op adds to a frame: its message bytes and
-    /// a little for the rest (names and numbers).
-    fn size_hint(&self) -> usize {
-        const FIELDS: usize = 64;
-        FIELDS
-            + match self {
-                StoreOp::InsertEntry(row) => row.message.len(),
-                StoreOp::UpdateEntry { message, .. } => message.as_ref().map_or(0, Vec::len),
-                StoreOp::InsertScheduled { message, .. } => message.len(),
-                StoreOp::SetSessionState { state, .. } => state.as_ref().map_or(0, Vec::len),
-                _ => 0,
-            }
-    }
-}
-
-/// A stored message copy (main or dead-letter queue of a subscription).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct EntryRow {
-    pub(crate) id: i64,
-    pub(crate) topic: String,
-    pub(crate) subscription: String,
-    pub(crate) dead_letter: bool,
-    pub(crate) seq: i64,
-    #[serde(with = "time_ms")]
-    pub(crate) enqueued: SystemTime,
-    #[serde(with = "time_ms::option")]
-    pub(crate) expires: Option<SystemTime>,
-    pub(crate) failures: u32,
-    pub(crate) dead_letter_reason: Option<String>,
-    pub(crate) dead_letter_description: Option<String>,
-    #[serde(with = "serde_bytes")]
-    pub(crate) message: Vec<u8>,
-}
-
-/// Why the store cannot commit.
-#[derive(Debug, Clone, thiserror::Error)]
-pub(crate) enum StoreError {
-    /// For good: the broker is poisoned until reopened.
-    #[error("storage failed: {0}; reopen the broker")]
-    Failed(String),
-    /// The log cannot be written now (a full disk, an I/O error): the
-    /// writer retries the commit it holds, and changes are refused until
-    /// it succeeds (decision 0130).
-    #[error(
-        "the broker cannot write its log ({0}); changes are refused until it can, and it retries by itself"
-    )]
-    Unwritable(String),
-}
-
-impl From<StoreError> for TransientError {
-    fn from(value: StoreError) -> Self {
-        TransientError::new(value.to_string())
-    }
-}
-
-/// Opening the data directory failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum OpenError {
-    /// The data directory could not be created.
-    #[error("cannot create data directory {path}: {source}")]
-    DataDir {
-        /// The directory.
-        path: String,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// A file of the broker's log could not be read, written or created.
-    #[error("cannot use broker log {path}: {source}")]
-    Log {
-        /// The file or directory.
-        path: String,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// SQLite refused to open the database of an earlier build, which is
-    /// imported into the log at the first open.
-    #[error("cannot import the earlier broker database {path}: {source}")]
-    Database {
-        /// The database file.
-        path: String,
-        /// The SQLite error.
-        source: rusqlite::Error,
-    },
-    /// A file holds data nimbus cannot read.
-    #[error("broker data {path} is unreadable: {reason}")]
-    Corrupt {
-        /// The file.
-        path: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A frame of a segment whose commits were each synced is damaged, and
-    /// a whole frame follows it: acknowledged commits come after the
-    /// damage, so it is not the torn tail a crash leaves. Nothing is
-    /// changed (decision 0130).
-    #[error(
-        "broker log {path} is damaged at byte {offset} (a bad checksum or length), and a whole frame follows at byte {next}: \
-         acknowledged commits come after the damage, so this is corruption, not a torn tail; \
-         nothing was changed. Restore the file, or check the log with `nimbus broker verify`"
-    )]
-    DamagedFrame {
-        /// The segment.
-        path: String,
-        /// Where the damaged frame starts.
-        offset: u64,
-        /// Where the next whole frame starts.
-        next: u64,
-    },
-    /// A segment's header says history came before it, and the log holds
-    /// neither the segment before it nor a snapshot folding it: a deleted
-    /// or lost file, which open refuses rather than start without it
-    /// (decision 0130).
-    #[error(
-        "broker log {path} continues earlier history, but {missing} is missing: \
-         refusing to open a broker without it; restore the file"
-    )]
-    Missing {
-        /// The segment whose predecessor is missing.
-        path: String,
-        /// What is missing, by file name.
-        missing: String,
-    },
-    /// The writer thread could not be started.
-    #[error("cannot start the broker writer thread: {0}")]
-    Thread(std::io::Error),
-}
-
 struct Request {
     ops: Vec<StoreOp>,
     /// [`StoreOp::size_hint`] over `ops`, counted by the submitter.
@@ -302,77 +73,6 @@ impl Request {
             ack,
             on_commit,
         }
-    }
-}
-
-/// Set once the transaction of the request that inserted a message has
-/// committed. Until then the message is not handed out: a consumer that
-/// acted on it (a handler calling a partner, the Resolver writing its own
-/// database) would act on a message a crash can still take back (decision
-/// 0107).
-#[derive(Debug, Default)]
-pub(crate) struct CommitFlag {
-    done: AtomicBool,
-    /// Receivers that met a message of this request first in line in a
-    /// state its request's own wakes do not cover (a session let go after
-    /// the message arrived), woken when it commits.
-    late: Mutex<Vec<Arc<Notify>>>,
-}
-
-impl CommitFlag {
-    /// Whether the request committed; if not, `notify` is woken when it
-    /// does. A receiver registers for its wake before it looks, so it sees
-    /// one or the other.
-    pub(crate) fn is_set_or_wake(&self, notify: &Arc<Notify>) -> bool {
-        if self.done.load(Ordering::Acquire) {
-            return true;
-        }
-        let mut late = self.late.lock().unwrap_or_else(PoisonError::into_inner);
-        // Checked again under the lock `set` takes after setting it.
-        if self.done.load(Ordering::Acquire) {
-            return true;
-        }
-        if !late.iter().any(|n| Arc::ptr_eq(n, notify)) {
-            late.push(Arc::clone(notify));
-        }
-        false
-    }
-
-    /// Whether the request committed.
-    pub(crate) fn is_set(&self) -> bool {
-        self.done.load(Ordering::Acquire)
-    }
-
-    fn set(&self) {
-        self.done.store(true, Ordering::Release);
-        let late = std::mem::take(&mut *self.late.lock().unwrap_or_else(PoisonError::into_inner));
-        for notify in late {
-            notify.notify_waiters();
-        }
-    }
-}
-
-/// What a request makes deliverable when it commits: the flag its new
-/// messages carry, and the receivers to wake for them.
-#[derive(Default)]
-pub(crate) struct OnCommit {
-    flag: Option<Arc<CommitFlag>>,
-    pub(crate) wake: Wakeups,
-}
-
-impl OnCommit {
-    /// The flag for one more message of this request.
-    pub(crate) fn flag(&mut self) -> Arc<CommitFlag> {
-        Arc::clone(self.flag.get_or_insert_with(Arc::default))
-    }
-
-    fn committed(self) {
-        if let Some(flag) = self.flag {
-            // Set before the wake: a receiver checks the flag after it
-            // registered for the wake, so it sees one or the other.
-            flag.set();
-        }
-        self.wake.fire();
     }
 }
 
@@ -407,35 +107,6 @@ impl Ack {
             Some(rx) => rx.await.unwrap_or_else(|_| {
                 Err(StoreError::Failed("the writer thread stopped".to_owned()))
             }),
-        }
-    }
-}
-
-/// Lets a test keep the writer from committing, to look at the broker while
-/// requests wait for their commit.
-#[derive(Debug, Default)]
-pub(crate) struct CommitGate {
-    held: Mutex<bool>,
-    released: Condvar,
-}
-
-impl CommitGate {
-    pub(crate) fn hold(&self) {
-        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = true;
-    }
-
-    pub(crate) fn release(&self) {
-        *self.held.lock().unwrap_or_else(PoisonError::into_inner) = false;
-        self.released.notify_all();
-    }
-
-    fn wait_open(&self) {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        while *held {
-            held = self
-                .released
-                .wait(held)
-                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 }
@@ -1392,46 +1063,15 @@ fn sync_segments(dir: &Path, upto: u64) -> std::io::Result<()> {
     }
 }
 
-pub(crate) fn millis(time: SystemTime) -> i64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
-    }
-}
-
-pub(crate) fn from_millis(ms: i64) -> SystemTime {
-    if ms >= 0 {
-        UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs())
-    } else {
-        UNIX_EPOCH - Duration::from_millis(ms.unsigned_abs())
-    }
-}
-
-/// Everything on disk, read once at open to rebuild memory state.
-#[derive(Debug, Default)]
-pub(crate) struct Snapshot {
-    pub(crate) sequence: i64,
-    pub(crate) topics: Vec<(String, TopicSettings)>,
-    pub(crate) subscriptions: Vec<(String, String, SubscriptionSettings)>,
-    pub(crate) rules: Vec<(String, String, String, String, Option<String>)>,
-    pub(crate) entries: Vec<LoadedEntry>,
-    pub(crate) scheduled: Vec<(i64, String, SystemTime, Message)>,
-    pub(crate) session_states: Vec<(String, String, String, Vec<u8>)>,
-    pub(crate) dedup: Vec<(String, String, SystemTime, i64)>,
-    pub(crate) inbox: Vec<(String, String, SystemTime)>,
-}
-
-/// A stored entry with its message decoded.
-#[derive(Debug)]
-pub(crate) struct LoadedEntry {
-    pub(crate) row: EntryRow,
-    pub(crate) decoded: Message,
-}
-
 #[cfg(test)]
 #[expect(clippy::unwrap_used, reason = "tests")]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use nimbus_transport::Message;
+
     use super::*;
+    use crate::records::EntryRow;
 
     fn row(id: i64) -> EntryRow {
         EntryRow {

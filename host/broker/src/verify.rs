@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::OpenError;
 use crate::legacy;
 use crate::log;
-use crate::store::{self, FileReport, Finding, OpenError, Repair};
+use crate::store::{self, FileReport, Finding, Repair};
 
 /// What [`verify`] found.
 #[derive(Debug)]

@@ -1,4 +1,4 @@
-//! NimBus topology provisioning (`nimbus_transport::provision`) on the real
+//! NimBus topology provisioning (`nimbus_wire::topology`) on the real
 //! embedded broker in a temporary directory: the layout it creates, zero
 //! churn, pruning, and end-to-end routing through the created rules
 //! (scenarios EF-02, EF-04, EF-05).
@@ -13,13 +13,13 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use nimbus_broker::{Broker, BrokerOptions, Durability, ManualClock};
-use nimbus_transport::provision::{
-    Endpoint, Mutation, ProvisionError, Requirement, Topology, TopologyError, forwarding_rule,
-    provision, prune, requirements,
-};
 use nimbus_transport::{
     Admin, ErrorKind, Message, PropertyValue, ReceivedMessage, Receiver, RuleDescription,
     SessionLock, SessionSelector, SubQueue, SubscriptionPath, SubscriptionSettings, Transport,
+};
+use nimbus_wire::topology::{
+    Endpoint, Mutation, ProvisionError, Requirement, Topology, TopologyError, forwarding_rule,
+    provision, prune, requirements,
 };
 
 /// Bounds only a failing wait: receives return as soon as a message is there.

@@ -6,14 +6,19 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
-use nimbus_runtime::api::ApiToken;
+// The header with which a listing says it was cut at its limit while more
+// matched: the API's own constant, so the two cannot drift apart.
+use nimbus_runtime::api::TRUNCATED_HEADER;
+use nimbus_runtime::config::ApiToken;
 use serde_json::Value;
 
 use crate::cli_ops::ApiArgs;
 
 /// Where the API listens when nothing says otherwise (the default
 /// `[api] listen`).
-const DEFAULT_API: &str = "http://127.0.0.1:7300";
+fn default_api() -> String {
+    format!("http://{}", nimbus_runtime::config::DEFAULT_API_LISTEN)
+}
 
 /// How long one request may take; operator calls are quick, but a dead-
 /// letter listing reads whole queues.
@@ -21,10 +26,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Query parameters: absent values are left out.
 pub(crate) type Query<'a> = [(&'a str, Option<String>)];
-
-/// The header with which a listing says it was cut at its limit while
-/// more matched.
-const TRUNCATED_HEADER: &str = "x-nimbus-truncated";
 
 /// A listing's answer.
 pub(crate) struct Listing {
@@ -53,7 +54,7 @@ impl ApiClient {
             Some(url) => (api_base(url)?, None),
             None => match from_local_config()? {
                 Some((base, token)) => (base, token),
-                None => (DEFAULT_API.to_owned(), None),
+                None => (default_api(), None),
             },
         };
         let token = ApiToken::from_env()
@@ -205,13 +206,19 @@ fn from_local_config() -> anyhow::Result<Option<(String, Option<ApiToken>)>> {
 fn api_base(given: &str) -> anyhow::Result<String> {
     let given = given.trim().trim_end_matches('/');
     if given.starts_with("https://") {
-        bail!("--api '{given}': the host's API serves plain http, not https (e.g. {DEFAULT_API})");
+        bail!(
+            "--api '{given}': the host's API serves plain http, not https (e.g. {})",
+            default_api()
+        );
     }
     if given.starts_with("http://") {
         return Ok(given.to_owned());
     }
     if given.contains("://") || given.is_empty() {
-        bail!("--api '{given}' is not an http:// URL or a host:port (e.g. {DEFAULT_API})");
+        bail!(
+            "--api '{given}' is not an http:// URL or a host:port (e.g. {})",
+            default_api()
+        );
     }
     Ok(format!("http://{given}"))
 }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::cli_ops::{
     ApiArgs, CheckConfigArgs, DlqCommand, EndpointArgs, EndpointsArgs, EventArgs, EventsArgs,
@@ -80,11 +80,11 @@ pub(crate) enum Command {
     /// in a temp dir: events/s and end-to-end latency p50/p99/max, closed
     /// loop then open loop at half the throughput; `--native` adds the same
     /// load through a native handler for the sandbox's cost as a ratio.
-    Bench(crate::commands::bench::BenchArgs),
+    Bench(BenchArgs),
     /// The embedded broker's files, offline: `broker verify` checks the log
     /// of a data directory no host is running on.
     #[command(subcommand)]
-    Broker(crate::commands::broker::BrokerCommand),
+    Broker(BrokerCommand),
 }
 
 #[derive(Debug, Args)]
@@ -221,4 +221,104 @@ impl InvokedMessageType {
         };
         (message_type.as_str(), from)
     }
+}
+
+/// Load options, with the defaults of the target (noop handler, 64
+/// sessions, 300-byte payloads, durable).
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Sessions the load spreads over.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) sessions: usize,
+    /// Events in each measured phase (closed loop, then open loop).
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) events: u64,
+    /// Events to warm up with (not measured).
+    #[arg(long, default_value_t = 2_000)]
+    pub(crate) warmup: u64,
+    /// Payload size in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 300)]
+    pub(crate) payload: usize,
+    /// `noop`, `orders`, or the path of a component (`.wasm`).
+    #[arg(long, value_name = "noop|orders|FILE", default_value = "noop")]
+    pub(crate) handler: String,
+    /// Where `noop.wasm` and `orders.wasm` are [default: $NIMBUS_GUESTS_DIR,
+    /// else ${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) guests_dir: Option<PathBuf>,
+    /// Fraction of events whose handler fails (orders only: its fail switch).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
+    pub(crate) failure_rate: f64,
+    /// What becomes of a failed event: skipped through the Manager (its
+    /// session goes on) or left blocking its session (later events park).
+    #[arg(long, value_enum, default_value_t = OnFailureArg::Skip)]
+    pub(crate) on_failure: OnFailureArg,
+    /// The broker's durability.
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Fsync)]
+    pub(crate) durability: DurabilityArg,
+    /// Also run the same load through a native Rust handler and print the
+    /// wasm/native ratios.
+    #[arg(long)]
+    pub(crate) native: bool,
+    /// Run only the native handler.
+    #[arg(long, conflicts_with = "native")]
+    pub(crate) native_only: bool,
+    /// Events each session keeps in flight in the closed loop.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) window: usize,
+    /// Open-loop rate in events/s [default: half the closed-loop throughput].
+    #[arg(long, value_name = "EVENTS_PER_S")]
+    pub(crate) rate: Option<f64>,
+    /// Sessions the endpoint processes at once [default: --sessions].
+    #[arg(long)]
+    pub(crate) engine_sessions: Option<usize>,
+    /// Where the Resolver's records go: `discard` writes none (the Resolver
+    /// still consumes and settles every message), to compare with a run on
+    /// SQLite for what the audit store costs. Not a host configuration.
+    #[arg(long, value_enum, default_value_t = ResolverStoreArg::Sqlite)]
+    pub(crate) resolver_store: ResolverStoreArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum ResolverStoreArg {
+    /// SQLite, as the host runs it.
+    Sqlite,
+    /// Nowhere: no audit trail is written.
+    Discard,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum OnFailureArg {
+    Skip,
+    Block,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum DurabilityArg {
+    /// An acknowledged write survives power loss.
+    Fsync,
+    /// An acknowledged write survives a killed process.
+    Os,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BrokerCommand {
+    /// Check the broker log of a data directory without opening a host on
+    /// it: each file's state, and whether `nimbus run` would start (exit 0)
+    /// or refuse it (exit 1, naming the file and byte). Nothing is changed,
+    /// not even the repairs open would make; refused while a host runs on
+    /// the directory.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct VerifyArgs {
+    /// The data directory (`[host] data_dir`), or the broker's directory
+    /// in it [default: that of --config, else of ./nimbus.toml, else
+    /// ./.nimbus].
+    #[arg(value_name = "DATA_DIR", conflicts_with = "config")]
+    pub(crate) data_dir: Option<PathBuf>,
+    /// The configuration file whose `[host] data_dir` to check.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
 }

@@ -15,7 +15,7 @@ mod output;
 
 use std::process::ExitCode;
 
-use crate::output::errln;
+use crate::output::{EXIT_ERROR, errln};
 
 use clap::{CommandFactory as _, FromArgMatches as _};
 
@@ -23,10 +23,6 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 /// message by about a third against glibc's allocator (decision record 0022).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Exit code when the command itself failed (bad input, unreadable file,
-/// invalid component).
-pub(crate) const EXIT_ERROR: u8 = 1;
 
 fn main() -> ExitCode {
     let matches = cli::Cli::command().get_matches();

@@ -11,6 +11,10 @@ use nimbus_sandbox::{ArtifactSource, HandlerVersion, Invocation, Limits, LogReco
 use nimbus_transport::PropertyValue;
 use serde::Serialize;
 
+/// Exit code when the command itself failed (bad input, unreadable file,
+/// invalid component, a stdout that cannot be written).
+pub(crate) const EXIT_ERROR: u8 = 1;
+
 /// `print!` for what a command answers. A closed pipe (`nimbus events |
 /// head`) ends the process quietly with success, as a pipeline expects,
 /// where `print!` would panic; any other write error is an error exit.
@@ -71,7 +75,7 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
             std::process::exit(0);
         }
         errln!("error: writing to stdout: {e}");
-        std::process::exit(i32::from(crate::EXIT_ERROR));
+        std::process::exit(i32::from(EXIT_ERROR));
     }
 }
 

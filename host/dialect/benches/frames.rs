@@ -8,7 +8,6 @@
 //! `cargo bench -p nimbus-dialect --bench frames`
 
 #![allow(missing_docs, reason = "criterion generates the entry point")]
-#![allow(missing_docs, reason = "criterion generates the entry point")]
 
 use std::hint::black_box;
 

@@ -14,7 +14,7 @@ use nimbus_wire::{
 use serde::Serialize;
 
 use crate::error::ManagerError;
-use crate::rebuilt::Found;
+use crate::rebuilt::{self, Found};
 
 /// The ErrorType of a handoff failure when the operator gives none.
 pub const DEFAULT_HANDOFF_ERROR_TYPE: &str = "HandoffFailed";
@@ -194,8 +194,7 @@ impl<T: Transport + Admin> Manager<T> {
             .filter(|r| endpoint.is_none_or(|e| r.endpoint == e))
             .collect();
         match records.len() {
-            0 => self
-                .blocker_from_session_state(id, endpoint)
+            0 => rebuilt::blocker_from_session_state(&*self.transport, id, endpoint)
                 .await?
                 .ok_or_else(|| ManagerError::UnknownEvent {
                     event_id: id.to_owned(),

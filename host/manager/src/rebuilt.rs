@@ -13,12 +13,11 @@
 //! saying so, just before the message is sent.
 
 use nimbus_resolver::{EventRecord, HANDOFF_SUB_STATUS, MessageKind, Status};
-use nimbus_transport::provision::endpoint_topics;
-use nimbus_transport::{Admin, AdminError, SubscriptionPath, Transport};
+use nimbus_transport::{Admin, AdminError, SubscriptionPath};
+use nimbus_wire::topology::endpoint_topics;
 use nimbus_wire::{BlockingEvent, SessionState};
 
 use crate::error::ManagerError;
-use crate::operations::Manager;
 
 /// An event's record as the Manager found it.
 #[derive(Debug)]
@@ -47,63 +46,61 @@ struct Blocked {
     state: SessionState,
 }
 
-impl<T: Transport + Admin> Manager<T> {
-    /// The blocker of the one session whose state names `id` (the event's
-    /// id, or the `MessageId` it came in with, as `nimbus publish` printed
-    /// it), at `endpoint` or at any endpoint; `None` when no session's
-    /// state names it, or the broker cannot list sessions (Service Bus over
-    /// AMQP).
-    pub(crate) async fn blocker_from_session_state(
-        &self,
-        id: &str,
-        endpoint: Option<&str>,
-    ) -> Result<Option<Found>, ManagerError> {
-        let endpoints = match endpoint {
-            Some(endpoint) => vec![endpoint.to_owned()],
-            None => match endpoint_topics(&*self.transport).await {
-                Ok(endpoints) => endpoints,
-                Err(AdminError::Unsupported { .. }) => return Ok(None),
-                Err(source) => {
-                    return Err(ManagerError::ReadEndpoint {
-                        endpoint: "(every endpoint)".to_owned(),
-                        source,
-                    });
-                }
-            },
+/// The blocker of the one session whose state names `id` (the event's
+/// id, or the `MessageId` it came in with, as `nimbus publish` printed
+/// it), at `endpoint` or at any endpoint; `None` when no session's
+/// state names it, or the broker cannot list sessions (Service Bus over
+/// AMQP).
+pub(crate) async fn blocker_from_session_state<A: Admin>(
+    admin: &A,
+    id: &str,
+    endpoint: Option<&str>,
+) -> Result<Option<Found>, ManagerError> {
+    let endpoints = match endpoint {
+        Some(endpoint) => vec![endpoint.to_owned()],
+        None => match endpoint_topics(admin).await {
+            Ok(endpoints) => endpoints,
+            Err(AdminError::Unsupported { .. }) => return Ok(None),
+            Err(source) => {
+                return Err(ManagerError::ReadEndpoint {
+                    endpoint: "(every endpoint)".to_owned(),
+                    source,
+                });
+            }
+        },
+    };
+    let mut blocked = Vec::new();
+    for endpoint in endpoints {
+        let path = SubscriptionPath::new(endpoint.as_str(), endpoint.as_str());
+        let sessions = match admin.list_sessions(&path).await {
+            Ok(sessions) => sessions,
+            Err(AdminError::NotFound { .. } | AdminError::Unsupported { .. }) => continue,
+            Err(source) => return Err(ManagerError::ReadEndpoint { endpoint, source }),
         };
-        let mut blocked = Vec::new();
-        for endpoint in endpoints {
-            let path = SubscriptionPath::new(endpoint.as_str(), endpoint.as_str());
-            let sessions = match self.transport.list_sessions(&path).await {
-                Ok(sessions) => sessions,
-                Err(AdminError::NotFound { .. } | AdminError::Unsupported { .. }) => continue,
-                Err(source) => return Err(ManagerError::ReadEndpoint { endpoint, source }),
+        for session in sessions {
+            let Some(state) = session
+                .state
+                .as_deref()
+                .and_then(|bytes| SessionState::from_bytes(bytes).ok())
+            else {
+                continue;
             };
-            for session in sessions {
-                let Some(state) = session
-                    .state
-                    .as_deref()
-                    .and_then(|bytes| SessionState::from_bytes(bytes).ok())
-                else {
-                    continue;
-                };
-                if names(&state, id) {
-                    blocked.push(Blocked {
-                        endpoint: endpoint.clone(),
-                        session_id: session.session_id,
-                        state,
-                    });
-                }
+            if names(&state, id) {
+                blocked.push(Blocked {
+                    endpoint: endpoint.clone(),
+                    session_id: session.session_id,
+                    state,
+                });
             }
         }
-        match blocked.len() {
-            0 => Ok(None),
-            1 => Ok(blocked.pop().map(rebuild)),
-            _ => Err(ManagerError::AmbiguousEndpoint {
-                event_id: id.to_owned(),
-                endpoints: blocked.into_iter().map(|b| b.endpoint).collect(),
-            }),
-        }
+    }
+    match blocked.len() {
+        0 => Ok(None),
+        1 => Ok(blocked.pop().map(rebuild)),
+        _ => Err(ManagerError::AmbiguousEndpoint {
+            event_id: id.to_owned(),
+            endpoints: blocked.into_iter().map(|b| b.endpoint).collect(),
+        }),
     }
 }
 

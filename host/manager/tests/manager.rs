@@ -810,7 +810,7 @@ async fn dead_letter_operations_name_what_is_missing() {
 /// consuming `OrderPlaced` from the producer topic `storefront`, and an
 /// empty Resolver store beside it.
 async fn storefront_to_billing() -> (tempfile::TempDir, Arc<Broker>, Arc<SqliteResolverStore>) {
-    use nimbus_transport::provision::{Endpoint, Topology, provision};
+    use nimbus_wire::topology::{Endpoint, Topology, provision};
 
     let dir = tempfile::tempdir().unwrap();
     let broker = Arc::new(

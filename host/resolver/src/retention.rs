@@ -112,7 +112,7 @@ pub async fn sessions_in_use<A: Admin>(
     admin: &A,
 ) -> Result<BTreeSet<(String, String)>, AdminError> {
     let mut in_use = BTreeSet::new();
-    for endpoint in nimbus_transport::provision::endpoint_topics(admin).await? {
+    for endpoint in nimbus_wire::topology::endpoint_topics(admin).await? {
         let own = SubscriptionPath::new(endpoint.as_str(), endpoint.as_str());
         let sessions = match admin.list_sessions(&own).await {
             Ok(sessions) => sessions,

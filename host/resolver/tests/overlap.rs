@@ -12,12 +12,12 @@ use nimbus_broker::{Broker, BrokerOptions};
 use nimbus_resolver::{
     Consumed, Progress, ResolverSettings, ResolverStore, SqliteResolverStore, run_resolver,
 };
-use nimbus_transport::provision::{self, Endpoint, Topology};
 use nimbus_transport::{
     AcceptSessionError, CancelError, Message, OpenReceiverError, PublishError, ReceiveError,
     ReceivedMessage, RenewError, SessionLock, SessionSelector, SessionStateError, SettleError,
     SettleReceipt, Settlement, SubQueue, SubscriptionPath, TransientError, Transport,
 };
+use nimbus_wire::topology::{self, Endpoint, Topology};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -142,7 +142,7 @@ async fn the_next_message_is_recorded_while_the_previous_complete_is_in_flight()
             .await
             .unwrap(),
     );
-    provision::provision(
+    topology::provision(
         &*broker,
         &Topology::new().endpoint(Endpoint::new("billing")),
     )

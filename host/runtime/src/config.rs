@@ -9,13 +9,17 @@ use std::time::Duration;
 use nimbus_broker::Durability;
 use nimbus_engine::policy_config::{ClassifierConfig, RetryConfig};
 use nimbus_engine::{Classifier, RetryPolicies};
-use nimbus_transport::provision::Topology;
+use nimbus_wire::topology::Topology;
 use serde::Deserialize;
 
+mod allowed_host;
 mod amqp;
+mod api_token;
 mod manager;
 mod servicebus;
+pub use allowed_host::AllowedHost;
 pub use amqp::{AmqpConfig, AmqpKey};
+pub use api_token::{API_TOKEN_ENV, ApiToken, MIN_TOKEN_LEN};
 pub use manager::{CONTROL_KEY_ENV, ControlKeyText, ManagerConfig};
 pub use servicebus::{BrokerKind, CONNECTION_STRING_ENV, ConnectionStringText};
 
@@ -102,6 +106,10 @@ impl Default for HostConfig {
     }
 }
 
+/// The producer topic an external publish goes to when it names none; a
+/// producer topic whatever `[host] producers` lists.
+pub const DEFAULT_PRODUCER: &str = "publisher";
+
 /// `[api]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,7 +127,7 @@ pub struct ApiConfig {
     /// The bearer token every request but `/health` must carry;
     /// `NIMBUS_API_TOKEN` wins over it (see [`ValidConfig::with_environment`]).
     #[serde(default)]
-    pub token: Option<crate::api::ApiToken>,
+    pub token: Option<ApiToken>,
     /// The longest one request may take, reading its body included.
     #[serde(
         default = "default_request_timeout",
@@ -135,8 +143,13 @@ pub struct ApiConfig {
     pub idle_timeout: Duration,
 }
 
+/// `[api] listen` when the configuration sets none; the CLI's client
+/// commands call it there when nothing else names the API.
+pub const DEFAULT_API_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7300);
+
 fn default_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 7300))
+    DEFAULT_API_LISTEN
 }
 
 fn default_request_timeout() -> Duration {
@@ -558,7 +571,7 @@ impl ValidConfig {
             path: path.to_owned(),
             problems: vec![problem],
         };
-        if let Some(token) = crate::api::ApiToken::from_env().map_err(invalid)? {
+        if let Some(token) = ApiToken::from_env().map_err(invalid)? {
             self.config.api.token = Some(token);
         }
         if let Some(connection) = servicebus::connection_string_from_env().map_err(invalid)? {
@@ -592,8 +605,7 @@ impl ValidConfig {
                  anyone who reaches it could publish, resubmit, skip and replay events. Set \
                  [api] token (or {}) to a secret of at least {} characters, or listen on \
                  127.0.0.1",
-                crate::api::API_TOKEN_ENV,
-                crate::api::MIN_TOKEN_LEN
+                API_TOKEN_ENV, MIN_TOKEN_LEN
             )));
         }
         Ok(self)
@@ -740,12 +752,12 @@ impl Config {
             }
         }
         if let Some(token) = &self.api.token
-            && let Err(why) = crate::api::ApiToken::new(token.expose())
+            && let Err(why) = ApiToken::new(token.expose())
         {
             problems.push(format!("api.token: {why}"));
         }
         for (i, host) in self.api.allowed_hosts.iter().enumerate() {
-            if let Err(why) = crate::api::AllowedHost::parse(host) {
+            if let Err(why) = AllowedHost::parse(host) {
                 problems.push(format!("api.allowed_hosts[{i}]: {why}"));
             }
         }
@@ -1335,7 +1347,7 @@ mod tests {
     #[test]
     fn an_api_beyond_loopback_without_a_token_is_refused_naming_the_key() {
         // Only meaningful without a token in this process's environment.
-        if std::env::var_os(crate::api::API_TOKEN_ENV).is_some() {
+        if std::env::var_os(API_TOKEN_ENV).is_some() {
             return;
         }
         let path = Path::new("/etc/nimbus.toml");

@@ -12,8 +12,8 @@ use nimbus_engine::{Policies, ProcessorSettings, Retrying};
 use nimbus_resolver::SqliteResolverStore;
 use nimbus_sandbox::{Limits, Registry, Sandbox, SandboxConfig, Snapshot, WatchGuard};
 use nimbus_servicebus::ServiceBus;
-use nimbus_transport::provision::{self, Topology};
 use nimbus_wire::ControlKey;
+use nimbus_wire::topology::Topology;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -27,9 +27,6 @@ use crate::metrics::Metrics;
 use crate::pauses::Pauses;
 use crate::resolver_store::{self, ResolverStoreStart};
 use crate::wiring;
-
-/// The producer topic an external publish goes to when it names none.
-pub const DEFAULT_PRODUCER: &str = "publisher";
 
 /// The version the host reports (heartbeats, `nimbus --version`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -73,11 +70,11 @@ impl Host {
     }
 
     /// [`Host::start`] with the data directory's lock already taken (by
-    /// `nimbus run`, before it binds the API, so that a second host on the
+    /// [`Host::run`], before it binds the API, so that a second host on the
     /// same directory is refused naming the first rather than for its
     /// port), and the operator's word on a Resolver store that is not there
     /// (`nimbus run --new-resolver-store`).
-    pub async fn start_locked(
+    pub(crate) async fn start_locked(
         config: ValidConfig,
         data_lock: DataLock,
         resolver_start: ResolverStoreStart,
@@ -357,7 +354,8 @@ impl Supervisor {
                 .into_iter()
                 .map(str::to_owned)
                 .collect();
-            topology = topology.endpoint(provision::Endpoint::new(endpoint).consumes(consumed));
+            topology = topology
+                .endpoint(nimbus_wire::topology::Endpoint::new(endpoint).consumes(consumed));
         }
         topology
     }
@@ -495,7 +493,7 @@ async fn provision_embedded(
     topology: &Topology,
     snapshot: &Snapshot,
 ) -> anyhow::Result<()> {
-    let report = provision::provision(broker, topology)
+    let report = nimbus_wire::topology::provision(broker, topology)
         .await
         .context("provisioning")?;
     let unknown = snapshot.endpoints_not_loading();
@@ -509,7 +507,7 @@ async fn provision_embedded(
              resubmit those"
         );
     }
-    let pruned = provision::prune(broker, topology, &unknown)
+    let pruned = nimbus_wire::topology::prune(broker, topology, &unknown)
         .await
         .context("pruning forwarding for removed event types")?;
     for mutation in report.mutations.iter().chain(&pruned.mutations) {

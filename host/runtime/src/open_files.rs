@@ -13,20 +13,18 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Descriptors kept back from the AMQP endpoint: the API's connections,
 /// the broker's segments and checkpoints, SQLite, the watcher, logs.
-pub const RESERVE: u64 = 512;
+pub(crate) const RESERVE: u64 = 512;
 
 /// The process's open-file limit after [`raise`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     /// The limit in force (`None`: unlimited).
-    pub soft: Option<u64>,
-    /// What it was before the host raised it.
-    pub before: Option<u64>,
+    pub(crate) soft: Option<u64>,
 }
 
 /// Raises the soft open-file limit to the hard limit. A system that
 /// refuses leaves it as it was; either way the limit in force is answered.
-pub fn raise() -> OpenFiles {
+pub(crate) fn raise() -> OpenFiles {
     let limit = getrlimit(Resource::Nofile);
     let before = limit.current;
     let raised = Rlimit {
@@ -38,13 +36,13 @@ pub fn raise() -> OpenFiles {
     } else {
         before
     };
-    OpenFiles { soft, before }
+    OpenFiles { soft }
 }
 
 impl OpenFiles {
     /// How many AMQP connections to serve when `configured` are asked for:
     /// no more than the limit leaves after [`RESERVE`] (and at least one).
-    pub fn amqp_connections(self, configured: usize) -> usize {
+    pub(crate) fn amqp_connections(self, configured: usize) -> usize {
         match self.soft {
             None => configured,
             Some(soft) => {
@@ -61,7 +59,7 @@ mod tests {
 
     #[test]
     fn the_endpoint_gets_what_the_reserve_leaves() {
-        let files = |soft| OpenFiles { soft, before: soft };
+        let files = |soft| OpenFiles { soft };
         assert_eq!(files(Some(1024)).amqp_connections(1024), 512);
         assert_eq!(files(Some(1_048_576)).amqp_connections(1024), 1024);
         assert_eq!(files(None).amqp_connections(1024), 1024);

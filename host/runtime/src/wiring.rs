@@ -8,13 +8,12 @@ use std::sync::Arc;
 use nimbus_engine::{Endpoint, Handlers, Policies, ProcessorSettings, Retrying, TransientBackoff};
 use nimbus_resolver::{ResolverSettings, ResolverStore, StoreDurability};
 use nimbus_transport::Transport;
-use nimbus_transport::provision::Topology;
 use nimbus_wire::ControlKey;
+use nimbus_wire::topology::Topology;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::ValidConfig;
-use crate::host::DEFAULT_PRODUCER;
+use crate::config::{DEFAULT_PRODUCER, ValidConfig};
 use crate::metrics::Metrics;
 use crate::observed_store::ObservedStore;
 

@@ -160,7 +160,7 @@ pub(crate) fn scan(dir: &Path, known: &BTreeSet<&str>) -> std::io::Result<DirSca
         match resolve(&path, file_type, &mut scan) {
             Kind::Broken => {}
             Kind::Special => scan.problems.push(special(&path)),
-            Kind::Dir => match nimbus_transport::provision::check_endpoint_name(&name) {
+            Kind::Dir => match nimbus_wire::topology::check_endpoint_name(&name) {
                 Ok(()) => endpoints.push((name, path)),
                 Err(error) => scan
                     .problems

@@ -42,6 +42,7 @@ pub(crate) mod invocation;
 pub(crate) mod layout;
 pub(crate) mod limiter;
 pub(crate) mod manifest;
+pub(crate) mod process;
 pub(crate) mod registry;
 pub(crate) mod runtime;
 pub(crate) mod state;

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::SystemTime;
 
 use tokio::sync::watch;
@@ -592,5 +592,16 @@ fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Keeps the registry from being dropped while a watcher thread uses it.
-pub(crate) type WeakRegistry = Weak<Registry>;
+impl watcher::Watched for Registry {
+    fn reconcile(&self) -> Result<(), RegistryError> {
+        Registry::reconcile(self)
+    }
+
+    fn links(&self) -> Vec<PathBuf> {
+        Registry::links(self)
+    }
+
+    fn next_removal(&self) -> Option<SystemTime> {
+        Registry::next_removal(self)
+    }
+}

@@ -19,9 +19,10 @@ use crate::config::Limits;
 use crate::digest::Digest;
 use crate::error::LoadError;
 use crate::host::convert::{event_to_wit, result_from_wit};
+use crate::host::log::ShortId;
 use crate::invocation::{Invocation, LogLevel, LogRecord, LogSource};
 use crate::manifest::Manifest;
-use crate::runtime::SandboxInner;
+use crate::process::SandboxInner;
 use crate::state::{InvocationState, InvocationTags};
 
 /// Event types one component may declare.
@@ -49,26 +50,6 @@ pub struct HandlerVersion {
     pre: HandlerPre<InvocationState>,
     /// The same component linked for [`HandlerVersion::invoke_async`].
     pre_async: AsyncHandlerPre<InvocationState>,
-}
-
-/// A version as log lines name it: the digest's short form and the
-/// settings suffix (`+…`) when there is one, which is what tells a
-/// manifest-only fix from the version before it. Formatted only when a
-/// line is written.
-pub(crate) struct ShortId<'a> {
-    pub(crate) digest: &'a Digest,
-    /// The whole version id ([`HandlerVersion::id`]).
-    pub(crate) id: &'a str,
-}
-
-impl fmt::Display for ShortId<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.digest.short())?;
-        match self.id.split_once('+') {
-            Some((_, settings)) => write!(f, "+{settings}"),
-            None => Ok(()),
-        }
-    }
 }
 
 impl fmt::Debug for HandlerVersion {
@@ -497,7 +478,7 @@ fn check_declared(declared: &[String]) -> Result<(), String> {
     for event_type in declared {
         // The topology's rule: anything else would be served here and then
         // refused by provisioning, which stops routing host-wide.
-        if let Err(e) = nimbus_transport::provision::check_event_type(event_type) {
+        if let Err(e) = nimbus_wire::topology::check_event_type(event_type) {
             return Err(format!(
                 "it declares an event type the topology refuses: {e}"
             ));

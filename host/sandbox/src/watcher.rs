@@ -19,15 +19,25 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, Weak, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 
 use crate::error::RegistryError;
-use crate::registry::WeakRegistry;
+
+/// What the watcher keeps in step with the directory (the registry),
+/// reached through this trait so the watcher needs nothing else of it.
+pub(crate) trait Watched: Send + Sync + 'static {
+    /// Reads the directory again and applies what changed.
+    fn reconcile(&self) -> Result<(), RegistryError>;
+    /// The symbolic links the last reading followed.
+    fn links(&self) -> Vec<PathBuf>;
+    /// When the next deleted handler's grace ends, if one is pending.
+    fn next_removal(&self) -> Option<SystemTime>;
+}
 
 /// The watcher, shared with the thread so it can watch and unwatch what
 /// lies behind links; `None` once the guard dropped it.
@@ -74,8 +84,10 @@ fn relevant(event: &notify::Result<notify::Event>) -> bool {
     }
 }
 
-pub(crate) fn start(
-    registry: WeakRegistry,
+/// Watches `dir` for `registry`, holding it weakly: the watcher thread
+/// ends once the registry is gone or the guard is dropped.
+pub(crate) fn start<W: Watched>(
+    registry: Weak<W>,
     dir: &Path,
     debounce: Duration,
 ) -> Result<WatchGuard, RegistryError> {
@@ -103,7 +115,7 @@ pub(crate) fn start(
     if let Some(registry) = registry.upgrade()
         && links.update(&watcher, &registry.links()) > 0
     {
-        reconcile_and_watch(&registry, &watcher, &mut links);
+        reconcile_and_watch(&*registry, &watcher, &mut links);
     }
     let shared = Arc::clone(&watcher);
     let thread = std::thread::Builder::new()
@@ -262,11 +274,7 @@ fn identity(_path: &Path) -> Option<Identity> {
 /// behind a link made after the scan but before its target was watched
 /// raised no event, so while watches are added the directory is read once
 /// more.
-fn reconcile_and_watch(
-    registry: &crate::registry::Registry,
-    watcher: &SharedWatcher,
-    links: &mut LinkWatches,
-) {
+fn reconcile_and_watch(registry: &impl Watched, watcher: &SharedWatcher, links: &mut LinkWatches) {
     // Bounded: each pass needs a link created or replaced since the last.
     for _ in 0..4 {
         if let Err(error) = registry.reconcile() {
@@ -279,8 +287,8 @@ fn reconcile_and_watch(
     }
 }
 
-fn run(
-    registry: &WeakRegistry,
+fn run<W: Watched>(
+    registry: &Weak<W>,
     watcher: &SharedWatcher,
     received: &mpsc::Receiver<notify::Result<notify::Event>>,
     debounce: Duration,
@@ -295,16 +303,14 @@ fn run(
                 Err(_) => return,
             },
             Some(at) => {
-                let wait = at
-                    .duration_since(std::time::SystemTime::now())
-                    .unwrap_or_default();
+                let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
                 match received.recv_timeout(wait) {
                     Ok(event) => event,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
                         let Some(registry) = registry.upgrade() else {
                             return;
                         };
-                        reconcile_and_watch(&registry, watcher, &mut links);
+                        reconcile_and_watch(&*registry, watcher, &mut links);
                         continue;
                     }
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -324,6 +330,6 @@ fn run(
         let Some(registry) = registry.upgrade() else {
             return;
         };
-        reconcile_and_watch(&registry, watcher, &mut links);
+        reconcile_and_watch(&*registry, watcher, &mut links);
     }
 }

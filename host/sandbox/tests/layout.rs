@@ -8,7 +8,7 @@ use std::path::Path;
 
 use nimbus_handler::Outcome;
 use nimbus_sandbox::{Digest, Registry, Snapshot};
-use nimbus_transport::provision::{Endpoint, Topology};
+use nimbus_wire::topology::{Endpoint, Topology};
 use support::{HandlersDir, event, guest, sandbox};
 
 fn digest_of(crate_name: &str) -> Digest {

@@ -2,7 +2,8 @@
 //!
 //! The engine publishes, accepts sessions, receives, settles and keeps
 //! session state only through [`Transport`], [`SessionLock`] and
-//! [`Receiver`], and provisions topology through [`Admin`].
+//! [`Receiver`]; the NimBus topology is laid out through [`Admin`] (by
+//! `nimbus-wire`, which knows NimBus's names; this crate does not).
 //! Implementations (the embedded broker in `nimbus-broker`, later Azure
 //! Service Bus) live in their own crates and only implement these traits;
 //! the engine never names one.
@@ -21,7 +22,6 @@
 
 mod error;
 mod message;
-pub mod provision;
 mod retry;
 mod settlement;
 mod slots;
@@ -41,8 +41,8 @@ pub use settlement::{Disposition, InboxRecord, SettleReceipt, Settlement, Settle
 pub use slots::SlotRequests;
 pub use topology::{
     DEFAULT_LOCK_DURATION, DEFAULT_MAX_DELIVERY_COUNT, DEFAULT_RULE_FILTER, DEFAULT_RULE_NAME,
-    RuleDescription, SubscriptionDescription, SubscriptionSettings, TopicDescription,
-    TopicSettings,
+    MAX_DELIVERY_COUNT_EXCEEDED, RuleDescription, SubscriptionDescription, SubscriptionSettings,
+    TopicDescription, TopicSettings,
 };
 pub use transport::{
     Admin, Receiver, SessionInfo, SessionLock, SessionSelector, SubQueue, SubscriptionPath,

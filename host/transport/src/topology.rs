@@ -6,6 +6,11 @@ use std::time::Duration;
 pub const DEFAULT_LOCK_DURATION: Duration = Duration::from_secs(30);
 /// The default max delivery count (Service Bus's default).
 pub const DEFAULT_MAX_DELIVERY_COUNT: u32 = 10;
+/// The dead-letter reason Service Bus gives a message delivered
+/// [`max_delivery_count`](SubscriptionSettings::max_delivery_count) times
+/// without being settled; NimBus writes the same when the engine
+/// dead-letters an event at its last delivery.
+pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
 /// The name of the rule every new subscription gets.
 pub const DEFAULT_RULE_NAME: &str = "$Default";
 /// The filter of the `$Default` rule: everything.

@@ -8,8 +8,9 @@ use crate::failure::Failure;
 /// The reason for an unexpected failure: unauthorized sender, unsupported
 /// message type, a send that failed.
 pub const FAILED_TO_HANDLE: &str = "Failed to handle message.";
-/// The reason the broker sets when a message reaches its max delivery count.
-pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
+/// The reason the broker sets when a message reaches its max delivery count
+/// (the transport's, since Service Bus defines it).
+pub use nimbus_transport::MAX_DELIVERY_COUNT_EXCEEDED;
 /// The reason for a DeferredProcessor trigger without a session.
 pub const NO_SESSION_ID: &str = "No SessionId";
 /// nimbus's own reason for a control request that did not come from a

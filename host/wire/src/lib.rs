@@ -7,8 +7,11 @@
 //! Session state ([`SessionState`]), the inbox key ([`InboxKey`]) and
 //! dead-letter reasons ([`dead_letter`]) live here too because they are part
 //! of what NimBus tooling reads, and so does the signature that shows a
-//! control message comes from a nimbus Manager ([`control_signature`]). This crate knows the transport's message
-//! shape and nothing else of brokers, and nothing of wasm.
+//! control message comes from a nimbus Manager ([`control_signature`]), and
+//! so does the topology that routes on these names ([`topology`]): which
+//! topics, subscriptions and rules NimBus needs, laid out through the
+//! transport's `Admin`. This crate knows the transport's message shape and
+//! admin operations and nothing else of brokers, and nothing of wasm.
 //!
 //! Key decision: byte-for-byte compatibility with upstream NimBus v4 (names,
 //! types, Newtonsoft-style JSON), so a NimBus publisher, Resolver or WebApp
@@ -30,6 +33,7 @@ mod message_type;
 mod names;
 mod session_state;
 mod timestamp;
+pub mod topology;
 pub mod user_properties;
 
 pub use content::{BodyError, ErrorContent, EventContent, MessageContent};

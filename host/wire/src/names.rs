@@ -115,6 +115,10 @@ pub mod addr {
     pub const MANAGER: &str = "Manager";
     /// The wire value of an absent lineage field (`ParentMessageId`, ...).
     pub const SELF: &str = "self";
+    /// The prefix of a forwarding subscription whose consumer is the
+    /// producer itself (`fwd-{E}` on topic `E`, whose own name `E` is the
+    /// endpoint's inbox); an endpoint name may not start with it.
+    pub const SELF_FORWARDER_PREFIX: &str = "fwd-";
     /// The reserved EventTypeId of heartbeat probes.
     pub const HEARTBEAT_EVENT_TYPE: &str = "NimBus.Platform.Heartbeat";
     /// The session heartbeat probes are sent on (shared by all endpoints).

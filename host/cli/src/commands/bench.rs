@@ -4,90 +4,12 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::cli::{BenchArgs, DurabilityArg, OnFailureArg, ResolverStoreArg};
 use crate::output::{errln, out};
 use anyhow::Context as _;
-use clap::{Args, ValueEnum};
 use nimbus_runtime::bench::{
     self, BenchOptions, Durability, HandlerChoice, Mode, OnFailure, ResolverStoreChoice,
 };
-
-/// Load options, with the defaults of the target (noop handler, 64
-/// sessions, 300-byte payloads, durable).
-#[derive(Debug, Args)]
-pub(crate) struct BenchArgs {
-    /// Sessions the load spreads over.
-    #[arg(long, default_value_t = 64)]
-    sessions: usize,
-    /// Events in each measured phase (closed loop, then open loop).
-    #[arg(long, default_value_t = 20_000)]
-    events: u64,
-    /// Events to warm up with (not measured).
-    #[arg(long, default_value_t = 2_000)]
-    warmup: u64,
-    /// Payload size in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 300)]
-    payload: usize,
-    /// `noop`, `orders`, or the path of a component (`.wasm`).
-    #[arg(long, value_name = "noop|orders|FILE", default_value = "noop")]
-    handler: String,
-    /// Where `noop.wasm` and `orders.wasm` are [default: $NIMBUS_GUESTS_DIR,
-    /// else ${CARGO_TARGET_DIR:-target}/wasm32-wasip2/release].
-    #[arg(long, value_name = "DIR")]
-    guests_dir: Option<PathBuf>,
-    /// Fraction of events whose handler fails (orders only: its fail switch).
-    #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
-    failure_rate: f64,
-    /// What becomes of a failed event: skipped through the Manager (its
-    /// session goes on) or left blocking its session (later events park).
-    #[arg(long, value_enum, default_value_t = OnFailureArg::Skip)]
-    on_failure: OnFailureArg,
-    /// The broker's durability.
-    #[arg(long, value_enum, default_value_t = DurabilityArg::Fsync)]
-    durability: DurabilityArg,
-    /// Also run the same load through a native Rust handler and print the
-    /// wasm/native ratios.
-    #[arg(long)]
-    native: bool,
-    /// Run only the native handler.
-    #[arg(long, conflicts_with = "native")]
-    native_only: bool,
-    /// Events each session keeps in flight in the closed loop.
-    #[arg(long, default_value_t = 1)]
-    window: usize,
-    /// Open-loop rate in events/s [default: half the closed-loop throughput].
-    #[arg(long, value_name = "EVENTS_PER_S")]
-    rate: Option<f64>,
-    /// Sessions the endpoint processes at once [default: --sessions].
-    #[arg(long)]
-    engine_sessions: Option<usize>,
-    /// Where the Resolver's records go: `discard` writes none (the Resolver
-    /// still consumes and settles every message), to compare with a run on
-    /// SQLite for what the audit store costs. Not a host configuration.
-    #[arg(long, value_enum, default_value_t = ResolverStoreArg::Sqlite)]
-    resolver_store: ResolverStoreArg,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum ResolverStoreArg {
-    /// SQLite, as the host runs it.
-    Sqlite,
-    /// Nowhere: no audit trail is written.
-    Discard,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum OnFailureArg {
-    Skip,
-    Block,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum DurabilityArg {
-    /// An acknowledged write survives power loss.
-    Fsync,
-    /// An acknowledged write survives a killed process.
-    Os,
-}
 
 impl BenchArgs {
     fn options(&self) -> BenchOptions {

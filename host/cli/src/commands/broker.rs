@@ -5,33 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::{Args, Subcommand};
 use nimbus_broker::{Finding, Verification};
 use nimbus_runtime::{BROKER_DIR, DataLock, DataLockError};
 
-use crate::output::{errln, outln};
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum BrokerCommand {
-    /// Check the broker log of a data directory without opening a host on
-    /// it: each file's state, and whether `nimbus run` would start (exit 0)
-    /// or refuse it (exit 1, naming the file and byte). Nothing is changed,
-    /// not even the repairs open would make; refused while a host runs on
-    /// the directory.
-    Verify(VerifyArgs),
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct VerifyArgs {
-    /// The data directory (`[host] data_dir`), or the broker's directory
-    /// in it [default: that of --config, else of ./nimbus.toml, else
-    /// ./.nimbus].
-    #[arg(value_name = "DATA_DIR", conflicts_with = "config")]
-    data_dir: Option<PathBuf>,
-    /// The configuration file whose `[host] data_dir` to check.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-}
+use crate::cli::{BrokerCommand, VerifyArgs};
+use crate::output::{EXIT_ERROR, errln, outln};
 
 pub(crate) fn run(command: &BrokerCommand) -> anyhow::Result<ExitCode> {
     match command {
@@ -81,7 +59,7 @@ fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         Ok(_) => Ok(ExitCode::SUCCESS),
         Err(error) => {
             errln!("error: {error}");
-            Ok(ExitCode::from(crate::EXIT_ERROR))
+            Ok(ExitCode::from(EXIT_ERROR))
         }
     }
 }

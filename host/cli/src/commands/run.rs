@@ -1,14 +1,16 @@
 //! `nimbus run` and `nimbus check`: load and validate the configuration
-//! (nothing starts when a key is wrong), then run the host and its API
-//! until Ctrl-C or SIGTERM, shutting down in two stages: stop taking work,
-//! then drain in-flight deliveries within the configured grace.
+//! (nothing starts when a key is wrong), then run what [`Host::run`]
+//! assembles until Ctrl-C or SIGTERM, shutting down in two stages: stop
+//! taking work, then drain in-flight deliveries within the configured grace.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow};
-use nimbus_runtime::{ApiState, Config, DataLock, Host, ResolverStoreStart, VERSION, ValidConfig};
+use nimbus_runtime::{
+    Bus, Config, Host, ResolverStoreStart, RunOptions, Running, VERSION, ValidConfig,
+};
 
 use crate::cli_ops::{CheckConfigArgs, RunArgs};
 use crate::output::outln;
@@ -82,174 +84,49 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let resolver_start = if args.new_resolver_store {
-        ResolverStoreStart::New
-    } else {
-        ResolverStoreStart::Existing
+    let options = RunOptions {
+        config_source: source,
+        resolver_start: if args.new_resolver_store {
+            ResolverStoreStart::New
+        } else {
+            ResolverStoreStart::Existing
+        },
     };
-    runtime.block_on(serve(config, source, resolver_start))?;
+    runtime.block_on(serve(config, options))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve(
-    config: ValidConfig,
-    source: String,
-    resolver_start: ResolverStoreStart,
-) -> anyhow::Result<()> {
-    let listen = config.config.api.listen;
-    let data_dir = config.config.host.data_dir.clone();
-    let handlers_dir = config.config.host.handlers_dir.clone();
-    let grace = config.config.engine.shutdown_grace;
-    let idle_timeout = config.config.api.idle_timeout;
+/// Runs the host until a signal, then stops it in its two stages.
+async fn serve(config: ValidConfig, options: RunOptions) -> anyhow::Result<()> {
     // Listening from the start: a supervisor that stops the host while it
     // starts, or just after its banner, would otherwise meet the default
     // action and kill it without the drain. A signal that comes while it
     // starts is taken once it runs.
     let mut signals = Signals::listen()?;
-    // The data directory first: a second host on it is refused naming the
-    // first, not for the port they share.
-    let mut data_lock = DataLock::take(&data_dir, listen)?;
-    // Bind before anything starts: a taken port stops the host cleanly.
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen} ([api] listen in {source})"))?;
-    let address = listener
-        .local_addr()
-        .context("reading the API's bound address")?;
-    data_lock.record_api(address);
-    let amqp =
-        match config.config.amqp.listen {
-            Some(listen) => Some(tokio::net::TcpListener::bind(listen).await.with_context(
-                || format!("cannot listen on {listen} ([amqp] listen in {source})"),
-            )?),
-            None => None,
-        };
-    let amqp_keys: Vec<_> = config
-        .config
-        .amqp
-        .keys
-        .iter()
-        .map(nimbus_runtime::config::AmqpKey::shared_access_key)
-        .collect();
-    let max_message_bytes = config.config.amqp.max_message_bytes();
-    let config_max_connections = config.config.amqp.max_connections;
-    // Before the endpoint and the API take connections: each is a file.
-    let open_files = nimbus_runtime::open_files::raise();
-    let amqp_tls = config.amqp_tls.clone();
-    let amqp_scheme = if amqp_tls.is_some() { "amqps" } else { "amqp" };
-    // Beyond loopback, `load` made sure there is a token.
-    let host = Host::start_locked(config, data_lock, resolver_start).await?;
-    let (stop_amqp, amqp_stopped) = tokio::sync::oneshot::channel::<()>();
-    let (amqp_address, amqp_task) = match amqp {
-        Some(listener) => {
-            let bound = listener
-                .local_addr()
-                .context("reading the AMQP endpoint's bound address")?;
-            // Validation refuses `[amqp] listen` with broker.kind = "servicebus".
-            let broker = host
-                .broker()
-                .context("[amqp] listen serves the embedded broker, and this host has none")?;
-            let configured = config_max_connections;
-            let connections = open_files.amqp_connections(configured);
-            if connections < configured {
-                tracing::warn!(
-                    configured,
-                    serving = connections,
-                    open_file_limit = ?open_files.soft,
-                    "the process may open too few files for [amqp] max_connections: the endpoint \
-                     serves fewer, keeping {} for the API and the data files (raise the hard \
-                     limit, e.g. `ulimit -Hn`, LimitNOFILE= in a systemd unit)",
-                    nimbus_runtime::open_files::RESERVE
-                );
-            }
-            // SDK clients may not claim the Manager's authority: a control
-            // request or `From = Manager` needs the Manager's signature
-            // (another host's Manager publishing here has it).
-            let mut endpoint = nimbus_amqp::Endpoint::new(
-                std::sync::Arc::clone(broker),
-                amqp_keys,
-                max_message_bytes,
-            )
-            .with_max_connections(connections)
-            .with_publish_check(nimbus_runtime::control::publish_check(
-                host.control_key().clone(),
-            ));
-            if let Some(tls) = amqp_tls {
-                endpoint = endpoint.with_tls(tls);
-            }
-            let task = tokio::spawn(endpoint.serve(listener, async move {
-                let _ = amqp_stopped.await;
-            }));
-            (Some(bound), Some(task))
-        }
-        None => (None, None),
-    };
+    let source = options.config_source.clone();
+    let mut running = Host::run(config, options).await?;
+    print_banner(&running, &source);
 
-    let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
-    let router = nimbus_runtime::router(ApiState::new(&host).listening_on(address));
-    let mut api = tokio::spawn(nimbus_runtime::serve(
-        listener,
-        router,
-        idle_timeout,
-        async move {
-            let _ = api_stopped.await;
-        },
-    ));
-
-    // For whoever started the host: a stdout nobody reads (closed, or a
-    // pipe to a process that exited) must not stop the host, as a panicking
-    // `println!` would.
-    let amqp_line = amqp_address
-        .map(|a| format!("AMQP:     {amqp_scheme}://{a}\n"))
-        .unwrap_or_default();
-    let bus_line = match host.bus().as_ref() {
-        nimbus_runtime::Bus::Embedded(_) => String::new(),
-        nimbus_runtime::Bus::ServiceBus(namespace) => {
-            format!("bus:      Service Bus namespace {}\n", namespace.host())
-        }
-    };
-    let banner = format!(
-        "nimbus {VERSION} running ({source})\n\
-         API:      http://{address}\n\
-         {amqp_line}\
-         {bus_line}\
-         data:     {}\n\
-         handlers: {}\n\
-         Stop with Ctrl-C or SIGTERM: in-flight deliveries finish first.\n",
-        data_dir.display(),
-        handlers_dir.display()
-    );
-    let mut stdout = std::io::stdout();
-    let _ = stdout
-        .write_all(banner.as_bytes())
-        .and_then(|()| stdout.flush());
-
-    let outcome = tokio::select! {
+    tokio::select! {
         signal = signals.next() => {
+            let grace = running.host().config().config.engine.shutdown_grace;
             let _ = writeln!(
                 std::io::stderr(),
                 "{signal}; shutting down: events in flight have up to {} to finish \
                  ({signal} again stops at once)",
                 humantime::format_duration(grace)
             );
-            let _ = stop_api.send(());
-            api.await.context("the API task failed")?.context("serving the API")
         }
-        served = &mut api => {
-            served.context("the API task failed")?.context("serving the API")
-        }
-    };
-    // No more publishes over AMQP either, however the API ended: the drain
-    // must not meet new work.
-    let _ = stop_amqp.send(());
-    if let Some(task) = amqp_task {
-        let _ = task.await;
+        () = running.api_ended() => {}
     }
+    // Stage one, however the API ended: no more requests, nor publishes
+    // over AMQP, so the drain meets no new work.
+    let outcome = running.stop_taking_work().await;
     // Stage two: the host stops taking sessions and drains within its grace;
     // a second signal stops at once, as a killed process would: what was
     // in flight is not settled, and the broker delivers it again.
     tokio::select! {
-        () = host.shutdown() => {}
+        () = running.drain() => {}
         again = signals.next() => {
             let _ = writeln!(
                 std::io::stderr(),
@@ -261,7 +138,41 @@ async fn serve(
         }
     }
     let _ = writeln!(std::io::stderr(), "nimbus stopped");
-    outcome
+    Ok(outcome?)
+}
+
+/// For whoever started the host: where it listens and what it runs on. A
+/// stdout nobody reads (closed, or a pipe to a process that exited) must not
+/// stop the host, as a panicking `println!` would.
+fn print_banner(running: &Running, source: &str) {
+    let host = running.host();
+    let amqp_line = running
+        .amqp_url()
+        .map(|url| format!("AMQP:     {url}\n"))
+        .unwrap_or_default();
+    let bus_line = match host.bus().as_ref() {
+        Bus::Embedded(_) => String::new(),
+        Bus::ServiceBus(namespace) => {
+            format!("bus:      Service Bus namespace {}\n", namespace.host())
+        }
+    };
+    let dirs = &host.config().config.host;
+    let banner = format!(
+        "nimbus {VERSION} running ({source})\n\
+         API:      http://{}\n\
+         {amqp_line}\
+         {bus_line}\
+         data:     {}\n\
+         handlers: {}\n\
+         Stop with Ctrl-C or SIGTERM: in-flight deliveries finish first.\n",
+        running.api_address(),
+        dirs.data_dir.display(),
+        dirs.handlers_dir.display()
+    );
+    let mut stdout = std::io::stdout();
+    let _ = stdout
+        .write_all(banner.as_bytes())
+        .and_then(|()| stdout.flush());
 }
 
 /// Ctrl-C (SIGINT) and SIGTERM, listened for from the moment this is made.

@@ -31,7 +31,7 @@ pub(crate) async fn known_endpoints(state: &ApiState) -> Result<Vec<String>, Api
         .endpoints()
         .map(str::to_owned)
         .collect();
-    let on_the_broker = match nimbus_transport::provision::endpoint_topics(&*state.bus).await {
+    let on_the_broker = match nimbus_wire::topology::endpoint_topics(&*state.bus).await {
         Ok(endpoints) => endpoints,
         // On Service Bus the namespace's topics are not listed over AMQP:
         // the endpoints known are the handlers'.

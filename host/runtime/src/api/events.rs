@@ -27,7 +27,7 @@ const DEFAULT_LIMIT: usize = 1000;
 /// matched: on `/api/events`, `true`; on `/api/dlq`, the endpoints (comma
 /// separated) that have more dead letters than listed. A header, so the
 /// body stays the plain JSON array scripts already read.
-pub(crate) const TRUNCATED_HEADER: &str = "x-nimbus-truncated";
+pub const TRUNCATED_HEADER: &str = "x-nimbus-truncated";
 
 /// `GET /api/events` filters.
 #[derive(Debug, Deserialize)]

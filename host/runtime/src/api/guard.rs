@@ -30,62 +30,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::api::{ApiError, ApiToken};
-
-/// One host name the API answers to, with its port or any port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedHost {
-    /// Lower case; an IPv6 address in brackets (`[::1]`).
-    name: String,
-    /// `None`: any port.
-    port: Option<u16>,
-}
-
-impl AllowedHost {
-    /// `name` or `name:port` as `[api] allowed_hosts` writes it.
-    ///
-    /// # Errors
-    ///
-    /// When `text` is not a bare host name with an optional port (a URL,
-    /// a path, a user or an empty name).
-    pub fn parse(text: &str) -> Result<AllowedHost, String> {
-        let text = text.trim();
-        if text.contains("://") || text.contains(['/', '@', '?', '#']) {
-            return Err(format!(
-                "'{text}' is not a host name: give the name alone, or name:port (e.g. \
-                 \"nimbus.example.com\" or \"nimbus.internal:7300\")"
-            ));
-        }
-        authority(text).ok_or_else(|| {
-            format!(
-                "'{text}' is not a host name or name:port (e.g. \"nimbus.example.com\" or \
-                 \"10.0.0.5:7300\")"
-            )
-        })
-    }
-
-    fn admits(&self, name: &str, port: u16) -> bool {
-        self.name.eq_ignore_ascii_case(name) && self.port.is_none_or(|p| p == port)
-    }
-}
-
-/// `name[:port]` split, the name lower-cased; `None` when it is not one.
-fn authority(text: &str) -> Option<AllowedHost> {
-    let parsed: axum::http::uri::Authority = text.parse().ok()?;
-    if parsed.as_str().contains('@') || parsed.host().is_empty() {
-        return None;
-    }
-    // What follows the host is nothing or `:port`, and the port a number
-    // below 65536: `host:` and `host:abc` parse, and would admit any port.
-    let port = match parsed.as_str().get(parsed.host().len()..)? {
-        "" => None,
-        rest => Some(rest.strip_prefix(':')?.parse::<u16>().ok()?),
-    };
-    Some(AllowedHost {
-        name: parsed.host().to_ascii_lowercase(),
-        port,
-    })
-}
+use crate::api::ApiError;
+use crate::config::{API_TOKEN_ENV, AllowedHost, ApiToken};
 
 /// What the guard checks requests against.
 #[derive(Debug, Clone)]
@@ -163,7 +109,8 @@ impl Guard {
                 self.described
             )));
         };
-        let admitted = authority(given).is_some_and(|a| self.admits(&a.name, a.port.unwrap_or(80)));
+        let admitted = AllowedHost::from_authority(given)
+            .is_some_and(|a| self.admits(&a.name, a.port.unwrap_or(80)));
         if admitted {
             Ok(())
         } else {
@@ -191,7 +138,7 @@ impl Guard {
                     "https" => 443,
                     _ => return None,
                 };
-                let site = authority(uri.authority()?.as_str())?;
+                let site = AllowedHost::from_authority(uri.authority()?.as_str())?;
                 Some(self.admits(&site.name, site.port.unwrap_or(default_port)))
             })
             .unwrap_or(false);
@@ -234,8 +181,7 @@ impl Guard {
             message: format!(
                 "{why} (the host's [api] token or {}; the nimbus CLI sends {} or ./nimbus.toml's \
                  [api] token)",
-                crate::api::API_TOKEN_ENV,
-                crate::api::API_TOKEN_ENV
+                API_TOKEN_ENV, API_TOKEN_ENV
             ),
         })
     }
@@ -335,29 +281,7 @@ pub(crate) async fn check(
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
-    use super::{AllowedHost, Guard};
-
-    #[test]
-    fn allowed_hosts_are_names_with_an_optional_port() {
-        let any_port = AllowedHost::parse("Nimbus.Example").unwrap();
-        assert!(any_port.admits("nimbus.example", 8443));
-        let one_port = AllowedHost::parse("10.0.0.5:7300").unwrap();
-        assert!(one_port.admits("10.0.0.5", 7300));
-        assert!(!one_port.admits("10.0.0.5", 7301));
-        assert!(AllowedHost::parse("[::1]:7300").is_ok());
-        for bad in [
-            "http://nimbus.example",
-            "nimbus.example/api",
-            "",
-            "user@host",
-            "host:",
-            "host:99999",
-            "host:abc",
-        ] {
-            let why = AllowedHost::parse(bad).unwrap_err();
-            assert!(why.contains("host name"), "{bad}: {why}");
-        }
-    }
+    use super::Guard;
 
     #[test]
     fn loopback_names_need_the_listen_port() {

@@ -33,7 +33,6 @@ mod server;
 mod sessions;
 mod state;
 mod timeout;
-mod token;
 
 #[cfg(test)]
 mod tests;
@@ -42,10 +41,9 @@ use axum::Router;
 use axum::routing::{get, post};
 
 pub use error::ApiError;
-pub use guard::AllowedHost;
+pub use events::TRUNCATED_HEADER;
 pub use server::serve;
 pub use state::ApiState;
-pub use token::{API_TOKEN_ENV, ApiToken, MIN_TOKEN_LEN};
 
 /// The largest request body the API takes: a published event's data, an
 /// edited payload or handoff details, with the JSON around them.

@@ -6,16 +6,16 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use nimbus_transport::provision::forwarder_name;
 use nimbus_transport::{
     Admin as _, AdminError, Properties, PublishError, SubscriptionPath, Transport as _,
 };
 use nimbus_wire::build::{self, Publish};
+use nimbus_wire::topology::forwarder_name;
 use serde::{Deserialize, Serialize};
 
 use crate::api::body::{given, json, optional_id};
 use crate::api::{ApiError, ApiState};
-use crate::host::DEFAULT_PRODUCER;
+use crate::config::DEFAULT_PRODUCER;
 
 /// The request body.
 #[derive(Debug, Default, Deserialize)]

@@ -11,8 +11,8 @@ use nimbus_sandbox::Registry;
 
 use crate::api::guard::Guard;
 use crate::bus::Bus;
-use crate::config::{ApiConfig, Retention};
-use crate::host::{DEFAULT_PRODUCER, Host};
+use crate::config::{ApiConfig, DEFAULT_PRODUCER, Retention};
+use crate::host::Host;
 
 /// The state every route handler gets; cheap to clone.
 #[derive(Clone)]

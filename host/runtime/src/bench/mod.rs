@@ -40,6 +40,7 @@ use tokio::sync::mpsc;
 pub use load::OnFailure;
 pub use nimbus_broker::Durability;
 pub use report::{BenchReport, ModeReport, PhaseReport};
+pub use rig::ResolverStoreChoice;
 pub use stats::{BURST_GAP, Percentiles, TailBursts};
 pub use threads::{BusiestThread, ThreadShare};
 
@@ -76,17 +77,6 @@ impl Mode {
             Mode::Native => "native",
         }
     }
-}
-
-/// Where the Resolver's records go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResolverStoreChoice {
-    /// SQLite in the data directory, as the host runs it.
-    Sqlite,
-    /// Nowhere: the Resolver consumes and settles every message but writes
-    /// nothing, to price the store beside a run with it (never a host
-    /// configuration).
-    Discard,
 }
 
 /// What to run.

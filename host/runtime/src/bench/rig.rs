@@ -14,16 +14,26 @@ use nimbus_broker::{Broker, BrokerOptions, Durability};
 use nimbus_engine::{Handlers, ProcessorSettings};
 use nimbus_manager::Manager;
 use nimbus_resolver::{ResolverSettings, ResolverStore, SqliteResolverStore};
-use nimbus_transport::provision;
+
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::ResolverStoreChoice;
 use super::discard::DiscardingStore;
 use super::watch::{HandlerClock, Settled, SettledWatch, Timed};
 use crate::observed_store::ObservedStore;
 use crate::{Config, wiring};
+
+/// Where the Resolver's records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolverStoreChoice {
+    /// SQLite in the data directory, as the host runs it.
+    Sqlite,
+    /// Nowhere: the Resolver consumes and settles every message but writes
+    /// nothing, to price the store beside a run with it (never a host
+    /// configuration).
+    Discard,
+}
 
 /// The endpoint the bench's events go to.
 pub(crate) const ENDPOINT: &str = "bench";
@@ -85,9 +95,10 @@ impl Rig {
         // `nimbus run` runs with an empty configuration.
         let config = Config::defaults(spec.dir).context("the default configuration")?;
         let topology = wiring::base_topology(&config).endpoint(
-            provision::Endpoint::new(ENDPOINT).consumes(vec![spec.event_type.to_owned()]),
+            nimbus_wire::topology::Endpoint::new(ENDPOINT)
+                .consumes(vec![spec.event_type.to_owned()]),
         );
-        provision::provision(&*broker, &topology)
+        nimbus_wire::topology::provision(&*broker, &topology)
             .await
             .context("provisioning the bench topology")?;
 

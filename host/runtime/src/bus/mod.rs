@@ -18,13 +18,13 @@ use std::time::Duration;
 
 use nimbus_broker::Broker;
 use nimbus_servicebus::ServiceBus;
-use nimbus_transport::provision::{Requirement, Topology, TopologyError, requirements};
 use nimbus_transport::{
     AcceptSessionError, Admin, AdminError, CancelError, Message, OpenReceiverError, PublishError,
     ReceiveError, ReceivedMessage, RuleDescription, SessionInfo, SessionSelector, SubQueue,
     SubscriptionDescription, SubscriptionPath, SubscriptionSettings, TopicDescription,
     TopicSettings, TransientError, Transport,
 };
+use nimbus_wire::topology::{Requirement, Topology, TopologyError, requirements};
 
 pub use locks::{BusReceiver, BusSession};
 

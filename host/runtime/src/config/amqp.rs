@@ -220,12 +220,12 @@ impl AmqpConfig {
                 problems.push(format!("amqp.keys[{i}].name: must not be empty"));
             }
             let length = key.key.chars().count();
-            if length < crate::api::MIN_TOKEN_LEN {
+            if length < super::MIN_TOKEN_LEN {
                 problems.push(format!(
                     "amqp.keys[{i}].key: must be at least {} characters (it has {length}): a \
                      token's signature is only as hard to forge as its key is to guess; Service \
                      Bus's keys are 44",
-                    crate::api::MIN_TOKEN_LEN
+                    super::MIN_TOKEN_LEN
                 ));
             }
             match &key.rights {

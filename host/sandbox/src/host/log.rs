@@ -2,10 +2,12 @@
 //! handler, version, event and session, and are captured into the
 //! invocation. `panicked` remembers the panic message for the error report.
 
+use std::fmt;
+
 use crate::bindings::log::{Host, Level};
+use crate::digest::Digest;
 use crate::invocation::{LogLevel, LogRecord, LogSource};
 use crate::state::{InvocationTags, LogCapture, LogView};
-use crate::version::ShortId;
 
 /// Longest kept log message, in bytes; longer ones are truncated, never
 /// refused (the WIT promises the handler that).
@@ -147,6 +149,26 @@ pub(crate) fn truncate(mut text: String, max: usize) -> String {
     text.truncate(cut);
     text.push_str("…[truncated]");
     text
+}
+
+/// A version as log lines name it: the digest's short form and the
+/// settings suffix (`+…`) when there is one, which is what tells a
+/// manifest-only fix from the version before it. Formatted only when a
+/// line is written.
+pub(crate) struct ShortId<'a> {
+    pub(crate) digest: &'a Digest,
+    /// The whole version id ([`HandlerVersion::id`](crate::HandlerVersion::id)).
+    pub(crate) id: &'a str,
+}
+
+impl fmt::Display for ShortId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.digest.short())?;
+        match self.id.split_once('+') {
+            Some((_, settings)) => write!(f, "+{settings}"),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

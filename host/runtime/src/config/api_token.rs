@@ -5,7 +5,8 @@
 //!
 //! The token is a shared secret, not an identity: whoever holds it may do
 //! everything the API offers. It never appears in `Debug` output or in an
-//! error message.
+//! error message. It lives with the configuration, which reads and checks
+//! it; the API's guard only compares.
 
 use std::fmt;
 
