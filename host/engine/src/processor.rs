@@ -201,6 +201,9 @@ async fn process_session<T: Transport>(
     };
     while !shutdown.is_cancelled() {
         let received = tokio::select! {
+            // A pause or a shutdown wins over a message that arrives at the
+            // same moment: an unbiased select picked either.
+            biased;
             () = shutdown.cancelled() => break,
             // The message in hand (if any) was settled: let the session go.
             () = endpoint.paused.paused() => {
@@ -210,6 +213,15 @@ async fn process_session<T: Transport>(
             received = waiting.next_or_hand_over(&lock, settings.session_idle_timeout) => received,
         };
         match received {
+            // Paused while this message was on its way: it goes back as it
+            // came (its delivery count unchanged), and the session with it.
+            Ok(Some(message)) if endpoint.paused.is_paused() => {
+                debug!(endpoint = %endpoint.name, session = %session_id, "endpoint paused as a message arrived; giving it back and releasing the session");
+                if let Err(e) = lock.release(message).await {
+                    warn!(endpoint = %endpoint.name, session = %session_id, error = %e, "giving back a message that arrived as the endpoint paused failed; the broker will redeliver it");
+                }
+                break;
+            }
             Ok(Some(message)) => {
                 let mut delivery = Delivery::new(endpoint, transport, &lock, &mut state, shutdown);
                 if let Err(e) = delivery.run_guarded(message).await {
