@@ -44,14 +44,17 @@ pub enum OpenError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// SQLite refused to open the database of an earlier build, which is
-    /// imported into the log at the first open.
-    #[error("cannot import the earlier broker database {path}: {source}")]
-    Database {
+    /// The data directory holds the SQLite database of a build before the
+    /// broker log (decision 0115) and no log. This build does not read it,
+    /// and refuses rather than start an empty broker beside it.
+    #[error(
+        "{path} is the broker database of an earlier nimbus build, which this build does not read; \
+         refusing to start an empty broker beside it. Move the file aside (or delete it) to start \
+         with an empty broker"
+    )]
+    EarlierDatabase {
         /// The database file.
         path: String,
-        /// The SQLite error.
-        source: rusqlite::Error,
     },
     /// A file holds data nimbus cannot read.
     #[error("broker data {path} is unreadable: {reason}")]

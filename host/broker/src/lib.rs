@@ -33,7 +33,6 @@ mod compact;
 mod durability;
 mod error;
 mod handles;
-mod legacy;
 mod live;
 mod log;
 #[cfg(test)]

@@ -26,7 +26,6 @@ use crate::commit::{CommitGate, OnCommit};
 use crate::compact::Compactor;
 use crate::durability::Durability;
 use crate::error::{OpenError, StoreError};
-use crate::legacy;
 use crate::live::LiveState;
 use crate::log;
 use crate::records::{Snapshot, StoreOp};
@@ -52,6 +51,12 @@ const COMMIT_BYTES: usize = 256 << 10;
 /// [`BrokerOptions::log_segment_bytes`](crate::BrokerOptions::log_segment_bytes)
 /// says otherwise.
 pub(crate) const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+/// Where builds before the log (decision 0115) kept the broker's state, a
+/// SQLite database in the data directory. None of them was released, and
+/// this build does not read it: open refuses a data directory that holds
+/// it and no log.
+pub(crate) const EARLIER_DATABASE: &str = "broker.sqlite3";
 
 struct Request {
     ops: Vec<StoreOp>,
@@ -302,27 +307,21 @@ impl Store {
             source,
         })?;
         let log_dir = dir.join(log::DIR_NAME);
+        if !log_dir.is_dir() {
+            refuse_earlier_database(dir, &log::Listing::default())?;
+        }
         std::fs::create_dir_all(&log_dir).map_err(log_error(&log_dir))?;
         let mut listing = log::list(&log_dir).map_err(log_error(&log_dir))?;
-        // Temporary files first: an import interrupted by a crash left its
-        // temporary snapshot, which the next import must not trip over.
-        // Files folded into the newest snapshot go only once it has been
-        // read whole: they are what could rebuild a damaged one.
+        refuse_earlier_database(dir, &listing)?;
+        // Temporary files first: a compaction interrupted by a crash left
+        // its temporary snapshot. Files folded into the newest snapshot go
+        // only once it has been read whole: they are what could rebuild a
+        // damaged one.
         let (temporary, folded): (Vec<PathBuf>, Vec<PathBuf>) = std::mem::take(&mut listing.stale)
             .into_iter()
             .partition(|path| log::is_temporary(path));
         for stale in &temporary {
             std::fs::remove_file(stale).map_err(log_error(stale))?;
-        }
-        let legacy_path = dir.join(legacy::FILE_NAME);
-        if listing.snapshot.is_none() && listing.segments.is_empty() && legacy_path.exists() {
-            import_legacy(&legacy_path, &log_dir)?;
-            listing = log::list(&log_dir).map_err(log_error(&log_dir))?;
-        } else if legacy_path.exists() {
-            tracing::warn!(
-                database = %legacy_path.display(),
-                "an earlier build's broker database sits next to the broker log; the log is what is read"
-            );
         }
 
         let (live, kept) = read_log(&log_dir, &listing, Repair::Apply, &mut Vec::new())?;
@@ -870,26 +869,17 @@ fn drop_after_gap(
     Ok(())
 }
 
-/// Writes an earlier build's SQLite database into the empty log directory as
-/// its first snapshot, then renames the database aside.
-fn import_legacy(database: &Path, log_dir: &Path) -> Result<(), OpenError> {
-    // A database without a schema imports as nothing, and is renamed all
-    // the same so later opens do not find it again.
-    let ops = legacy::read(database)?.unwrap_or_default();
-    let mut live = LiveState::default();
-    for op in ops {
-        live.apply(op);
+/// Refuses a data directory that holds the database of a build before the
+/// log and, in `listing`, no log: this build does not read that database,
+/// and an empty broker started beside it would look like the data was lost
+/// (decision 0115).
+pub(crate) fn refuse_earlier_database(dir: &Path, listing: &log::Listing) -> Result<(), OpenError> {
+    let earlier = dir.join(EARLIER_DATABASE);
+    if listing.snapshot.is_none() && listing.segments.is_empty() && earlier.exists() {
+        return Err(OpenError::EarlierDatabase {
+            path: earlier.display().to_string(),
+        });
     }
-    crate::compact::write_snapshot(log_dir, 0, live, &AtomicBool::new(false))
-        .map_err(log_error(log_dir))?;
-    let mut imported = database.as_os_str().to_owned();
-    imported.push(".imported");
-    std::fs::rename(database, &imported).map_err(log_error(database))?;
-    tracing::info!(
-        database = %database.display(),
-        renamed = %Path::new(&imported).display(),
-        "imported the earlier broker database into the broker log"
-    );
     Ok(())
 }
 
@@ -1301,6 +1291,47 @@ mod tests {
             continues: true,
             ..header(unsynced_commits, 0)
         }
+    }
+
+    #[test]
+    fn a_data_directory_holding_only_an_earlier_builds_database_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let database = dir.path().join(EARLIER_DATABASE);
+        std::fs::write(&database, b"SQLite format 3\0").unwrap();
+        for _ in 0..2 {
+            let Err(error) = Store::open(dir.path(), Durability::Fsync, DEFAULT_SEGMENT_BYTES)
+            else {
+                panic!("refused");
+            };
+            assert!(
+                matches!(error, OpenError::EarlierDatabase { .. }),
+                "{error}"
+            );
+            let message = error.to_string();
+            assert!(
+                message.contains(&database.display().to_string()),
+                "{message}"
+            );
+            assert!(message.contains("this build does not read"), "{message}");
+            let verification = crate::verify(dir.path());
+            assert!(
+                matches!(verification.outcome, Err(OpenError::EarlierDatabase { .. })),
+                "{:?}",
+                verification.outcome
+            );
+        }
+        assert!(database.exists(), "the database is left where it was");
+        assert!(
+            !dir.path().join(log::DIR_NAME).exists(),
+            "nothing is created"
+        );
+
+        // Beside a log, the log is what is read.
+        std::fs::remove_file(&database).unwrap();
+        let (store, _) = Store::open(dir.path(), Durability::Fsync, DEFAULT_SEGMENT_BYTES).unwrap();
+        store.shutdown();
+        std::fs::write(&database, b"SQLite format 3\0").unwrap();
+        assert_eq!(ids(dir.path()), Vec::<i64>::new());
     }
 
     #[test]

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::OpenError;
-use crate::legacy;
 use crate::log;
 use crate::store::{self, FileReport, Finding, Repair};
 
@@ -70,23 +69,17 @@ fn read(
     files: &mut Vec<FileReport>,
 ) -> Result<LiveSummary, OpenError> {
     if !log_dir.is_dir() {
-        let legacy = data_dir.join(legacy::FILE_NAME);
+        store::refuse_earlier_database(data_dir, &log::Listing::default())?;
         return Err(OpenError::Corrupt {
             path: log_dir.display().to_string(),
-            reason: if legacy.exists() {
-                format!(
-                    "no broker log yet: {} is an earlier build's database, imported at the next open",
-                    legacy.display()
-                )
-            } else {
-                "no broker log here (is this a nimbus data directory?)".to_owned()
-            },
+            reason: "no broker log here (is this a nimbus data directory?)".to_owned(),
         });
     }
     let listing = log::list(log_dir).map_err(|source| OpenError::Log {
         path: log_dir.display().to_string(),
         source,
     })?;
+    store::refuse_earlier_database(data_dir, &listing)?;
     files.extend(listing.stale.iter().map(|path| FileReport {
         path: path.clone(),
         finding: Finding::Redundant,
