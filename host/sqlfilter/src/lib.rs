@@ -81,7 +81,7 @@ pub const MAX_EXPRESSION_CHARS: usize = 1024;
 /// is 2 high; `AND`/`OR` chains are flat, but `a + b + c` is a left-deep
 /// tree). Bounds every recursion in parsing, evaluation and drop: at the
 /// limit, parsing takes under 1 MiB of stack even in a debug build
-/// (`tests/stack.rs`), so no filter can overflow a 2 MiB worker thread.
+/// (`tests/all/stack.rs`), so no filter can overflow a 2 MiB worker thread.
 pub const MAX_NESTING_DEPTH: usize = 32;
 
 /// The most `SET`/`REMOVE` statements one rule action may hold (Service

@@ -8,7 +8,7 @@
 //! example does around them (reading `reject_over_total` from its config and
 //! logging the accepted order: host calls, measured separately on `orders`
 //! itself). The example keeps its own copy because the SDK's crate docs show
-//! it whole, as one file; `host/sandbox/tests/bench_workload.rs` checks the
+//! it whole, as one file; `host/sandbox/tests/all/bench_workload.rs` checks the
 //! two decide every kind of payload alike. Only `serde` here, no SDK, so the
 //! native builds need nothing a host provides.
 

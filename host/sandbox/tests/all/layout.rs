@@ -2,7 +2,7 @@
 //! names the topology would refuse, symbolic links, stray files. Driven by
 //! explicit reconciles (the watcher's side is in `hot_swap.rs`).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 /// nothing asserts on time.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-mod support;
+use crate::support;
 use support::forwarded;
 
 /// The Resolver topic and the topology of endpoint `endpoint`, as

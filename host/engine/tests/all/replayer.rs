@@ -21,7 +21,7 @@ use nimbus_transport::{
 use nimbus_wire::{MessageContent, MessageType, NimbusMessage, build};
 use tokio_util::sync::CancellationToken;
 
-mod support;
+use crate::support;
 
 use support::{E, event_request};
 /// A non-session subscription that receives a copy of every trigger

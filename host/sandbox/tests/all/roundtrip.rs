@@ -3,7 +3,7 @@
 //! whose payload is a script of what to do). Also: the probe sees no file,
 //! no variable and no socket.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;

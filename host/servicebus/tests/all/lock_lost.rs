@@ -14,7 +14,7 @@ use nimbus_transport::{
     SubscriptionSettings, TopicSettings, Transport,
 };
 
-mod common;
+use crate::common;
 
 use common::Served;
 

@@ -1,6 +1,6 @@
 //! Hot swap through the directory watcher, under concurrent load.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -14,7 +14,7 @@ use nimbus_transport::{
     SubscriptionPath, SubscriptionSettings, Transport,
 };
 
-mod common;
+use crate::common;
 
 use common::Served;
 

@@ -1,7 +1,7 @@
 //! Hostile handlers are contained: each misbehaviour comes back as an
 //! ordinary `failed` error of the right type, and the sandbox keeps serving.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

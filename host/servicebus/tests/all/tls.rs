@@ -11,7 +11,7 @@ use std::time::Duration;
 use nimbus_servicebus::{ConnectError, ConnectionString, ServiceBus, TrustedRoots};
 use nimbus_transport::{Message, SessionLock, SessionSelector, Transport};
 
-mod common;
+use crate::common;
 
 use common::{KEY, KEY_NAME, Served, tls_fixture};
 

@@ -23,7 +23,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -213,7 +213,7 @@ fn run_child_round(root: &Path, round: u32, rng: &mut Rng) -> Vec<EventKey> {
     let mut child = Command::new(exe)
         .args([
             "--exact",
-            "crash_child_host",
+            "crash::crash_child_host",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -10,7 +10,7 @@ use std::time::Duration;
 use nimbus_servicebus::ServiceBus;
 use nimbus_transport::{Admin, ErrorKind, Message, SessionLock, SessionSelector, Transport};
 
-mod common;
+use crate::common;
 
 use common::Served;
 

@@ -5,7 +5,7 @@
 //! ("entering the loop"), which the sandbox emits to `tracing` as it is
 //! written; a tiny subscriber turns it into a signal. No sleeping.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

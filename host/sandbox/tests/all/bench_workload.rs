@@ -4,7 +4,7 @@
 //! payload, and it writes no log line (unlike `orders`). A guest that skipped
 //! the work would complete all of these and fail here.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 

@@ -23,7 +23,7 @@ use nimbus_transport::{
 use nimbus_wire::{ControlKey, MessageContent, MessageType, NimbusMessage, SessionState};
 use tokio_util::sync::CancellationToken;
 
-mod support;
+use crate::support;
 
 use support::{E, event_request, signed};
 

@@ -4,7 +4,7 @@
 //! the same loop keeping its blocks runs into the limit, which shows the
 //! limit is tight enough for the first test to mean something.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 

@@ -15,7 +15,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::future::Future;

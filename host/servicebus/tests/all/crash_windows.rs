@@ -18,7 +18,7 @@ use nimbus_transport::{
     SubscriptionSettings, TopicSettings, Transport,
 };
 
-mod common;
+use crate::common;
 
 use common::Served;
 

@@ -1,7 +1,7 @@
 //! The handlers directory and the registry, driven by explicit reconciles
 //! (the watcher is tested in `hot_swap.rs`).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

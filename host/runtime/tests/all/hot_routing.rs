@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-mod support;
+use crate::support;
 
 use nimbus_resolver::Status;
 use nimbus_runtime::DEFAULT_PRODUCER;

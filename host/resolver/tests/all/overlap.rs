@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 /// nothing asserts on time.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-mod support;
+use crate::support;
 use support::forwarded;
 
 /// The embedded broker, except that every session settlement first takes a

@@ -24,7 +24,7 @@ use nimbus_transport::{
     TopicSettings, TransientError, Transport,
 };
 
-mod common;
+use crate::common;
 
 use common::Served;
 

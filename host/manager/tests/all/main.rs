@@ -1,0 +1,4 @@
+//! This crate's integration tests, linked as one binary: each file is a
+//! module, so the suite links once instead of once per file.
+
+mod manager;

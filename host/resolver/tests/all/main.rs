@@ -1,0 +1,11 @@
+//! This crate's integration tests, linked as one binary: each file is a
+//! module, so the suite links once instead of once per file.
+
+mod support;
+
+mod consumer;
+mod integrity;
+mod overlap;
+mod retention;
+mod session_index;
+mod store;

@@ -1,0 +1,9 @@
+//! This crate's integration tests, linked as one binary: each file is a
+//! module, so the suite links once instead of once per file.
+
+mod support;
+
+mod bench;
+mod crash;
+mod hot_routing;
+mod scenarios;

@@ -1,0 +1,13 @@
+//! This crate's integration tests, linked as one binary: each file is a
+//! module, so the suite links once instead of once per file.
+
+mod support;
+
+mod allocator;
+mod bench_workload;
+mod contained;
+mod deadline;
+mod hot_swap;
+mod layout;
+mod registry;
+mod roundtrip;

@@ -1,0 +1,11 @@
+//! This crate's integration tests, linked as one binary: each file is a
+//! module, so the suite links once instead of once per file.
+
+mod common;
+
+mod conformance;
+mod crash_windows;
+mod lock_lost;
+mod publish;
+mod reconnect;
+mod tls;
