@@ -2,6 +2,10 @@
 //! decode and validate, guard, run the handler, settle — the whole
 //! settlement (responses, follow-ups, session state, scheduled retry, replay
 //! trigger, disposal) in one atomic commit under the session lock.
+//!
+//! What a handled event's settlement does is decided by
+//! [`settlement::plan`]; [`Delivery::carry_out`] builds the messages it
+//! names, commits, and logs.
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
@@ -11,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use futures_util::FutureExt;
 
 use nimbus_handler::error_type::{FOLLOW_UPS_REFUSED, PANIC};
-use nimbus_handler::{Event, HandlerError, Outcome, Report};
+use nimbus_handler::{Event, FollowUp, HandlerError, Outcome, Report};
 use nimbus_transport::{
     Disposition, ErrorKind, Message, Properties, PropertyValue, ReceivedMessage, SessionLock,
     SettleError, Settlement, TransientError, Transport,
@@ -27,9 +31,8 @@ use tracing::{debug, error, info, warn};
 use crate::handler::Handlers;
 use crate::policies::Policies;
 use crate::retrying::{Retrying, TransientAttempt};
-use crate::session_state::{
-    self, BlockChange, Entry, Guard, Plan, Response, Settle, Turn, Verdict,
-};
+use crate::session_state::{self, BlockChange, Entry, Guard, Plan, Response, Turn};
+use crate::settlement::{self, Commit, Decision, Facts};
 
 /// Everything the engine knows about one endpoint.
 pub struct Endpoint {
@@ -325,6 +328,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
                 report: None,
                 failure: None,
                 decided_by: None,
+                retry_after: None,
                 timing,
                 inbox_key: None,
             };
@@ -356,6 +360,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
                         report: None,
                         failure: None,
                         decided_by: None,
+                        retry_after: None,
                         timing,
                         inbox_key: None,
                     };
@@ -478,40 +483,21 @@ impl<'a, T: Transport> Delivery<'a, T> {
             timing,
             inbox_key,
         } = handled;
-        let event_type = message.event_type();
-        let (verdict, failure, decided_by) = match report.map(|r| &r.result) {
-            None => (Verdict::Unsupported, None, None),
-            Some(Ok(Outcome::Completed)) => (Verdict::Completed, None, None),
-            Some(Ok(Outcome::PendingHandoff(_))) => (Verdict::PendingHandoff, None, None),
-            Some(Err(error)) => {
-                let failure = Failure::new(error.error_type.clone(), error.message.clone());
-                match error.kind {
-                    nimbus_handler::ErrorKind::Failed => {
-                        let classification = self.endpoint.policies.classify(&failure, event_type);
-                        (
-                            Verdict::Failed(classification.disposition),
-                            Some(failure),
-                            Some(classification.decided_by()),
-                        )
-                    }
-                    nimbus_handler::ErrorKind::Transient => {
-                        (Verdict::Transient, Some(failure), None)
-                    }
-                    nimbus_handler::ErrorKind::Permanent => {
-                        (Verdict::Permanent, Some(failure), None)
-                    }
-                }
-            }
-        };
-        let plan = session_state::after_handler(entry, self.state, event_id, verdict);
+        let reported = settlement::read_report(
+            report,
+            message.event_type(),
+            &self.endpoint.policies.classifier,
+        );
+        let plan = session_state::after_handler(entry, self.state, event_id, reported.verdict);
         let settled = Settled {
             message,
             event_id,
             entry,
             replayed: message.replayed_sequence().is_some(),
             report,
-            failure: failure.as_ref(),
-            decided_by: decided_by.as_deref(),
+            failure: reported.failure.as_ref(),
+            decided_by: reported.decided_by.as_deref(),
+            retry_after: reported.retry_after,
             timing,
             inbox_key,
         };
@@ -563,88 +549,60 @@ impl<'a, T: Transport> Delivery<'a, T> {
         }
     }
 
-    /// Carries a plan out as one settlement.
+    /// Carries a plan out: [`settlement::plan`] decides, this builds the
+    /// messages it names into one transport settlement, commits it, and
+    /// says what happened.
     async fn carry_out(
         &mut self,
         received: ReceivedMessage,
         plan: Plan,
         settled: Settled<'_>,
     ) -> Result<(), DeliveryError> {
-        let topic = self.endpoint.name.clone();
-        let mut settlement = Settlement::new();
-
-        // Transient: hand the message back and hold the session for the
-        // backoff, so the broker redelivers it first in its session. At the last
-        // delivery the engine dead-letters it itself, so the Resolver is told
-        // in the same commit (F1, F29).
-        let mut plan = plan;
-        if plan.settle == Settle::Abandon {
-            let hint = settled.retry_after(nimbus_handler::ErrorKind::Transient);
-            if received.delivery_count < self.endpoint.max_delivery_count {
-                let backoff = self
-                    .endpoint
-                    .policies
-                    .transient
-                    .delay(received.delivery_count, hint);
-                let (error_type, error) = settled.error();
-                // Said once per event at the default level: no response is
-                // sent (SEMANTICS.md §3), so this line is all an operator sees
-                // until the event completes or is dead-lettered.
-                if received.delivery_count <= 1 {
-                    warn!(
-                        endpoint = %topic,
-                        session = %settled.session(),
-                        event_id = %settled.event_id,
-                        %error_type,
-                        %error,
-                        max_deliveries = self.endpoint.max_delivery_count,
-                        "event failed transiently: its session waits while it is delivered again \
-                         after a backoff, until it succeeds or reaches the max delivery count \
-                         and is dead-lettered"
-                    );
-                }
-                info!(endpoint = %topic, event_id = settled.event_id, ?backoff, delivery = received.delivery_count, "transient failure: abandoning, then holding the session for the backoff");
-                let failed_at = SystemTime::now();
-                self.endpoint.retrying.note(
-                    &topic,
-                    settled.event_id,
-                    TransientAttempt {
-                        delivery: received.delivery_count,
-                        max_deliveries: self.endpoint.max_delivery_count,
-                        error_type: error_type.to_owned(),
-                        error: error.to_owned(),
-                        failed_at,
-                        next_delivery_after: crate::horizon::after(failed_at, backoff),
-                    },
-                );
-                // Abandoned before the wait, still holding the session, so
-                // the message is first in it when the wait ends and no one
-                // else can take it meanwhile; and its raised delivery count
-                // is on disk, so a host killed during the backoff does not
-                // deliver it again as if this failure had not happened (a
-                // crash loop would never reach the max delivery count).
-                let settlement = Settlement::abandon(received, Properties::new());
-                self.commit(settlement, None).await?;
-                return self.hold(backoff).await;
+        let facts = Facts {
+            entry: settled.entry,
+            state: &*self.state,
+            message: settled.message,
+            event_id: settled.event_id,
+            replayed: settled.replayed,
+            delivery_count: received.delivery_count,
+            max_delivery_count: self.endpoint.max_delivery_count,
+            plan,
+            failure: settled.failure,
+            retry_after: settled.retry_after,
+        };
+        let commit = match settlement::plan(&facts, &*self.endpoint.policies) {
+            Decision::Abandon {
+                backoff,
+                first_failure,
+            } => {
+                return self
+                    .abandon_and_hold(received, &settled, backoff, first_failure)
+                    .await;
             }
-            plan.response = Some(Response::DeadLetterNotification);
-            plan.settle = Settle::DeadLetter;
-        }
+            Decision::Commit(commit) => *commit,
+        };
+        let Commit {
+            plan,
+            mut next,
+            retry,
+            expects_retry,
+            replay_trigger,
+            disposition,
+            blocks_for_good,
+        } = commit;
+        // Said in the response and, once committed, in the log.
+        let dead_lettered = match &disposition {
+            Disposition::DeadLetter {
+                reason,
+                description,
+            } => Some((reason.clone(), description.clone())),
+            _ => None,
+        };
+        let topic = self.endpoint.name.clone();
         self.endpoint.retrying.clear(&topic, settled.event_id);
-        // After the transient decision: a replayed copy that is dead-lettered
-        // leaves the parked set, one that is abandoned stays in flight.
-        let mut next = self.state.clone();
-        plan.apply(&mut next, settled.event_id, settled.replayed);
-        // The blocked message leaves the broker with this settlement: the
-        // state keeps what an operator needs to act on the block should the
-        // Resolver lose its record of the event (decision 0140).
-        next.note_blocker(
-            settled.message,
-            plan.response == Some(Response::PendingHandoff),
-        );
-
+        let mut settlement = Settlement::new();
         if let Some(response) = plan.response {
-            let response = self.response(response, &settled, &received);
+            let response = self.response(response, &settled, dead_lettered.as_ref());
             settlement = settlement.publish(topic.clone(), response.to_transport());
         }
         let mut follow_ups = None;
@@ -655,7 +613,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
                 let publish = build::follow_up_publish(settled.message, follow_up, &topic);
                 settlement = settlement.publish(topic.clone(), publish.to_transport());
             }
-            follow_ups = Some(&report.follow_ups);
+            follow_ups = Some(report.follow_ups.as_slice());
         }
         if plan.record_inbox
             && let (Some(key), Some(retention)) = (settled.inbox_key, self.endpoint.inbox_retention)
@@ -667,47 +625,17 @@ impl<'a, T: Transport> Delivery<'a, T> {
                 nimbus_wire::saturating_add(SystemTime::now(), retention),
             );
         }
-        let mut retry = None;
-        if plan.retry_if_policy_allows
-            && let Some(failure) = settled.failure
-        {
-            // A resubmission of the blocker starts a fresh budget (F14).
-            let attempt = if settled.entry == Entry::ResubmissionRequest {
-                0
-            } else {
-                settled.message.retry_count
-            };
-            let hint = settled.retry_after(nimbus_handler::ErrorKind::Failed);
-            retry = self
-                .endpoint
-                .policies
-                .retry_delay(settled.message.event_type(), failure, attempt, hint)
-                .map(|delay| {
-                    let at = crate::horizon::after(SystemTime::now(), delay);
-                    let mut retry = build::retry_request(settled.message, at);
-                    // Known before it is sent: the state names the one retry
-                    // the block waits for.
-                    retry.message_id = Some(build::new_message_id());
-                    if settled.entry == Entry::ResubmissionRequest {
-                        retry.retry_count = 1;
-                    }
-                    retry
-                });
-        }
-        // The block waits for this retry, or none: any earlier one of its
-        // owner is stale from now on. So it is after every settled run of
-        // the owner's retry or resubmission, whatever its outcome: one that
-        // hands off, fails for good or schedules no other leaves the block
-        // waiting for none (an older chain must not run the handler again,
-        // nor start a second external job); and after a failed handoff,
-        // which waits for an operator. One abandoned comes back, so the
-        // block still waits as it did.
+        let retry = retry.map(|scheduled| {
+            let at = crate::horizon::after(SystemTime::now(), scheduled.delay);
+            let mut retry = build::retry_request(settled.message, at);
+            // Known before it is sent: the state names the one retry the
+            // block waits for.
+            retry.message_id = Some(build::new_message_id());
+            retry.retry_count = scheduled.retry_count;
+            retry
+        });
         let retry_at = retry.as_ref().and_then(|r| r.scheduled_enqueue_time);
-        let owner_ran = matches!(
-            settled.entry,
-            Entry::RetryRequest | Entry::ResubmissionRequest | Entry::HandoffFailedRequest
-        ) && plan.settle != Settle::Abandon;
-        if (plan.retry_if_policy_allows || owner_ran) && next.is_blocked_by(settled.event_id) {
+        if expects_retry {
             next.expect_retry(
                 retry
                     .as_ref()
@@ -720,87 +648,86 @@ impl<'a, T: Transport> Delivery<'a, T> {
         // The state is a field of the settlement, applied with it whatever
         // the order of these calls.
         settlement = self.with_state(settlement, &next);
-        if self.state.is_blocked()
-            && !next.is_blocked()
-            && session_state::needs_replay_trigger(&next)
-        {
+        if replay_trigger {
             let trigger = build::process_deferred_request(settled.message);
             settlement = settlement.publish(topic.clone(), trigger.to_transport());
         }
-        let mut dead_lettered = None;
-        let disposition = match plan.settle {
-            Settle::Complete => Disposition::Complete,
-            Settle::DeadLetter | Settle::Abandon => {
-                let (reason, description) = dead_letter_reason(
-                    &settled,
-                    received.delivery_count,
-                    self.endpoint.max_delivery_count,
-                );
-                dead_lettered = Some((reason.clone(), description.clone()));
-                Disposition::DeadLetter {
-                    reason,
-                    description,
-                }
-            }
-        };
         let settlement = settlement.with_outcome(received, disposition);
-        let blocks_for_good = plan.block != BlockChange::BlockByThis
-            && plan.retry_if_policy_allows
-            && retry_at.is_none()
-            && next.is_blocked_by(settled.event_id);
         self.commit(settlement, Some(next)).await?;
         // The outcome is said once committed: a settlement the broker
         // refused changed nothing, and the message comes back to run again.
-        if let Some((reason, description)) = dead_lettered {
-            // What an operator on call looks for in the log, at the
-            // default level: the event, where it is, and why.
-            warn!(
-                endpoint = %topic,
-                session = %settled.session(),
-                event_id = %settled.event_id,
-                event_type = %settled.message.event_type().unwrap_or(""),
-                %reason,
-                // A permanent failure's reason already holds its text.
-                description = (!reason.contains(&description)).then_some(description.as_str()),
-                "event dead-lettered (`nimbus dlq list`; `nimbus dlq replay` once fixed)"
-            );
-        }
-        if plan.block == BlockChange::BlockByThis {
-            log_block(&topic, &settled, retry_at);
-        } else if blocks_for_good {
-            // A retry or a resubmission of the blocker failed with no retry
-            // left: from now on only an operator unblocks the session.
-            let (error_type, error) = settled.error();
+        let said = Said {
+            dead_lettered,
+            blocks: plan.block == BlockChange::BlockByThis,
+            blocks_for_good,
+            retry_at,
+            follow_ups,
+        };
+        log_settled(&topic, &settled, said);
+        Ok(())
+    }
+
+    /// Carries out [`Decision::Abandon`]: notes the failure for the API,
+    /// abandons the message, then holds the session for `backoff`
+    /// (SEMANTICS.md §3).
+    async fn abandon_and_hold(
+        &mut self,
+        received: ReceivedMessage,
+        settled: &Settled<'_>,
+        backoff: Duration,
+        first_failure: bool,
+    ) -> Result<(), DeliveryError> {
+        let endpoint = self.endpoint;
+        let topic = &endpoint.name;
+        let (error_type, error) = settled.error();
+        // Said once per event at the default level: no response is sent
+        // (SEMANTICS.md §3), so this line is all an operator sees until the
+        // event completes or is dead-lettered.
+        if first_failure {
             warn!(
                 endpoint = %topic,
                 session = %settled.session(),
                 event_id = %settled.event_id,
                 %error_type,
                 %error,
-                "event failed again and no retry is left: its session stays blocked until it is \
-                 resubmitted or skipped (`nimbus event ID`)"
+                max_deliveries = endpoint.max_delivery_count,
+                "event failed transiently: its session waits while it is delivered again \
+                 after a backoff, until it succeeds or reaches the max delivery count \
+                 and is dead-lettered"
             );
         }
-        for follow_up in follow_ups.into_iter().flatten() {
-            // A follow-up nothing consumes leaves no other trace: the
-            // author checking that theirs went out reads it here (-v).
-            info!(
-                endpoint = %topic,
-                event_id = %settled.event_id,
-                follow_up_type = %follow_up.event_type,
-                follow_up_message_id = %follow_up.message_id,
-                "follow-up published with the event's settlement"
-            );
-        }
-        Ok(())
+        info!(endpoint = %topic, event_id = settled.event_id, ?backoff, delivery = received.delivery_count, "transient failure: abandoning, then holding the session for the backoff");
+        let failed_at = SystemTime::now();
+        endpoint.retrying.note(
+            topic,
+            settled.event_id,
+            TransientAttempt {
+                delivery: received.delivery_count,
+                max_deliveries: endpoint.max_delivery_count,
+                error_type: error_type.to_owned(),
+                error: error.to_owned(),
+                failed_at,
+                next_delivery_after: crate::horizon::after(failed_at, backoff),
+            },
+        );
+        // Abandoned before the wait, still holding the session, so the
+        // message is first in it when the wait ends and no one else can
+        // take it meanwhile; and its raised delivery count is on disk, so a
+        // host killed during the backoff does not deliver it again as if
+        // this failure had not happened (a crash loop would never reach the
+        // max delivery count).
+        let settlement = Settlement::abandon(received, Properties::new());
+        self.commit(settlement, None).await?;
+        self.hold(backoff).await
     }
 
-    /// Builds the Resolver-bound response a plan asks for.
+    /// Builds the Resolver-bound response a plan asks for; `dead_lettered`
+    /// is the reason and description of the settlement's dead-letter.
     fn response(
         &self,
         response: Response,
         settled: &Settled<'_>,
-        received: &ReceivedMessage,
+        dead_lettered: Option<&(String, String)>,
     ) -> NimbusMessage {
         let message = settled.message;
         let times = settled.timing.times();
@@ -839,16 +766,18 @@ impl<'a, T: Transport> Delivery<'a, T> {
             ),
             Response::Unsupported => build::unsupported_response(message, times),
             Response::DeadLetterNotification => {
-                let (reason, description) = dead_letter_reason(
-                    settled,
-                    received.delivery_count,
-                    self.endpoint.max_delivery_count,
+                // `settlement::plan` sends this notice only with a
+                // dead-letter; should that ever change, the notice says
+                // what the broker's own dead-letter would.
+                let (reason, description) = dead_lettered.map_or(
+                    (dead_letter::FAILED_TO_HANDLE, "no handler failure recorded"),
+                    |(reason, description)| (reason.as_str(), description.as_str()),
                 );
                 build::dead_letter_notification(
                     message,
                     times,
-                    &reason,
-                    &description,
+                    reason,
+                    description,
                     settled.failure,
                 )
             }
@@ -1106,6 +1035,8 @@ struct Settled<'a> {
     report: Option<&'a Report>,
     failure: Option<&'a Failure>,
     decided_by: Option<&'a str>,
+    /// The handler's retry-after hint, given with its failure.
+    retry_after: Option<Duration>,
     timing: Timing,
     inbox_key: Option<InboxKey>,
 }
@@ -1121,13 +1052,65 @@ impl Settled<'_> {
         self.failure
             .map_or(("", ""), |f| (f.error_type.as_str(), f.message.as_str()))
     }
+}
 
-    /// The handler's retry-after hint, when it reported an error of `kind`.
-    fn retry_after(&self, kind: nimbus_handler::ErrorKind) -> Option<Duration> {
-        match self.report.map(|r| &r.result) {
-            Some(Err(error)) if error.kind == kind => error.retry_after,
-            _ => None,
-        }
+/// What a committed settlement tells the log.
+struct Said<'a> {
+    /// The dead-letter reason and description, if it dead-lettered.
+    dead_lettered: Option<(String, String)>,
+    /// Whether it blocked the session by this event.
+    blocks: bool,
+    /// Whether the blocker failed again with no retry left.
+    blocks_for_good: bool,
+    /// When the retry it scheduled is due.
+    retry_at: Option<SystemTime>,
+    /// The follow-ups it published.
+    follow_ups: Option<&'a [FollowUp]>,
+}
+
+/// Says what a committed settlement did: a dead-letter or a block at warn
+/// (an operator has to act), each follow-up at info.
+fn log_settled(topic: &str, settled: &Settled<'_>, said: Said<'_>) {
+    if let Some((reason, description)) = said.dead_lettered {
+        // What an operator on call looks for in the log, at the
+        // default level: the event, where it is, and why.
+        warn!(
+            endpoint = %topic,
+            session = %settled.session(),
+            event_id = %settled.event_id,
+            event_type = %settled.message.event_type().unwrap_or(""),
+            %reason,
+            // A permanent failure's reason already holds its text.
+            description = (!reason.contains(&description)).then_some(description.as_str()),
+            "event dead-lettered (`nimbus dlq list`; `nimbus dlq replay` once fixed)"
+        );
+    }
+    if said.blocks {
+        log_block(topic, settled, said.retry_at);
+    } else if said.blocks_for_good {
+        // A retry or a resubmission of the blocker failed with no retry
+        // left: from now on only an operator unblocks the session.
+        let (error_type, error) = settled.error();
+        warn!(
+            endpoint = %topic,
+            session = %settled.session(),
+            event_id = %settled.event_id,
+            %error_type,
+            %error,
+            "event failed again and no retry is left: its session stays blocked until it is \
+             resubmitted or skipped (`nimbus event ID`)"
+        );
+    }
+    for follow_up in said.follow_ups.into_iter().flatten() {
+        // A follow-up nothing consumes leaves no other trace: the
+        // author checking that theirs went out reads it here (-v).
+        info!(
+            endpoint = %topic,
+            event_id = %settled.event_id,
+            follow_up_type = %follow_up.event_type,
+            follow_up_message_id = %follow_up.message_id,
+            "follow-up published with the event's settlement"
+        );
     }
 }
 
@@ -1168,39 +1151,6 @@ fn log_block(endpoint: &str, settled: &Settled<'_>, retry_at: Option<SystemTime>
             .map(tracing::field::display),
         "{what}"
     );
-}
-
-/// The dead-letter reason and description of a failure: upstream's
-/// `Permanent failure: {type}: {message}`, or the max-delivery reason when a
-/// transient failure used up the deliveries.
-fn dead_letter_reason(
-    settled: &Settled<'_>,
-    delivery_count: u32,
-    max_delivery_count: u32,
-) -> (String, String) {
-    let transient = matches!(
-        settled.report.map(|r| &r.result),
-        Some(Err(error)) if error.kind == nimbus_handler::ErrorKind::Transient
-    );
-    match settled.failure {
-        Some(failure) if transient => (
-            // The broker's own reason: the engine dead-letters at the last
-            // delivery in its stead, so the Resolver is told (F1, F29).
-            dead_letter::MAX_DELIVERY_COUNT_EXCEEDED.to_owned(),
-            format!(
-                "Transient failure on delivery {delivery_count} of {max_delivery_count}: {}",
-                failure.text()
-            ),
-        ),
-        Some(failure) => (
-            dead_letter::permanent_failure_reason(failure),
-            failure.text(),
-        ),
-        None => (
-            dead_letter::FAILED_TO_HANDLE.to_owned(),
-            "no handler failure recorded".to_owned(),
-        ),
-    }
 }
 
 /// The report a refused settlement turns `report` into: failed, with the

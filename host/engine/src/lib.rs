@@ -8,10 +8,13 @@
 //!
 //! Key decision: every decision is a pure function, apart from the I/O that
 //! carries it out — the retry policy ([`retry`]), the failure classifier
-//! ([`classifier`]), the session guard and outcome table ([`session_state`]) and
-//! their configuration ([`policy_config`]) take their inputs (attempt
-//! number, random source, session state) as arguments, so each rule of the
-//! spec is tested exactly, without a broker, a clock or a handler.
+//! ([`classifier`]), the session guard and outcome table ([`session_state`]),
+//! the settlement of a delivery (`settlement`: redeliver or dead-letter,
+//! which retry, replay or not, why dead-lettered) and their configuration
+//! ([`policy_config`]) take their inputs (attempt number, delays, random
+//! source, session state) as arguments, so each rule of the spec is tested
+//! exactly, without a broker, a clock or a handler; the delivery only
+//! carries the decision out.
 #![cfg_attr(test, allow(clippy::unwrap_used, reason = "tests"))]
 
 pub mod classifier;
@@ -26,6 +29,7 @@ mod replayer;
 pub mod retry;
 mod retrying;
 pub mod session_state;
+mod settlement;
 
 pub use delivery::Endpoint;
 pub use handler::{HandlerCall, Handlers};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use nimbus_wire::Failure;
 
-use crate::classifier::{Classification, Classifier};
+use crate::classifier::Classifier;
 use crate::retry::{RetryPolicies, StdRandom};
 
 /// How long the engine holds a session after a transient failure before it
@@ -72,11 +72,6 @@ impl Policies {
             transient,
             random: Mutex::new(StdRandom::new()),
         }
-    }
-
-    /// Classifies an ordinary failure of an event of `event_type`.
-    pub fn classify(&self, failure: &Failure, event_type: Option<&str>) -> Classification<'_> {
-        self.classifier.classify(&failure.error_type, event_type)
     }
 
     /// The delay before the next automatic retry of a failure at attempt
