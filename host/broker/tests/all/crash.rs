@@ -215,7 +215,12 @@ async fn acknowledged_operations_survive_sigkill_at_random_points() {
     let mut total_ops = 0usize;
     for round in 0..ROUNDS {
         let mut child = Command::new(&exe)
-            .args(["--exact", "crash::crash_child", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash::crash_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("NIMBUS_CRASH_DIR", &dir_str)
             .env("NIMBUS_CRASH_ROUND", round.to_string())
             .stdout(Stdio::piped())

@@ -1,7 +1,6 @@
 //! Shared by the sandbox's integration tests: finding the guest components
 //! `scripts/build-guests.sh` built, and laying out handlers directories.
 
-#![allow(dead_code, reason = "each test binary uses a different subset")]
 #![allow(missing_docs, reason = "test support")]
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! An embedded broker on a temp dir with nimbus's AMQP endpoint serving it
 //! on a loopback port: what the transport's tests connect to.
 
-#![allow(clippy::unwrap_used, dead_code, reason = "test support")]
+#![allow(clippy::unwrap_used, reason = "test support")]
 
 use std::sync::Arc;
 
