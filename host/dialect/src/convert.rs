@@ -18,7 +18,7 @@ use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage, MessageId};
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
 use nimbus_transport::{LockToken, Message, PropertyValue};
 
-use crate::outcome::{DEAD_LETTER_DESCRIPTION, DEAD_LETTER_REASON};
+use crate::outcome::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON};
 
 /// The message annotation a scheduled message carries.
 const SCHEDULED_ENQUEUE_TIME: &str = "x-opt-scheduled-enqueue-time";
@@ -379,7 +379,7 @@ pub fn delivered(
         }
     };
     let dead_letter_reason = take(DEAD_LETTER_REASON);
-    let dead_letter_description = take(DEAD_LETTER_DESCRIPTION);
+    let dead_letter_description = take(DEAD_LETTER_ERROR_DESCRIPTION);
     // What the broker stamped is not the sender's message.
     amqp.message_annotations = None;
     Ok(nimbus_transport::ReceivedMessage {
@@ -521,7 +521,7 @@ pub fn received(
         application = application.insert(DEAD_LETTER_REASON, reason.as_str());
     }
     if let Some(description) = &received.dead_letter_description {
-        application = application.insert(DEAD_LETTER_DESCRIPTION, description.as_str());
+        application = application.insert(DEAD_LETTER_ERROR_DESCRIPTION, description.as_str());
     }
     AmqpMessage::builder()
         .header(header)

@@ -15,12 +15,10 @@ use nimbus_transport::{Properties, PropertyValue};
 
 use crate::condition;
 
-/// Where a dead-letter's reason travels: in a `rejected`'s error `info`,
-/// and as an application property of a message in a dead-letter queue.
-pub const DEAD_LETTER_REASON: &str = "DeadLetterReason";
-
-/// Where a dead-letter's description travels, as its reason does.
-pub const DEAD_LETTER_DESCRIPTION: &str = "DeadLetterErrorDescription";
+// Where a dead-letter's reason and description travel: in a `rejected`'s
+// error `info`, and as application properties of a message in a
+// dead-letter queue. Defined with the transport's received message.
+pub use nimbus_transport::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON};
 
 /// What a client asks done with a delivery.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,7 +68,7 @@ impl Outcome {
                     Value::String(reason.clone()),
                 );
                 info.insert(
-                    Symbol::from(DEAD_LETTER_DESCRIPTION),
+                    Symbol::from(DEAD_LETTER_ERROR_DESCRIPTION),
                     Value::String(description),
                 );
                 DeliveryState::Rejected(Rejected {
@@ -171,7 +169,7 @@ fn dead_letter_reason(rejected: &Rejected) -> (String, String) {
     let reason = info(DEAD_LETTER_REASON)
         .or_else(|| error.description.clone())
         .unwrap_or_default();
-    let description = info(DEAD_LETTER_DESCRIPTION).unwrap_or_default();
+    let description = info(DEAD_LETTER_ERROR_DESCRIPTION).unwrap_or_default();
     (reason, description)
 }
 

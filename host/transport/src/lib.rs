@@ -35,7 +35,10 @@ pub use error::{
     AcceptSessionError, AdminError, CancelError, Error, ErrorKind, OpenReceiverError, PublishError,
     ReceiveError, RenewError, SessionStateError, SettleError, TransientError,
 };
-pub use message::{LockToken, Message, Properties, PropertyValue, ReceivedMessage};
+pub use message::{
+    DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, LockToken, Message, Properties,
+    PropertyValue, ReceivedMessage,
+};
 pub use retry::{FailureLine, FailureLog, RecoveryLine, RetryBackoff};
 pub use settlement::{Disposition, InboxRecord, SettleReceipt, Settlement, SettlementParts};
 pub use slots::SlotRequests;

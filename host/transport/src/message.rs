@@ -126,6 +126,14 @@ impl Message {
     }
 }
 
+/// The application property a dead-lettered message carries its reason in,
+/// as Service Bus sets it (and a `rejected` outcome's error `info` key);
+/// NimBus's dead-letter notification uses the same name.
+pub const DEAD_LETTER_REASON: &str = "DeadLetterReason";
+/// The application property a dead-lettered message carries its
+/// description in, as [`DEAD_LETTER_REASON`] its reason.
+pub const DEAD_LETTER_ERROR_DESCRIPTION: &str = "DeadLetterErrorDescription";
+
 /// A message as a receiver gets it: the sender's message plus what the broker
 /// stamped on it.
 #[derive(Debug, Clone, PartialEq)]

@@ -34,11 +34,10 @@ pub mod prop {
     pub const QUEUE_TIME_MS: &str = "QueueTimeMs";
     /// On responses: handler entry → response, in milliseconds (long).
     pub const PROCESSING_TIME_MS: &str = "ProcessingTimeMs";
-    /// On dead-letter notifications: the dead-letter reason.
-    pub const DEAD_LETTER_REASON: &str = "DeadLetterReason";
-    /// On dead-letter notifications: the description; the Resolver reads its
-    /// presence as "DeadLettered".
-    pub const DEAD_LETTER_ERROR_DESCRIPTION: &str = "DeadLetterErrorDescription";
+    /// On dead-letter notifications: the dead-letter reason and the
+    /// description (whose presence the Resolver reads as "DeadLettered"),
+    /// under Service Bus's own names for a dead-lettered message's.
+    pub use nimbus_transport::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON};
     /// On PendingHandoffResponse: why the event is pending.
     pub const HANDOFF_REASON: &str = "HandoffReason";
     /// On PendingHandoffResponse: the external job id.
