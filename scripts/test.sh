@@ -7,5 +7,8 @@ scripts/build-guests.sh
 # Microsoft's Python SDK, for the AMQP endpoint's tests (tests/python).
 NIMBUS_PYTHON="$(scripts/python-env.sh)"
 export NIMBUS_PYTHON
+# Microsoft's JavaScript SDK, for the same endpoint (tests/js).
+NIMBUS_JS_ENV="$(scripts/js-env.sh)"
+export NIMBUS_JS_ENV
 cargo build --bin nimbus
 cargo test "$@"

@@ -1,4 +1,4 @@
-"""Where the host under test is: set by tests/tests/all/amqp_python.rs, which
+"""Where the host under test is: set by tests/tests/all/amqp_sdks.rs, which
 starts `nimbus run` with an AMQP endpoint and runs this suite against it."""
 
 import os

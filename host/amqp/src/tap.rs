@@ -16,7 +16,7 @@
 //! only the performatives it reads are decoded (by the library's own
 //! decoder), and only those it changes are encoded again.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{BufMut, BytesMut};
@@ -31,7 +31,7 @@ use fe2o3_amqp::types::performatives::{ChannelMax, Close, MaxFrameSize, Open};
 
 use nimbus_dialect::condition;
 use nimbus_dialect::convert::{HeaderPatch, delivery_tag};
-use nimbus_dialect::frame_io::{Unit, UnitReader, code, decode, descriptor, encode};
+use nimbus_dialect::frame_io::{Unit, UnitReader, code, decode, descriptor, encode, symbol_keyed};
 
 use crate::guard::{Guard, Refusal};
 use crate::log_limit::{Cause, LogLimit};
@@ -43,6 +43,10 @@ use tokio::sync::{mpsc, watch};
 /// tag to grow from 4 to 16 bytes and the header to be written whole (a
 /// few bytes more).
 const TAG_HEADROOM: u32 = 32;
+
+/// How long the library's last frames may take to go out once the client
+/// has ended its half of the connection.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The smallest frame size AMQP allows (2.7.1), below which the headroom is
 /// not taken.
@@ -111,6 +115,9 @@ struct TapState {
     /// Deliveries sent with a lock token and not settled yet, by
     /// (client channel, delivery id).
     deliveries: HashMap<(u16, DeliveryNumber), (String, LockToken)>,
+    /// Links about to be attached only to be detached with a refusal
+    /// ([`Tap::refuse`]), by name.
+    refused: HashSet<String>,
 }
 
 #[derive(Default)]
@@ -405,6 +412,21 @@ impl Tap {
         Some(Frame::new(channel, FrameBody::Disposition(disposition)))
     }
 
+    /// Marks link `name`, about to be attached only to be detached with a
+    /// refusal: its answering attach goes out with a null source (for a
+    /// client's receiver) or target (for a client's sender), as Service Bus
+    /// answers an attach it refuses. A client then takes the detach's error
+    /// as the link's failure to open (`SessionCannotBeLocked`, a timeout)
+    /// instead of opening a link that fails at its first use.
+    pub(crate) fn refuse(&self, name: &str) {
+        self.state().refused.insert(name.to_owned());
+    }
+
+    /// Unmarks link `name` when its refusal could not be answered.
+    pub(crate) fn forget_refusal(&self, name: &str) {
+        self.state().refused.remove(name);
+    }
+
     /// A frame from fe2o3, before it goes to the client: `Some` to send
     /// changed, `None` to send as it came.
     pub(crate) fn outbound(&self, frame: Frame) -> Option<Frame> {
@@ -418,8 +440,18 @@ impl Tap {
                 }
                 None
             }
-            FrameBody::Attach(attach) if attach.role == Role::Sender => {
+            FrameBody::Attach(mut attach) => {
                 let mut state = self.state();
+                if state.refused.remove(&attach.name) {
+                    match attach.role {
+                        Role::Sender => attach.source = None,
+                        Role::Receiver => attach.target = None,
+                    }
+                    return Some(Frame::new(channel, FrameBody::Attach(attach)));
+                }
+                if attach.role != Role::Sender {
+                    return None;
+                }
                 let client = *state.client_channel.get(&channel)?;
                 state
                     .our_handles
@@ -539,10 +571,20 @@ where
                 if let Err(refusal) = guard.check(&frame) {
                     return Ok(Some(refusal));
                 }
-                let changed = descriptor(&frame)
-                    .filter(|code| wanted(*code, true))
-                    .and_then(|_| decode(&frame))
-                    .and_then(&change);
+                let changed = match descriptor(&frame) {
+                    Some(code) if wanted(code, true) => match decode(&frame) {
+                        Some(read) => change(read),
+                        None => symbol_keyed(&frame).and_then(|rekeyed| {
+                            // Passed on rewritten, changed by the tap or not.
+                            decode(&rekeyed)
+                                .and_then(&change)
+                                .or_else(|| decode(&rekeyed))
+                        }),
+                    },
+                    // Read only when the library would refuse it.
+                    Some(code::CLOSE) if decode(&frame).is_none() => symbol_keyed_frame(&frame),
+                    _ => None,
+                };
                 match changed {
                     Some(changed) => {
                         out.clear();
@@ -559,6 +601,14 @@ where
     }
     writer.shutdown().await?;
     Ok(None)
+}
+
+/// `frame` as the library reads it once the keys of its errors' `info`
+/// are symbols, when that is why the library refused it (rhea writes them
+/// as strings: `frame_io::symbol_keyed`). Passed on as it came, the frame
+/// would end the connection in fe2o3's decoder.
+fn symbol_keyed_frame(frame: &[u8]) -> Option<Frame> {
+    decode(&symbol_keyed(frame)?)
 }
 
 /// What the client has been sent of the AMQP handshake, so a refusal can
@@ -711,9 +761,19 @@ pub(crate) async fn pump<C, L>(
         }
         client_write.shutdown().await
     };
+    tokio::pin!(inbound, outbound);
     let result: std::io::Result<()> = tokio::select! {
-        result = inbound => result,
-        result = outbound => result,
+        // The client ended its half: the library has been told (its input
+        // is shut), and what it still writes (the answer to a `close` sent
+        // just before) goes out before the connection ends. A client that
+        // waits for that answer would otherwise wait for ever.
+        result = &mut inbound => match result {
+            Ok(()) => tokio::time::timeout(CLOSE_GRACE, &mut outbound)
+                .await
+                .unwrap_or(Ok(())),
+            Err(error) => Err(error),
+        },
+        result = &mut outbound => result,
     };
     if let Err(error) = result {
         tracing::debug!(%error, "an AMQP connection's frames stopped");
@@ -791,6 +851,44 @@ mod tests {
 
     fn token(n: u8) -> LockToken {
         LockToken::from_uuid(uuid::Uuid::from_bytes([n; 16]))
+    }
+
+    #[test]
+    fn a_refused_attach_is_answered_with_a_null_terminus_once() {
+        let (tap, _answers) = Tap::new();
+        let begin = test_frames::begin(Some(CLIENTS));
+        assert!(
+            tap.outbound(Frame::new(OURS, FrameBody::Begin(begin)))
+                .is_none()
+        );
+        let mut ours = attach(Role::Sender, 7);
+        ours.source = Some(Box::default());
+        tap.refuse("r");
+        let Some(Frame {
+            body: FrameBody::Attach(answered),
+            ..
+        }) = tap.outbound(Frame::new(OURS, FrameBody::Attach(ours.clone())))
+        else {
+            panic!("the refused attach is changed");
+        };
+        assert!(answered.source.is_none(), "no source: the link is refused");
+        assert!(
+            tap.outbound(Frame::new(OURS, FrameBody::Attach(ours)))
+                .is_none(),
+            "a later attach of the name goes as it came"
+        );
+        // Our receiver, answering a client's sender to `orders`.
+        let theirs_refused = test_frames::attach("s", 8, Role::Receiver, Some("orders"));
+        assert!(theirs_refused.target.is_some());
+        tap.refuse("s");
+        let Some(Frame {
+            body: FrameBody::Attach(answered),
+            ..
+        }) = tap.outbound(Frame::new(OURS, FrameBody::Attach(theirs_refused)))
+        else {
+            panic!("the refused attach is changed");
+        };
+        assert!(answered.target.is_none(), "no target: the link is refused");
     }
 
     #[test]

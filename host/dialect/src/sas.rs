@@ -23,6 +23,8 @@ use hmac::{Hmac, Mac as _};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use sha2::Sha256;
 
+use crate::address::MANAGEMENT_SUFFIX;
+
 const PREFIX: &str = "SharedAccessSignature ";
 
 /// The token type a shared access signature is put on `$cbs` as.
@@ -453,12 +455,22 @@ fn decode(field: &'static str, value: &str) -> Result<String, SasError> {
 
 /// The path segments of an audience URI (`sb://host:port/a/b`), or of a
 /// bare path, lower-cased.
+///
+/// An audience naming an entity's `$management` node grants the entity:
+/// the JavaScript SDK puts its token for the management link's own address
+/// (`sb://host/orders/$management`) and then schedules or peeks on
+/// `orders` with it, which Service Bus allows.
 fn audience_path(audience: &str) -> Vec<String> {
     let path = match audience.split_once("://") {
         Some((_, rest)) => rest.find('/').map_or("", |slash| &rest[slash..]),
         None => audience,
     };
-    segments(path)
+    let mut path = segments(path);
+    let node = MANAGEMENT_SUFFIX.trim_start_matches('/');
+    if path.len() > 1 && path.last().is_some_and(|last| last == node) {
+        path.pop();
+    }
+    path
 }
 
 /// The host of an audience URI (`sb://host:port/a`), without its port;
@@ -600,6 +612,36 @@ mod tests {
         assert!(
             !format!("{:?}", keys()).contains("SAS_KEY_VALUE"),
             "keys are not shown"
+        );
+    }
+
+    #[test]
+    fn a_token_for_an_entitys_management_node_covers_the_entity() {
+        // As the JavaScript SDK puts it before `scheduleMessages` or
+        // `peekMessages` on a sender or receiver that has put none yet.
+        let key = SharedAccessKey::new("k", "a key of some length");
+        let now = SystemTime::now();
+        let later = now + Duration::from_secs(3600);
+        let grant = |audience: &str| {
+            Grant::from_token(
+                &key.sign(audience, later),
+                std::slice::from_ref(&key),
+                now,
+                None,
+            )
+            .expect("valid")
+        };
+        let topic = grant("sb://localhost:5672/interop/$management");
+        assert!(topic.allows(Right::Send, "interop", now));
+        assert!(topic.covers("interop/Subscriptions/s1", now));
+        assert!(!topic.covers("payments", now));
+        let subscription = grant("sb://localhost:5672/interop/Subscriptions/s1/$Management");
+        assert!(subscription.covers("interop/subscriptions/s1", now));
+        assert!(!subscription.covers("interop", now), "not its topic");
+        let namespace_node = grant("sb://localhost:5672/$management");
+        assert!(
+            !namespace_node.covers("interop", now),
+            "the namespace's own node is no entity"
         );
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use fe2o3_amqp::Receiver;
 use fe2o3_amqp::link::delivery::DeliveryInfo;
 use fe2o3_amqp::link::receiver::CreditMode;
-use fe2o3_amqp::link::{LinkStateError, RecvError};
+use fe2o3_amqp::link::{LinkStateError, ReceiverAttachError, RecvError};
 use fe2o3_amqp::session::SessionHandle;
 use fe2o3_amqp::types::definitions::{
     Error as AmqpError, ErrorCondition, Fields, ReceiverSettleMode, SenderSettleMode,
@@ -127,6 +127,11 @@ impl Link {
                     timeout + ATTACH_MARGIN
                 ))));
             }
+            // Service Bus's refusal (and nimbus's endpoint's): the attach
+            // answered without a source, then a detach saying why.
+            Ok(Ok(Err(ReceiverAttachError::RemoteClosedWithError(error)))) => {
+                return Err(OpenFailure::Refused(error));
+            }
             Ok(Ok(Err(error))) => {
                 return Err(OpenFailure::Transient(TransientError::new(format!(
                     "attaching to '{entity}': {error}"
@@ -142,8 +147,8 @@ impl Link {
         .flatten();
         let locked_until =
             receiver.properties(|properties| attach::locked_until_in(properties.as_ref()));
-        // A broker that refuses a link answers its attach (echoing it, for
-        // Python) and detaches at once, saying why. A session given comes
+        // A broker may also refuse a link by answering its attach as asked
+        // and detaching at once, saying why. A session given comes
         // with its lock's expiry; a refused one without. A link without
         // sessions has no such sign: with no credit given, nothing but that
         // detach can come, so a short wait tells.

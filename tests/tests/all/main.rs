@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
-mod amqp_python;
+mod amqp_sdks;
 mod api_guard;
 mod broker_verify;
 mod closed_stdout;

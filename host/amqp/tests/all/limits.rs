@@ -16,7 +16,7 @@ use fe2o3_amqp::frames::amqp::{Frame, FrameBody};
 use fe2o3_amqp::frames::sasl;
 use fe2o3_amqp::sasl_profile::SaslProfile;
 use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
-use fe2o3_amqp::types::performatives::{ChannelMax, MaxFrameSize, Open};
+use fe2o3_amqp::types::performatives::{ChannelMax, Close, MaxFrameSize, Open};
 use fe2o3_amqp::types::primitives::{Symbol, Timestamp};
 use fe2o3_amqp::types::sasl::{SaslCode, SaslInit};
 use fe2o3_amqp::{Connection, Session};
@@ -413,4 +413,25 @@ async fn a_refused_sasl_mechanism_is_answered_with_its_outcome() {
     let mut refused = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     refused.write_all(b"HTTP/1.1 GET /\r\n\r\n").await.unwrap();
     assert!(ended(&mut refused, Duration::from_secs(10)).await);
+}
+
+/// A client that sends `close` and ends its half of the stream at once
+/// gets the endpoint's `close` before the stream ends. The endpoint used to
+/// drop the connection as soon as the client's half ended, often before
+/// the answer was written, and a client waiting for it (the JavaScript
+/// SDK's `ServiceBusClient.close()`) waited for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_sent_as_the_client_ends_its_stream_is_answered() {
+    let (port, _stop, _dir) = serve(|endpoint| endpoint).await;
+    for round in 0..20 {
+        let mut client = Raw::connect(port).await;
+        client.open().await;
+        client.frame(FrameBody::Close(Close { error: None })).await;
+        client.write.shutdown().await.unwrap();
+        let mut answered = false;
+        while let Some(body) = client.frame_in().await {
+            answered |= matches!(body, FrameBody::Close(_));
+        }
+        assert!(answered, "round {round}: the stream ended with no close");
+    }
 }

@@ -10,4 +10,5 @@ mod crash_windows;
 mod lock_lost;
 mod publish;
 mod reconnect;
+mod rhea_keys;
 mod tls;

@@ -11,8 +11,16 @@
 //! is quick to reach. A second host serves its endpoint over TLS, which the
 //! SDK reaches as it reaches a namespace.
 //!
-//! The Python environment is made by `scripts/python-env.sh`, which the
-//! README's test command runs; `NIMBUS_PYTHON` names its interpreter.
+//! Microsoft's JavaScript SDK (`@azure/service-bus`, pinned in
+//! `tests/js/package-lock.json`) then runs the suite in `tests/js` against
+//! the same host: what it does differently from the Python SDK (string
+//! keys in a dead-letter's error, tokens put for `$management` only, a
+//! refused session attach, closing) (issue 39).
+//!
+//! The environments are made by `scripts/python-env.sh` and
+//! `scripts/js-env.sh`, which the README's test command runs;
+//! `NIMBUS_PYTHON` names the Python interpreter and `NIMBUS_JS_ENV` the
+//! directory holding the SDK's `node_modules`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -46,6 +54,26 @@ fn python() -> PathBuf {
     })
 }
 
+/// The directory `scripts/js-env.sh` installed the JavaScript SDK in.
+fn js_env() -> PathBuf {
+    let env = std::env::var_os("NIMBUS_JS_ENV")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+                || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+                PathBuf::from,
+            );
+            Some(target.join("jsenv"))
+        })
+        .filter(|dir| dir.join("node_modules/@azure/service-bus").is_dir());
+    env.unwrap_or_else(|| {
+        panic!(
+            "no Node environment for tests/js: run scripts/js-env.sh (the README's test \
+             command, scripts/test.sh, does), or set NIMBUS_JS_ENV"
+        )
+    })
+}
+
 /// The port of an `AMQP:` address `nimbus run` printed.
 fn port_of(amqp: &str) -> String {
     amqp.rsplit(':')
@@ -55,8 +83,9 @@ fn port_of(amqp: &str) -> String {
 }
 
 #[test]
-fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
+fn microsofts_python_and_javascript_sdks_work_through_the_amqp_endpoint() {
     let python = python();
+    let js_env = js_env();
     let scratch = Scratch::new();
     scratch.install("billing", "orders", "orders");
     // A handler that hands an event off, for test_amqp_control.py's forged
@@ -143,6 +172,32 @@ fn the_python_sdk_publishes_and_receives_through_the_amqp_endpoint() {
             "the host log does not say {why:?}:\n{log}"
         );
     }
+
+    // The JavaScript SDK, against the same host.
+    let js_suite = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("js/endpoint.test.mjs");
+    let node = Command::new("node")
+        .arg("--test")
+        .arg(&js_suite)
+        .env("NIMBUS_JS_ENV", &js_env)
+        .env("NIMBUS_TEST_AMQP", format!("localhost:{port}"))
+        .env("NIMBUS_TEST_KEY_NAME", KEY_NAME)
+        .env("NIMBUS_TEST_KEY", KEY)
+        .output()
+        .expect("run node (Node.js 20 or later)");
+    let report = String::from_utf8_lossy(&node.stdout);
+    println!("{report}");
+    assert!(
+        node.status.success(),
+        "the JavaScript suite failed:\n{report}\n{}\nhost log:\n{}",
+        String::from_utf8_lossy(&node.stderr),
+        host.stderr()
+    );
+    // Every case ran and passed (node's TAP summary).
+    assert!(
+        report.contains("# pass 4") && report.contains("# fail 0"),
+        "{report}"
+    );
+
     let (code, _) = host.terminate();
     assert_eq!(code, Some(0));
     let (code, _) = tls_host.terminate();
