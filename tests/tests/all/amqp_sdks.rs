@@ -22,7 +22,7 @@
 //! `NIMBUS_PYTHON` names the Python interpreter and `NIMBUS_JS_ENV` the
 //! directory holding the SDK's `node_modules`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nimbus_blackbox_tests::Scratch;
@@ -34,44 +34,43 @@ const KEY: &str = "a key only this test knows";
 const SEND_KEY: (&str, &str) = ("SendOnly", "a key that may only send");
 const LISTEN_KEY: (&str, &str) = ("ListenOnly", "a key that may only listen");
 
+/// What an environment script made: the path `var` names, else `made`
+/// under the target directory, where `ready` holds of it.
+fn prepared(var: &str, made: &str, ready: impl Fn(&Path) -> bool, script: &str) -> PathBuf {
+    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
+            PathBuf::from,
+        );
+        target.join(made)
+    });
+    assert!(
+        ready(&path),
+        "no environment at {}: run {script} (the README's test command, scripts/test.sh, \
+         does), or set {var}",
+        path.display()
+    );
+    path
+}
+
 /// The interpreter of the environment `scripts/python-env.sh` made.
 fn python() -> PathBuf {
-    let python = std::env::var_os("NIMBUS_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-                || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
-                PathBuf::from,
-            );
-            Some(target.join("pyenv/bin/python"))
-        })
-        .filter(|p| p.is_file());
-    python.unwrap_or_else(|| {
-        panic!(
-            "no Python environment for tests/python: run scripts/python-env.sh (the README's \
-             test command, scripts/test.sh, does), or set NIMBUS_PYTHON"
-        )
-    })
+    prepared(
+        "NIMBUS_PYTHON",
+        "pyenv/bin/python",
+        Path::is_file,
+        "scripts/python-env.sh",
+    )
 }
 
 /// The directory `scripts/js-env.sh` installed the JavaScript SDK in.
 fn js_env() -> PathBuf {
-    let env = std::env::var_os("NIMBUS_JS_ENV")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-                || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"),
-                PathBuf::from,
-            );
-            Some(target.join("jsenv"))
-        })
-        .filter(|dir| dir.join("node_modules/@azure/service-bus").is_dir());
-    env.unwrap_or_else(|| {
-        panic!(
-            "no Node environment for tests/js: run scripts/js-env.sh (the README's test \
-             command, scripts/test.sh, does), or set NIMBUS_JS_ENV"
-        )
-    })
+    prepared(
+        "NIMBUS_JS_ENV",
+        "jsenv",
+        |dir| dir.join("node_modules/@azure/service-bus").is_dir(),
+        "scripts/js-env.sh",
+    )
 }
 
 /// The port of an `AMQP:` address `nimbus run` printed.
