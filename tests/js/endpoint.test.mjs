@@ -112,25 +112,6 @@ test("deadLetterMessage keeps its reason and description", async () => {
   }
 });
 
-test("a session held by another receiver is SessionCannotBeLocked", async () => {
-  const session = `js-held-${randomUUID()}`;
-  const holderClient = client();
-  const otherClient = client();
-  try {
-    await publish(holderClient, parked(session, "only"));
-    const holder = await holderClient.acceptSession(TOPIC, PARKED, session);
-    await assert.rejects(otherClient.acceptSession(TOPIC, PARKED, session), (error) => {
-      assert.equal(error.code, "SessionCannotBeLocked", `${error.code}: ${error.message}`);
-      return true;
-    });
-    const [message] = await holder.receiveMessages(1, { maxWaitTimeInMs: 5_000 });
-    await holder.completeMessage(message);
-  } finally {
-    await holderClient.close();
-    await otherClient.close();
-  }
-});
-
 test("close settles every time", async () => {
   // The endpoint used to drop the connection without answering the
   // client's close now and then, and `close()` never settled.

@@ -141,14 +141,10 @@ def test_a_session_held_by_another_receiver_cannot_be_locked(host):
                                           max_wait_time=WAIT) as holder:
             [message] = receive_all(holder, 1)
             with client(host) as other:
-                second = other.get_subscription_receiver(TOPIC, PARKED, session_id=session,
-                                                         max_wait_time=WAIT)
-                # Refused as the receiver opens, as Service Bus refuses it: the
-                # attach is answered without a source, then detached with the
-                # condition.
                 with pytest.raises(SessionCannotBeLockedError):
-                    second.__enter__()
-                second.close()
+                    with other.get_subscription_receiver(TOPIC, PARKED, session_id=session,
+                                                         max_wait_time=WAIT) as second:
+                        second.receive_messages(max_wait_time=1)
             holder.complete_message(message)
 
 
@@ -161,23 +157,14 @@ def test_next_available_takes_a_session_with_messages_then_times_out(host):
         # is left, the attach waits out the client's wait and is refused.
         for _ in range(20):
             started = time.monotonic()
-            receiver = sb.get_subscription_receiver(TOPIC, PARKED,
-                                                    session_id=NEXT_AVAILABLE_SESSION,
-                                                    max_wait_time=2)
             try:
-                # The timeout comes as the receiver opens (as Microsoft's own
-                # tests expect of Service Bus), never as a receiver holding
-                # a placeholder session id.
-                receiver.__enter__()
+                with sb.get_subscription_receiver(TOPIC, PARKED, session_id=NEXT_AVAILABLE_SESSION,
+                                                  max_wait_time=2) as receiver:
+                    taken.append(receiver.session.session_id)
+                    drain(receiver)
             except OperationTimeoutError:
                 waited = time.monotonic() - started
-                receiver.close()
                 break
-            try:
-                taken.append(receiver.session.session_id)
-                drain(receiver)
-            finally:
-                receiver.close()
         else:
             pytest.fail(f"next-available never timed out; took {taken}")
     assert session in taken

@@ -489,10 +489,6 @@ async fn session_links<T: Transport + Admin>(
             });
             continue;
         }
-        let name = attach.name.clone();
-        if route.is_err() {
-            tap.refuse(&name);
-        }
         let acceptor = match &route {
             Ok(Route::Publish { .. } | Route::ManagementRequests { .. }) => LinkAcceptor::builder()
                 .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
@@ -514,7 +510,6 @@ async fn session_links<T: Transport + Admin>(
             Ok(endpoint) => endpoint,
             Err(error) => {
                 debug!(%error, %address, "an AMQP link did not attach");
-                tap.forget_refusal(&name);
                 continue;
             }
         };
@@ -706,28 +701,6 @@ fn refusal(refused: AmqpError, description: String) -> AmqpErrorBody {
     condition::error(refused, description)
 }
 
-/// Answers `attach` as a refused one ([`Tap::refuse`]) and returns the task
-/// that detaches it with `error`; `None` when it could not be answered.
-async fn refuse_attach(
-    attach: Attach,
-    session: &mut ListenerSessionHandle,
-    tap: &Tap,
-    error: AmqpErrorBody,
-) -> Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>> {
-    let name = attach.name.clone();
-    tap.refuse(&name);
-    let acceptor = LinkAcceptor::builder()
-        .max_message_size(CONTROL_MESSAGE_MAX)
-        .build();
-    match acceptor.accept_incoming_attach(attach, session).await {
-        Ok(endpoint) => Some(Box::pin(close_with(endpoint, error))),
-        Err(_) => {
-            tap.forget_refusal(&name);
-            None
-        }
-    }
-}
-
 /// Detaches a link just attached, with `error`: the SDKs read the reason
 /// from the detach, and need the attach answered first (spec §A.5.2).
 async fn close_with(endpoint: LinkEndpoint, error: AmqpErrorBody) {
@@ -856,15 +829,26 @@ async fn attach_receive<T: Transport + Admin>(
         Ok(opened) => opened,
         Err(error) => {
             debug!(link = %name, reason = ?error.description, "an AMQP receive link is refused");
-            return refuse_attach(attach, session, tap, error).await;
+            let endpoint = LinkAcceptor::builder()
+                .max_message_size(CONTROL_MESSAGE_MAX)
+                .build()
+                .accept_incoming_attach(attach, session)
+                .await
+                .ok()?;
+            return Some(Box::pin(close_with(endpoint, error)));
         }
     };
     let Some(events) = tap.register(&name) else {
+        let endpoint = LinkAcceptor::builder()
+            .build()
+            .accept_incoming_attach(attach, session)
+            .await
+            .ok()?;
         let error = refusal(
             AmqpError::NotAllowed,
             format!("a link named '{name}' is attached already on this connection"),
         );
-        return refuse_attach(attach, session, tap, error).await;
+        return Some(Box::pin(close_with(endpoint, error)));
     };
     let mut properties = Fields::default();
     if let Opened::Session { lock, .. } = &opened {

@@ -16,7 +16,7 @@
 //! only the performatives it reads are decoded (by the library's own
 //! decoder), and only those it changes are encoded again.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::{BufMut, BytesMut};
@@ -115,9 +115,6 @@ struct TapState {
     /// Deliveries sent with a lock token and not settled yet, by
     /// (client channel, delivery id).
     deliveries: HashMap<(u16, DeliveryNumber), (String, LockToken)>,
-    /// Links about to be attached only to be detached with a refusal
-    /// ([`Tap::refuse`]), by name.
-    refused: HashSet<String>,
 }
 
 #[derive(Default)]
@@ -412,21 +409,6 @@ impl Tap {
         Some(Frame::new(channel, FrameBody::Disposition(disposition)))
     }
 
-    /// Marks link `name`, about to be attached only to be detached with a
-    /// refusal: its answering attach goes out with a null source (for a
-    /// client's receiver) or target (for a client's sender), as Service Bus
-    /// answers an attach it refuses. A client then takes the detach's error
-    /// as the link's failure to open (`SessionCannotBeLocked`, a timeout)
-    /// instead of opening a link that fails at its first use.
-    pub(crate) fn refuse(&self, name: &str) {
-        self.state().refused.insert(name.to_owned());
-    }
-
-    /// Unmarks link `name` when its refusal could not be answered.
-    pub(crate) fn forget_refusal(&self, name: &str) {
-        self.state().refused.remove(name);
-    }
-
     /// A frame from fe2o3, before it goes to the client: `Some` to send
     /// changed, `None` to send as it came.
     pub(crate) fn outbound(&self, frame: Frame) -> Option<Frame> {
@@ -440,18 +422,8 @@ impl Tap {
                 }
                 None
             }
-            FrameBody::Attach(mut attach) => {
+            FrameBody::Attach(attach) if attach.role == Role::Sender => {
                 let mut state = self.state();
-                if state.refused.remove(&attach.name) {
-                    match attach.role {
-                        Role::Sender => attach.source = None,
-                        Role::Receiver => attach.target = None,
-                    }
-                    return Some(Frame::new(channel, FrameBody::Attach(attach)));
-                }
-                if attach.role != Role::Sender {
-                    return None;
-                }
                 let client = *state.client_channel.get(&channel)?;
                 state
                     .our_handles
@@ -851,44 +823,6 @@ mod tests {
 
     fn token(n: u8) -> LockToken {
         LockToken::from_uuid(uuid::Uuid::from_bytes([n; 16]))
-    }
-
-    #[test]
-    fn a_refused_attach_is_answered_with_a_null_terminus_once() {
-        let (tap, _answers) = Tap::new();
-        let begin = test_frames::begin(Some(CLIENTS));
-        assert!(
-            tap.outbound(Frame::new(OURS, FrameBody::Begin(begin)))
-                .is_none()
-        );
-        let mut ours = attach(Role::Sender, 7);
-        ours.source = Some(Box::default());
-        tap.refuse("r");
-        let Some(Frame {
-            body: FrameBody::Attach(answered),
-            ..
-        }) = tap.outbound(Frame::new(OURS, FrameBody::Attach(ours.clone())))
-        else {
-            panic!("the refused attach is changed");
-        };
-        assert!(answered.source.is_none(), "no source: the link is refused");
-        assert!(
-            tap.outbound(Frame::new(OURS, FrameBody::Attach(ours)))
-                .is_none(),
-            "a later attach of the name goes as it came"
-        );
-        // Our receiver, answering a client's sender to `orders`.
-        let theirs_refused = test_frames::attach("s", 8, Role::Receiver, Some("orders"));
-        assert!(theirs_refused.target.is_some());
-        tap.refuse("s");
-        let Some(Frame {
-            body: FrameBody::Attach(answered),
-            ..
-        }) = tap.outbound(Frame::new(OURS, FrameBody::Attach(theirs_refused)))
-        else {
-            panic!("the refused attach is changed");
-        };
-        assert!(answered.target.is_none(), "no target: the link is refused");
     }
 
     #[test]

@@ -127,8 +127,8 @@ impl Link {
                     timeout + ATTACH_MARGIN
                 ))));
             }
-            // Service Bus's refusal (and nimbus's endpoint's): the attach
-            // answered without a source, then a detach saying why.
+            // Service Bus's refusal: the attach answered without a source,
+            // then a detach saying why.
             Ok(Ok(Err(ReceiverAttachError::RemoteClosedWithError(error)))) => {
                 return Err(OpenFailure::Refused(error));
             }
@@ -147,7 +147,7 @@ impl Link {
         .flatten();
         let locked_until =
             receiver.properties(|properties| attach::locked_until_in(properties.as_ref()));
-        // A broker may also refuse a link by answering its attach as asked
+        // nimbus's endpoint refuses a link by answering its attach as asked
         // and detaching at once, saying why. A session given comes
         // with its lock's expiry; a refused one without. A link without
         // sessions has no such sign: with no credit given, nothing but that
