@@ -213,18 +213,20 @@ impl<'a, T: Transport> Delivery<'a, T> {
         };
         let description =
             format!("{PANIC}: the host panicked handling this message, twice: {panic}");
+        // Should decoding itself panic, the notice names only the ids.
         let readable = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let mut copy = received.clone();
-            match NimbusMessage::take_from_received(&mut copy) {
-                Ok(message) => message,
-                Err(error) => *error.partial,
-            }
+            NimbusMessage::decode_received(received.clone()).0
         }))
-        .unwrap_or_default();
-        let rejected =
-            AssertUnwindSafe(self.reject(received.clone(), &readable, &description, timing))
-                .catch_unwind()
-                .await;
+        .unwrap_or_else(|_| {
+            received.clone().map(|content| NimbusMessage {
+                message_id: content.message_id,
+                session_id: content.session_id,
+                ..NimbusMessage::default()
+            })
+        });
+        let rejected = AssertUnwindSafe(self.reject(&readable, &description, timing))
+            .catch_unwind()
+            .await;
         match rejected {
             Ok(settled) => settled,
             Err(_) if self.committed => Ok(()),
@@ -236,7 +238,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
     }
 
     /// Handles `received` and settles it.
-    pub(crate) async fn run(&mut self, mut received: ReceivedMessage) -> Result<(), DeliveryError> {
+    pub(crate) async fn run(&mut self, received: ReceivedMessage) -> Result<(), DeliveryError> {
         let timing = Timing {
             enqueued: received.enqueued_time,
             started: SystemTime::now(),
@@ -247,17 +249,15 @@ impl<'a, T: Transport> Delivery<'a, T> {
         {
             return self.refuse_control(received, kind, &why).await;
         }
-        let message = match NimbusMessage::take_from_received(&mut received) {
-            Ok(message) => message,
-            Err(error) => {
-                let reason = error.defect.to_string();
-                return self.reject(received, &error.partial, &reason, timing).await;
-            }
-        };
+        // From here on the message is one received message, its content
+        // decoded: the settlement takes its lock from it.
+        let (received, defect) = NimbusMessage::decode_received(received);
+        let message = &received.message;
+        if let Some(defect) = defect {
+            return self.reject(&received, &defect.to_string(), timing).await;
+        }
         if let Err(defect) = message.validate() {
-            return self
-                .reject(received, &message, &defect.to_string(), timing)
-                .await;
+            return self.reject(&received, &defect.to_string(), timing).await;
         }
         let answers_heartbeat = matches!(
             message.message_type,
@@ -265,17 +265,17 @@ impl<'a, T: Transport> Delivery<'a, T> {
         ) && message.is_heartbeat();
         if answers_heartbeat {
             let response = build::heartbeat_response(
-                &message,
+                message,
                 timing.times(),
                 SystemTime::now(),
                 &self.endpoint.sdk_version,
             );
-            let settlement = Settlement::complete(received)
+            let settlement = Settlement::complete(&received)
                 .publish(self.endpoint.name.clone(), response.to_transport());
             return self.commit(settlement, None).await;
         }
         let Some(entry) = Entry::for_message_type(message.message_type) else {
-            return self.not_for_endpoint(received, &message, timing).await;
+            return self.not_for_endpoint(&received, timing).await;
         };
         // `validate` guarantees an EventId on every entry point.
         let event_id = message.event_id.clone().unwrap_or_default();
@@ -291,7 +291,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
                     _ => ParkedBy::OutOfTurn,
                 };
                 let sequence = session_state::ParkSequence::Keep(sequence);
-                return self.park(received, &message, why, sequence, timing).await;
+                return self.park(&received, why, sequence, timing).await;
             }
             Turn::GiveUpBelow { sequence, floor } => {
                 error!(
@@ -308,9 +308,9 @@ impl<'a, T: Transport> Delivery<'a, T> {
         }
         if session_state::settled_while_parked(entry, self.state, &event_id, replayed) {
             info!(endpoint = %self.endpoint.name, %event_id, "the operator settled this parked event out of turn: its replayed copy is dropped without running");
-            return self.complete_silently(received, replayed.is_some()).await;
+            return self.complete_silently(&received, replayed.is_some()).await;
         }
-        let inbox_key = self.inbox_key(entry, &message);
+        let inbox_key = self.inbox_key(entry, message);
         if let Some(key) = &inbox_key
             && self
                 .transport
@@ -321,7 +321,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
             info!(endpoint = %self.endpoint.name, %event_id, message_id = ?message.message_id, "inbox: duplicate, not handled again");
             let plan = session_state::duplicate(entry, self.state, &event_id);
             let settled = Settled {
-                message: &message,
+                message,
                 event_id: &event_id,
                 entry,
                 replayed: replayed.is_some(),
@@ -332,11 +332,11 @@ impl<'a, T: Transport> Delivery<'a, T> {
                 timing,
                 inbox_key: None,
             };
-            return self.carry_out(received, plan, settled).await;
+            return self.carry_out(&received, plan, settled).await;
         }
         if session_state::superseded_retry(entry, self.state, message.message_id.as_deref()) {
             debug!(endpoint = %self.endpoint.name, %event_id, message_id = ?message.message_id, "a retry the block no longer waits for: completed without a handler");
-            return self.complete_silently(received, false).await;
+            return self.complete_silently(&received, false).await;
         }
         match session_state::guard(entry, self.state, &event_id, replayed) {
             Guard::Park {
@@ -344,16 +344,16 @@ impl<'a, T: Transport> Delivery<'a, T> {
                 sequence,
             } => {
                 let why = blocked_by.map_or(ParkedBy::EarlierParked, ParkedBy::Block);
-                self.park(received, &message, why, sequence, timing).await
+                self.park(&received, why, sequence, timing).await
             }
             Guard::CompleteSilently(why) => {
                 debug!(endpoint = %self.endpoint.name, %event_id, ?why, "completed without a handler or a response");
-                self.complete_silently(received, replayed.is_some()).await
+                self.complete_silently(&received, replayed.is_some()).await
             }
             Guard::Proceed => match session_state::operator_request(entry, self.state, &event_id) {
                 Some(plan) => {
                     let settled = Settled {
-                        message: &message,
+                        message,
                         event_id: &event_id,
                         entry,
                         replayed: replayed.is_some(),
@@ -364,10 +364,10 @@ impl<'a, T: Transport> Delivery<'a, T> {
                         timing,
                         inbox_key: None,
                     };
-                    self.carry_out(received, plan, settled).await
+                    self.carry_out(&received, plan, settled).await
                 }
                 None => {
-                    self.dispatch(received, &message, entry, &event_id, timing, inbox_key)
+                    self.dispatch(&received, entry, &event_id, timing, inbox_key)
                         .await
                 }
             },
@@ -378,7 +378,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
     /// replayed copy leaves the session's parked messages.
     async fn complete_silently(
         &mut self,
-        received: ReceivedMessage,
+        received: &ReceivedMessage<NimbusMessage>,
         replayed: bool,
     ) -> Result<(), DeliveryError> {
         let mut next = self.state.clone();
@@ -392,13 +392,13 @@ impl<'a, T: Transport> Delivery<'a, T> {
     /// Runs the handler and settles by its outcome.
     async fn dispatch(
         &mut self,
-        received: ReceivedMessage,
-        message: &NimbusMessage,
+        received: &ReceivedMessage<NimbusMessage>,
         entry: Entry,
         event_id: &str,
         timing: Timing,
         inbox_key: Option<InboxKey>,
     ) -> Result<(), DeliveryError> {
+        let message = &received.message;
         let event = Event {
             event_id: event_id.to_owned(),
             event_type: message.event_type().unwrap_or_default().to_owned(),
@@ -435,7 +435,6 @@ impl<'a, T: Transport> Delivery<'a, T> {
         let sends_follow_ups = report
             .as_ref()
             .is_some_and(|r| !r.follow_ups.is_empty() && r.result.is_ok());
-        let fallback = sends_follow_ups.then(|| received.clone());
         let handled = Handled {
             message,
             entry,
@@ -450,7 +449,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
             }) => reason,
             other => return other,
         };
-        let (Some(received), Some(report)) = (fallback, report) else {
+        let (true, Some(report)) = (sends_follow_ups, report) else {
             return Err(DeliveryError::Settle {
                 source: SettleError::Invalid { reason: refusal },
             });
@@ -472,7 +471,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
     /// serves the type).
     async fn settle_report(
         &mut self,
-        received: ReceivedMessage,
+        received: &ReceivedMessage<NimbusMessage>,
         handled: Handled<'_>,
         report: Option<&Report>,
     ) -> Result<(), DeliveryError> {
@@ -554,7 +553,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
     /// says what happened.
     async fn carry_out(
         &mut self,
-        received: ReceivedMessage,
+        received: &ReceivedMessage<NimbusMessage>,
         plan: Plan,
         settled: Settled<'_>,
     ) -> Result<(), DeliveryError> {
@@ -672,7 +671,7 @@ impl<'a, T: Transport> Delivery<'a, T> {
     /// (SEMANTICS.md §3).
     async fn abandon_and_hold(
         &mut self,
-        received: ReceivedMessage,
+        received: &ReceivedMessage<NimbusMessage>,
         settled: &Settled<'_>,
         backoff: Duration,
         first_failure: bool,
@@ -796,12 +795,12 @@ impl<'a, T: Transport> Delivery<'a, T> {
     /// messages): DeferralResponse, the parked copy, the state, complete.
     async fn park(
         &mut self,
-        received: ReceivedMessage,
-        message: &NimbusMessage,
+        received: &ReceivedMessage<NimbusMessage>,
         why: ParkedBy,
         sequence: session_state::ParkSequence,
         timing: Timing,
     ) -> Result<(), DeliveryError> {
+        let message = &received.message;
         let topic = self.endpoint.name.clone();
         let mut next = self.state.clone();
         let sequence = session_state::park(&mut next, sequence);
@@ -839,11 +838,11 @@ impl<'a, T: Transport> Delivery<'a, T> {
     /// the reason and tell the Resolver with whatever could be read.
     async fn reject(
         &mut self,
-        received: ReceivedMessage,
-        readable: &NimbusMessage,
+        received: &ReceivedMessage<NimbusMessage>,
         reason: &str,
         timing: Timing,
     ) -> Result<(), DeliveryError> {
+        let readable = &received.message;
         warn!(endpoint = %self.endpoint.name, message_id = %received.message.message_id.as_deref().unwrap_or(""), %reason, "dead-lettering an invalid message");
         let description = format!(
             "{reason} (message {} on '{}')",
@@ -939,17 +938,19 @@ impl<'a, T: Transport> Delivery<'a, T> {
     /// A valid NimBus message that this endpoint does not handle here.
     async fn not_for_endpoint(
         &mut self,
-        received: ReceivedMessage,
-        message: &NimbusMessage,
+        received: &ReceivedMessage<NimbusMessage>,
         timing: Timing,
     ) -> Result<(), DeliveryError> {
-        if message.message_type == MessageType::ContinuationRequest {
+        if received.message.message_type == MessageType::ContinuationRequest {
             // NimBus v4 logs and completes any ContinuationRequest it still receives.
             info!(endpoint = %self.endpoint.name, "completing a legacy ContinuationRequest");
             return self.commit(Settlement::complete(received), None).await;
         }
-        let reason = format!("Unsupported MessageType: '{}'", message.message_type);
-        self.reject(received, message, &reason, timing).await
+        let reason = format!(
+            "Unsupported MessageType: '{}'",
+            received.message.message_type
+        );
+        self.reject(received, &reason, timing).await
     }
 
     /// Adds the session state write to `settlement` if `next` differs.

@@ -32,7 +32,7 @@ use nimbus_transport::{
     AcceptSessionError, ErrorKind, FailureLog, Properties, ReceivedMessage, RetryBackoff,
     SessionLock, SessionSelector, Settlement, SlotRequests, SubscriptionPath, Transport,
 };
-use nimbus_wire::ControlKey;
+use nimbus_wire::{ControlKey, NimbusMessage};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -555,30 +555,34 @@ async fn receive_batch<T: Transport>(
     Some(batch)
 }
 
+/// A message on the Resolver topic, its content decoded: what the consumer
+/// holds from receiving it to settling it.
+type Received = ReceivedMessage<NimbusMessage>;
+
 /// One received message, decoded.
 enum Step {
     /// An event, its observation added to the session's run.
     Record {
-        message: ReceivedMessage,
+        message: Received,
         endpoint: String,
         event_id: String,
     },
     Heartbeat {
-        message: ReceivedMessage,
+        message: Received,
         heartbeat: Heartbeat,
     },
     Skip {
-        message: ReceivedMessage,
+        message: Received,
         why: &'static str,
     },
     Unrecordable {
-        message: ReceivedMessage,
+        message: Received,
         description: String,
     },
 }
 
 impl Step {
-    fn into_message(self) -> ReceivedMessage {
+    fn into_message(self) -> Received {
         match self {
             Step::Record { message, .. }
             | Step::Heartbeat { message, .. }
@@ -599,8 +603,8 @@ struct Decided {
 
 impl Decided {
     fn new(
-        message: ReceivedMessage,
-        settlement: impl FnOnce(ReceivedMessage) -> Settlement,
+        message: Received,
+        settlement: impl FnOnce(Received) -> Settlement,
         outcome: Consumed,
     ) -> Decided {
         Decided {
@@ -617,8 +621,8 @@ impl Decided {
 /// and the messages behind it.
 struct RecordedBatch {
     decided: Vec<Decided>,
-    failure: Option<(ReceivedMessage, StoreError)>,
-    behind: Vec<ReceivedMessage>,
+    failure: Option<(Received, StoreError)>,
+    behind: Vec<Received>,
 }
 
 /// A session's batch whose records are on their way to the store.
@@ -725,11 +729,12 @@ async fn settle_batch<T: Transport>(
 
 /// Decodes `message`; an event's observation joins `run`.
 fn prepare(
-    mut message: ReceivedMessage,
+    message: ReceivedMessage,
     control_key: Option<&ControlKey>,
     run: &mut Vec<Observation>,
 ) -> Step {
-    match decode(&mut message, control_key) {
+    let (message, decided) = decode(message, control_key);
+    match decided {
         Ok(Decoded::Event(observation)) => {
             let endpoint = observation.endpoint.clone();
             let event_id = observation.event_id.clone();
@@ -764,7 +769,7 @@ async fn decide<T>(
     context: &Context<T>,
     step: Step,
     answers: &mut impl Iterator<Item = Answer>,
-) -> Result<Decided, (ReceivedMessage, StoreError)> {
+) -> Result<Decided, (Received, StoreError)> {
     match step {
         Step::Record {
             message,
@@ -862,8 +867,8 @@ async fn settle_together<T: Transport>(
 async fn abandon<T: Transport>(
     context: &Context<T>,
     session: &T::Session,
-    message: ReceivedMessage,
-    behind: Vec<ReceivedMessage>,
+    message: Received,
+    behind: Vec<Received>,
     error: &StoreError,
     lock_held: bool,
     stop: &CancellationToken,
@@ -881,7 +886,7 @@ async fn abandon<T: Transport>(
         backoff_ms = backoff.as_millis(),
         "resolver: the store failed; abandoning the message for redelivery"
     );
-    let released = |message: ReceivedMessage, why: &str| {
+    let released = |message: Received, why: &str| {
         report(
             context,
             message.message.message_id.clone(),
@@ -911,8 +916,9 @@ async fn abandon<T: Transport>(
     }
     let message_id = message.message.message_id.clone();
     let sequence_number = message.sequence_number;
-    let outcome = match session.abandon(message, Properties::new()).await {
-        Ok(()) => Consumed::Abandoned(error.to_string()),
+    let abandoned = Settlement::abandon(&message, Properties::new());
+    let outcome = match session.settle(abandoned).await {
+        Ok(_) => Consumed::Abandoned(error.to_string()),
         Err(e) => {
             tracing::warn!(error = %e, "resolver: abandoning failed; the message will be redelivered");
             Consumed::SettleFailed(e.to_string())

@@ -31,30 +31,52 @@ pub(crate) enum Decoded {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unrecordable(pub(crate) String);
 
-/// Decodes `received`, taking its properties and body: what stays is the
-/// header and the lock, all that settling it and reporting on it read.
+/// Decodes `received` in place (one received message, its content
+/// decoded, from here to its settlement) and says what to do with it. The
+/// observation takes the decoded strings rather than copying them: what
+/// stays in the message is its id, the lock and the stamps, all that
+/// settling it and reporting on it read.
 ///
 /// With a `control_key`, a control request's copy must carry the Manager's
 /// signature: the engine dead-letters one that does not without acting on
 /// it, and recording it would set its event Pending, which refuses the
 /// operator's own handoff completion (issue 40).
 pub(crate) fn decode(
-    received: &mut ReceivedMessage,
+    received: ReceivedMessage,
     control_key: Option<&ControlKey>,
-) -> Result<Decoded, Unrecordable> {
-    if let Some(key) = control_key
-        && let Some(kind) = control_signature::control_type(&received.message)
-    {
-        control_signature::verify(key, &received.message).map_err(|why| {
-            Unrecordable(format!(
-                "a {kind} not sent by a nimbus Manager is not recorded, so it changes no \
-                 event's status: {why}"
-            ))
-        })?;
-    }
-    let message = NimbusMessage::take_from_received(received)
-        .map_err(|e| Unrecordable(format!("the message cannot be decoded: {e}")))?;
-    let at_ms = nimbus_wire::unix_millis(received.enqueued_time);
+) -> (
+    ReceivedMessage<NimbusMessage>,
+    Result<Decoded, Unrecordable>,
+) {
+    let unsigned = control_key.and_then(|key| {
+        let kind = control_signature::control_type(&received.message)?;
+        let why = control_signature::verify(key, &received.message).err()?;
+        Some(Unrecordable(format!(
+            "a {kind} not sent by a nimbus Manager is not recorded, so it changes no \
+             event's status: {why}"
+        )))
+    });
+    let (mut received, defect) = NimbusMessage::decode_received(received);
+    let decided = match (unsigned, defect) {
+        (Some(unsigned), _) => Err(unsigned),
+        (None, Some(defect)) => Err(Unrecordable(format!(
+            "the message cannot be decoded: {defect}"
+        ))),
+        (None, None) => {
+            let at_ms = nimbus_wire::unix_millis(received.enqueued_time);
+            // The id stays for the settlement and the report.
+            let kept = NimbusMessage {
+                message_id: received.message.message_id.clone(),
+                ..NimbusMessage::default()
+            };
+            observe(std::mem::replace(&mut received.message, kept), at_ms)
+        }
+    };
+    (received, decided)
+}
+
+/// What to do with a decoded message enqueued at `at_ms`.
+fn observe(message: NimbusMessage, at_ms: i64) -> Result<Decoded, Unrecordable> {
     let type_name = message.message_type.as_str();
 
     if message.is_heartbeat() {
@@ -232,8 +254,8 @@ mod tests {
 
     /// Decodes as a Resolver without a control key: the rules other than
     /// the signature's.
-    fn decode_unchecked(received: &mut ReceivedMessage) -> Result<Decoded, Unrecordable> {
-        decode(received, None)
+    fn decode_unchecked(received: ReceivedMessage) -> Result<Decoded, Unrecordable> {
+        decode(received, None).1
     }
 
     fn event(decoded: Result<Decoded, Unrecordable>) -> Observation {
@@ -243,9 +265,25 @@ mod tests {
         }
     }
 
+    /// The observation takes the decoded strings; what the consumer settles
+    /// and reports by stays.
+    #[test]
+    fn a_decoded_message_keeps_what_settling_it_reads() {
+        let given = received(forwarded().to_transport());
+        let lock_token = given.lock_token;
+        let (kept, decided) = decode(given, None);
+        assert!(matches!(decided, Ok(Decoded::Event(_))));
+        assert_eq!(kept.message.message_id.as_deref(), Some("msg-pub-1"));
+        assert_eq!(kept.lock_token, lock_token);
+        assert_eq!(
+            nimbus_transport::Delivery::from(&kept).message_id,
+            "msg-pub-1"
+        );
+    }
+
     #[test]
     fn request_copy_is_recorded_at_its_to_with_payload_and_coordinates() {
-        let obs = event(decode_unchecked(&mut received(forwarded().to_transport())));
+        let obs = event(decode_unchecked(received(forwarded().to_transport())));
         assert_eq!(obs.endpoint, "billing");
         assert_eq!(obs.kind, MessageKind::EventRequest);
         assert_eq!(obs.message_id.as_deref(), Some("msg-pub-1"));
@@ -260,9 +298,7 @@ mod tests {
         with_properties
             .properties
             .insert("Tenant".into(), PropertyValue::String("acme".into()));
-        let obs = event(decode_unchecked(&mut received(
-            with_properties.to_transport(),
-        )));
+        let obs = event(decode_unchecked(received(with_properties.to_transport())));
         assert_eq!(obs.properties.as_deref(), Some(r#"{"Tenant":"acme"}"#));
     }
 
@@ -280,7 +316,7 @@ mod tests {
             prop::HANDLER_VERSION.into(),
             PropertyValue::String("sha256:abc".into()),
         );
-        let obs = event(decode_unchecked(&mut received(wire)));
+        let obs = event(decode_unchecked(received(wire)));
         assert_eq!(obs.endpoint, "billing");
         assert_eq!(obs.kind, MessageKind::ErrorResponse);
         assert_eq!(obs.error_type.as_deref(), Some("PartnerUnavailable"));
@@ -305,7 +341,7 @@ mod tests {
         let mut response =
             build::pending_handoff_response(&forwarded(), ResponseTimes::default(), &handoff);
         response.from = Some("billing".into());
-        let obs = event(decode_unchecked(&mut received(response.to_transport())));
+        let obs = event(decode_unchecked(received(response.to_transport())));
         let details = obs.handoff.clone().expect("handoff details");
         assert_eq!(details.reason.as_deref(), Some("DMF import"));
         assert_eq!(details.external_job_id.as_deref(), Some("job-9"));
@@ -327,7 +363,7 @@ mod tests {
             Some(r#"{"done":true}"#),
             None,
         );
-        let obs = event(decode_unchecked(&mut received(request.to_transport())));
+        let obs = event(decode_unchecked(received(request.to_transport())));
         assert_eq!(obs.kind, MessageKind::HandoffCompletedRequest);
         assert_eq!(obs.payload, None);
         // They are kept for the request's history entry instead.
@@ -341,7 +377,7 @@ mod tests {
 
         let bare = build::handoff_completed_request(&forwarded(), "billing", None, None);
         assert_eq!(
-            event(decode_unchecked(&mut received(bare.to_transport()))).handoff,
+            event(decode_unchecked(received(bare.to_transport()))).handoff,
             None
         );
     }
@@ -360,20 +396,19 @@ mod tests {
             let mut request = build::handoff_completed_request(&forwarded(), "billing", None, None);
             request.message_type = kind;
             let forged = request.to_transport();
-            let err = decode(&mut received(forged.clone()), Some(&key)).expect_err("unsigned");
+            let err = decode(received(forged.clone()), Some(&key))
+                .1
+                .expect_err("unsigned");
             assert!(err.0.contains("not sent by a nimbus Manager"), "{}", err.0);
             assert!(err.0.contains(kind.as_str()), "{}", err.0);
 
             let mut signed = forged;
             control_signature::sign(&key, &mut signed);
-            let obs = event(decode(&mut received(signed), Some(&key)));
+            let obs = event(decode(received(signed), Some(&key)).1);
             assert_eq!(obs.kind.as_str(), kind.as_str());
         }
         // Other messages need no signature.
-        event(decode(
-            &mut received(forwarded().to_transport()),
-            Some(&key),
-        ));
+        event(decode(received(forwarded().to_transport()), Some(&key)).1);
     }
 
     #[test]
@@ -386,7 +421,7 @@ mod tests {
             None,
         );
         notice.from = Some("billing".into());
-        let obs = event(decode_unchecked(&mut received(notice.to_transport())));
+        let obs = event(decode_unchecked(received(notice.to_transport())));
         assert_eq!(
             obs.dead_letter_reason.as_deref(),
             Some("MaxDeliveryCountExceeded")
@@ -402,14 +437,14 @@ mod tests {
             ..forwarded()
         };
         assert!(matches!(
-            decode_unchecked(&mut received(probe.to_transport())),
+            decode_unchecked(received(probe.to_transport())),
             Ok(Decoded::Skip(_))
         ));
         let mut answer =
             build::heartbeat_response(&probe, ResponseTimes::default(), UNIX_EPOCH, "nimbus-test");
         answer.from = Some("billing".into());
         assert_eq!(
-            decode_unchecked(&mut received(answer.to_transport())),
+            decode_unchecked(received(answer.to_transport())),
             Ok(Decoded::Heartbeat(Heartbeat {
                 endpoint: "billing".into(),
                 message_type: "ResolutionResponse".into(),
@@ -422,23 +457,21 @@ mod tests {
     fn defects_are_named() {
         let mut no_event_id = forwarded();
         no_event_id.event_id = None;
-        let err =
-            decode_unchecked(&mut received(no_event_id.to_transport())).expect_err("no EventId");
+        let err = decode_unchecked(received(no_event_id.to_transport())).expect_err("no EventId");
         assert!(err.0.contains("EventId is required"), "{}", err.0);
 
         let mut no_from = build::resolution_response(&forwarded(), ResponseTimes::default());
         no_from.from = None;
-        let err = decode_unchecked(&mut received(no_from.to_transport())).expect_err("no From");
+        let err = decode_unchecked(received(no_from.to_transport())).expect_err("no From");
         assert!(err.0.contains("without From"), "{}", err.0);
 
         let mut garbage = forwarded().to_transport();
         garbage.body = b"not json".to_vec();
-        let err = decode_unchecked(&mut received(garbage)).expect_err("bad body");
+        let err = decode_unchecked(received(garbage)).expect_err("bad body");
         assert!(err.0.contains("cannot be decoded"), "{}", err.0);
 
         let deferred = build::process_deferred_request(&forwarded());
-        let err =
-            decode_unchecked(&mut received(deferred.to_transport())).expect_err("unrecorded type");
+        let err = decode_unchecked(received(deferred.to_transport())).expect_err("unrecorded type");
         assert!(err.0.contains("ProcessDeferredRequest"), "{}", err.0);
     }
 }

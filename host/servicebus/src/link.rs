@@ -20,7 +20,7 @@ use fe2o3_amqp::types::primitives::{OrderedMap, Value};
 use nimbus_dialect::convert::{self, ConvertError};
 use nimbus_dialect::{Outcome, address, attach, condition};
 use nimbus_transport::{
-    ErrorKind, LockToken, ReceiveError, ReceivedMessage, SettleError, TransientError,
+    Delivery, ErrorKind, LockToken, ReceiveError, ReceivedMessage, SettleError, TransientError,
 };
 use tokio::sync::Mutex;
 
@@ -332,10 +332,10 @@ impl Link {
     /// Settles `message` as `outcome` and waits for the broker's answer.
     pub(crate) async fn settle(
         &self,
-        message: &ReceivedMessage,
+        message: &Delivery,
         outcome: Outcome,
     ) -> Result<(), SettleError> {
-        let message_id = message.message.message_id.clone().unwrap_or_default();
+        let message_id = message.message_id.clone();
         let lost = || match &self.session {
             Some(session_id) => SettleError::SessionLockLost {
                 session_id: session_id.clone(),
@@ -407,13 +407,10 @@ impl Link {
 
     /// Lock lost unless the message an outcome is for is one of this
     /// link's not settled yet (settled already, or never this link's).
-    pub(crate) fn still_held<D>(
-        &self,
-        outcome: Option<&(ReceivedMessage, D)>,
-    ) -> Result<(), SettleError> {
+    pub(crate) fn still_held<D>(&self, outcome: Option<&(Delivery, D)>) -> Result<(), SettleError> {
         match outcome {
             Some((message, _)) if !self.holds(message.lock_token) => Err(SettleError::LockLost {
-                message_id: message.message.message_id.clone().unwrap_or_default(),
+                message_id: message.message_id.clone(),
             }),
             _ => Ok(()),
         }

@@ -10,7 +10,7 @@ use nimbus_dialect::convert::time_of;
 use nimbus_dialect::management::{key, lock_tokens};
 use nimbus_dialect::{Outcome, address};
 use nimbus_transport::{
-    Disposition, ReceiveError, ReceivedMessage, Receiver, RenewError, SessionLock,
+    Delivery, Disposition, ReceiveError, ReceivedMessage, Receiver, RenewError, SessionLock,
     SessionStateError, SettleError, SettleReceipt, Settlement, TransientError,
 };
 
@@ -239,7 +239,9 @@ impl SessionLock for ServiceBusSession {
     }
 
     async fn release(&self, message: ReceivedMessage) -> Result<(), SettleError> {
-        self.link.settle(&message, Outcome::Release).await
+        self.link
+            .settle(&Delivery::from(&message), Outcome::Release)
+            .await
     }
 }
 
@@ -360,7 +362,9 @@ impl Receiver for ServiceBusReceiver {
     }
 
     async fn release(&self, message: ReceivedMessage) -> Result<(), SettleError> {
-        self.link.settle(&message, Outcome::Release).await
+        self.link
+            .settle(&Delivery::from(&message), Outcome::Release)
+            .await
     }
 
     /// Service Bus cannot move a message out of a dead-letter queue: a copy
@@ -384,6 +388,8 @@ impl Receiver for ServiceBusReceiver {
             .publish(&self.topic, vec![message.message.clone()])
             .await
             .map_err(settle_error)?;
-        self.link.settle(&message, Outcome::Complete).await
+        self.link
+            .settle(&Delivery::from(&message), Outcome::Complete)
+            .await
     }
 }

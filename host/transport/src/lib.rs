@@ -36,8 +36,8 @@ pub use error::{
     ReceiveError, RenewError, SessionStateError, SettleError, TransientError,
 };
 pub use message::{
-    DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, LockToken, Message, Properties,
-    PropertyValue, ReceivedMessage,
+    DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, Delivery, Identified, LockToken, Message,
+    Properties, PropertyValue, ReceivedMessage,
 };
 pub use retry::{FailureLine, FailureLog, RecoveryLine, RetryBackoff};
 pub use settlement::{Disposition, InboxRecord, SettleReceipt, Settlement, SettlementParts};

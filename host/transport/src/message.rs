@@ -136,11 +136,17 @@ pub const DEAD_LETTER_ERROR_DESCRIPTION: &str = "DeadLetterErrorDescription";
 
 /// A message as a receiver gets it: the sender's message plus what the broker
 /// stamped on it.
+///
+/// Generic over its content so a message keeps one received shape from
+/// the broker to its settlement: a transport hands out
+/// `ReceivedMessage<Message>`, and a reader that decodes the content
+/// (the engine and the Resolver, into NimBus's model) [`map`s](Self::map)
+/// it, keeping the stamps and the lock beside the decoded content.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReceivedMessage {
+pub struct ReceivedMessage<M = Message> {
     /// The message as sent, after any rule actions of the subscription. Its
     /// `message_id` is always set.
-    pub message: Message,
+    pub message: M,
     /// The broker-assigned sequence number, unique and increasing per entity.
     pub sequence_number: i64,
     /// When the message was enqueued (for a scheduled message: when it became
@@ -158,6 +164,63 @@ pub struct ReceivedMessage {
     /// When the lock lapses unless renewed. For a message received inside a
     /// session, the session lock's expiry (the session lock covers it).
     pub locked_until: SystemTime,
+}
+
+impl<M> ReceivedMessage<M> {
+    /// The same delivery with its content changed by `f` (decoded, say):
+    /// the stamps and the lock stay.
+    pub fn map<N>(self, f: impl FnOnce(M) -> N) -> ReceivedMessage<N> {
+        ReceivedMessage {
+            message: f(self.message),
+            sequence_number: self.sequence_number,
+            enqueued_time: self.enqueued_time,
+            delivery_count: self.delivery_count,
+            dead_letter_reason: self.dead_letter_reason,
+            dead_letter_description: self.dead_letter_description,
+            lock_token: self.lock_token,
+            locked_until: self.locked_until,
+        }
+    }
+}
+
+/// Content that names itself: what a [`Delivery`] needs of a received
+/// message's content besides the lock.
+pub trait Identified {
+    /// The broker message id, when it is set (it always is on a received
+    /// message).
+    fn message_id(&self) -> Option<&str>;
+}
+
+impl Identified for Message {
+    fn message_id(&self) -> Option<&str> {
+        self.message_id.as_deref()
+    }
+}
+
+/// The delivery a settlement settles: its lock, and the message id errors
+/// name it by. Taken from a [`ReceivedMessage`] of any content, so a
+/// settlement holds a handle on the message and not the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The peek-lock to settle.
+    pub lock_token: LockToken,
+    /// The message's id (empty when it had none).
+    pub message_id: String,
+}
+
+impl<M: Identified> From<&ReceivedMessage<M>> for Delivery {
+    fn from(received: &ReceivedMessage<M>) -> Self {
+        Delivery {
+            lock_token: received.lock_token,
+            message_id: received.message.message_id().unwrap_or_default().to_owned(),
+        }
+    }
+}
+
+impl<M: Identified> From<ReceivedMessage<M>> for Delivery {
+    fn from(received: ReceivedMessage<M>) -> Self {
+        Delivery::from(&received)
+    }
 }
 
 /// The token of one peek-lock delivery.

@@ -8,7 +8,7 @@
 
 use std::time::SystemTime;
 
-use crate::{Message, Properties, ReceivedMessage};
+use crate::{Delivery, Message, Properties};
 
 /// What happens to the received message itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,7 +38,7 @@ pub enum Disposition {
 /// `settle`. An empty settlement is valid and does nothing.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settlement {
-    outcome: Option<(ReceivedMessage, Disposition)>,
+    outcome: Option<(Delivery, Disposition)>,
     publishes: Vec<(String, Message)>,
     session_state: Option<Option<Vec<u8>>>,
     inbox: Vec<InboxRecord>,
@@ -62,8 +62,8 @@ pub struct InboxRecord {
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct SettlementParts {
-    /// The received message and what to do with it, if any.
-    pub outcome: Option<(ReceivedMessage, Disposition)>,
+    /// The delivery settled and what to do with its message, if any.
+    pub outcome: Option<(Delivery, Disposition)>,
     /// Messages to publish, with their topic, in order. A message with a
     /// future `scheduled_enqueue_time` is scheduled.
     pub publishes: Vec<(String, Message)>,
@@ -80,18 +80,18 @@ impl Settlement {
     }
 
     /// A settlement that completes `message`.
-    pub fn complete(message: ReceivedMessage) -> Self {
+    pub fn complete(message: impl Into<Delivery>) -> Self {
         Settlement::new().with_outcome(message, Disposition::Complete)
     }
 
     /// A settlement that abandons `message`, merging `properties` into it.
-    pub fn abandon(message: ReceivedMessage, properties: Properties) -> Self {
+    pub fn abandon(message: impl Into<Delivery>, properties: Properties) -> Self {
         Settlement::new().with_outcome(message, Disposition::Abandon { properties })
     }
 
     /// A settlement that dead-letters `message`.
     pub fn dead_letter(
-        message: ReceivedMessage,
+        message: impl Into<Delivery>,
         reason: impl Into<String>,
         description: impl Into<String>,
     ) -> Self {
@@ -106,8 +106,8 @@ impl Settlement {
 
     /// Sets what happens to the received message (replacing any earlier
     /// outcome: a settlement settles at most one message).
-    pub fn with_outcome(mut self, message: ReceivedMessage, disposition: Disposition) -> Self {
-        self.outcome = Some((message, disposition));
+    pub fn with_outcome(mut self, message: impl Into<Delivery>, disposition: Disposition) -> Self {
+        self.outcome = Some((message.into(), disposition));
         self
     }
 

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use nimbus_transport::{Message, Properties, PropertyValue, ReceivedMessage};
+use nimbus_transport::{Identified, Message, Properties, PropertyValue, ReceivedMessage};
 
 use crate::content::{BodyError, MessageContent};
 use crate::message_type::MessageType;
@@ -90,6 +90,12 @@ pub struct NimbusMessage {
     pub properties: Properties,
     /// The body; `None` is a zero-byte body ("no content").
     pub content: Option<MessageContent>,
+}
+
+impl Identified for NimbusMessage {
+    fn message_id(&self) -> Option<&str> {
+        self.message_id.as_deref()
+    }
 }
 
 /// What is wrong with a message, named so it can be the dead-letter reason.
@@ -369,20 +375,24 @@ impl NimbusMessage {
         NimbusMessage::from_transport(&received.message)
     }
 
-    /// Decodes a received message, taking its properties and body: they
-    /// move into the model instead of being copied. What stays in
-    /// `received` is the header and the lock, all that settling it and
-    /// naming it in a log read.
-    pub fn take_from_received(
-        received: &mut ReceivedMessage,
-    ) -> Result<NimbusMessage, DecodeError> {
-        let message = &mut received.message;
-        let content = Message {
-            properties: std::mem::take(&mut message.properties),
-            body: std::mem::take(&mut message.body),
-            ..message.clone()
-        };
-        NimbusMessage::from_owned(content)
+    /// Decodes the content of a received message in place of its transport
+    /// form: the broker's stamps and the lock stay, so the message keeps one
+    /// received shape up to its settlement, and nothing is copied. A
+    /// message that cannot be decoded comes back read as far as it could be
+    /// ([`DecodeError::partial`]), with its defect beside it, so the engine
+    /// can dead-letter it *and* tell the Resolver.
+    pub fn decode_received(
+        received: ReceivedMessage,
+    ) -> (ReceivedMessage<NimbusMessage>, Option<Defect>) {
+        let mut defect = None;
+        let decoded = received.map(|content| match NimbusMessage::from_owned(content) {
+            Ok(message) => message,
+            Err(error) => {
+                defect = Some(error.defect);
+                *error.partial
+            }
+        });
+        (decoded, defect)
     }
 
     /// Encodes to the transport shape: properties with upstream's names and

@@ -8,8 +8,8 @@ use std::sync::{Arc, PoisonError};
 use std::time::SystemTime;
 
 use nimbus_transport::{
-    Disposition, Message, PublishError, ReceivedMessage, SettleError, SettleReceipt,
-    SettlementParts, SubQueue, TransientError,
+    Delivery, Disposition, Message, PublishError, SettleError, SettleReceipt, SettlementParts,
+    SubQueue, TransientError,
 };
 
 use super::dead_letter::move_to_dead_letter;
@@ -131,7 +131,7 @@ impl Inner {
                     SubQueue::DeadLetter => &sub.dead_letter,
                 };
                 let lock_lost = || SettleError::LockLost {
-                    message_id: message.message.message_id.clone().unwrap_or_default(),
+                    message_id: message.message_id.clone(),
                 };
                 let entry = q.locked(message.lock_token).ok_or_else(lock_lost)?;
                 match entry.status {
@@ -144,7 +144,7 @@ impl Inner {
                     return Err(SettleError::Invalid {
                         reason: format!(
                             "message '{}' was not received in session '{id}'",
-                            message.message.message_id.as_deref().unwrap_or_default()
+                            message.message_id
                         ),
                     });
                 }
@@ -225,7 +225,7 @@ impl Inner {
         subscription: &str,
         sub: &mut SubCore,
         queue: SubQueue,
-        message: &ReceivedMessage,
+        message: &Delivery,
         disposition: &Disposition,
         now: SystemTime,
         ops: &mut Vec<StoreOp>,
@@ -298,7 +298,7 @@ fn outcome_id(parts: &SettlementParts) -> String {
     parts
         .outcome
         .as_ref()
-        .and_then(|(m, _)| m.message.message_id.clone())
+        .map(|(delivery, _)| delivery.message_id.clone())
         .unwrap_or_default()
 }
 

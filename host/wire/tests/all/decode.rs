@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use nimbus_transport::{LockToken, Message, Properties, PropertyValue, ReceivedMessage};
+use nimbus_transport::{Delivery, LockToken, Message, Properties, PropertyValue, ReceivedMessage};
 use nimbus_wire::{
     Defect, ErrorContent, EventContent, MessageContent, MessageType, NimbusMessage, prop,
 };
@@ -69,16 +69,42 @@ fn no_envelope_property_is_left_among_the_user_properties() {
     assert_eq!(decoded.handoff_reason.as_deref(), Some("x"));
 }
 
-/// A consumer that settles by lock token decodes by taking the message's
-/// content: it decodes the same, and what stays is the header that settling
-/// and logging read.
+/// A consumer decodes a received message in place: it decodes the same as
+/// the transport message alone, the stamps and the lock stay, and a
+/// settlement taken from it settles the same delivery.
 #[test]
-fn taking_from_a_received_message_decodes_the_same_and_keeps_its_header() {
+fn decoding_a_received_message_keeps_its_stamps_and_lock() {
     let mut message = with(event_request(), "Custom", Some(PropertyValue::Int(7)));
     message.correlation_id = Some("c1".into());
-    let mut received = ReceivedMessage {
+    let lock_token = LockToken::new();
+    let received = ReceivedMessage {
         message: message.clone(),
         sequence_number: 3,
+        enqueued_time: SystemTime::UNIX_EPOCH,
+        delivery_count: 2,
+        dead_letter_reason: None,
+        dead_letter_description: None,
+        lock_token,
+        locked_until: SystemTime::UNIX_EPOCH,
+    };
+    let (decoded_received, defect) = NimbusMessage::decode_received(received);
+    assert_eq!(defect, None);
+    assert_eq!(decoded_received.message, decoded(&message));
+    assert_eq!(decoded_received.sequence_number, 3);
+    assert_eq!(decoded_received.delivery_count, 2);
+    let delivery = Delivery::from(&decoded_received);
+    assert_eq!(delivery.lock_token, lock_token);
+    assert_eq!(delivery.message_id, "m1");
+}
+
+/// A message that cannot be decoded comes back read as far as it could be,
+/// its defect beside it.
+#[test]
+fn a_received_message_that_cannot_be_decoded_keeps_what_could_be_read() {
+    let message = with(event_request(), prop::MESSAGE_TYPE, Some("Nonsense".into()));
+    let received = ReceivedMessage {
+        message,
+        sequence_number: 4,
         enqueued_time: SystemTime::UNIX_EPOCH,
         delivery_count: 1,
         dead_letter_reason: None,
@@ -86,14 +112,14 @@ fn taking_from_a_received_message_decodes_the_same_and_keeps_its_header() {
         lock_token: LockToken::new(),
         locked_until: SystemTime::UNIX_EPOCH,
     };
-    let taken = NimbusMessage::take_from_received(&mut received).unwrap();
-    assert_eq!(taken, decoded(&message));
-    assert!(received.message.properties.is_empty());
-    assert!(received.message.body.is_empty());
-    assert_eq!(received.message.message_id.as_deref(), Some("m1"));
-    assert_eq!(received.message.session_id.as_deref(), Some("s1"));
-    assert_eq!(received.message.correlation_id.as_deref(), Some("c1"));
-    assert_eq!(received.sequence_number, 3);
+    let (partial, defect) = NimbusMessage::decode_received(received);
+    assert_eq!(
+        defect,
+        Some(Defect::UnknownMessageType("Nonsense".to_owned()))
+    );
+    assert_eq!(partial.message.message_id.as_deref(), Some("m1"));
+    assert_eq!(partial.message.message_type, MessageType::Unknown);
+    assert_eq!(partial.sequence_number, 4);
 }
 
 #[test]
