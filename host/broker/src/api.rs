@@ -11,7 +11,7 @@ use nimbus_transport::{
     ReceivedMessage, SessionSelector, SubQueue, SubscriptionPath, TransientError, Transport,
 };
 
-use crate::broker::{self, BrokerOptions, Inner};
+use crate::broker::{self, BrokerOptions, Footprint, Inner};
 use crate::commit::Wakeups;
 use crate::error::OpenError;
 use crate::handles::{BrokerReceiver, BrokerSession};
@@ -266,6 +266,12 @@ impl Broker {
     /// A [`TransientError`] if the store has failed.
     pub async fn flush(&self) -> Result<(), TransientError> {
         self.commit(vec![StoreOp::SequenceHighWater(0)]).await
+    }
+
+    /// What the broker holds in memory, counted (for a soak's report and
+    /// for tests that show a structure let go).
+    pub fn footprint(&self) -> Footprint {
+        self.inner.footprint()
     }
 
     /// Why the broker cannot take changes now, if it cannot: its log

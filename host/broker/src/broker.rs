@@ -45,6 +45,7 @@ use crate::store::{Ack, Store};
 use crate::timers::Timers;
 
 mod dead_letter;
+mod footprint;
 mod inbox;
 mod locking;
 mod open;
@@ -54,6 +55,7 @@ mod routing;
 mod settlement;
 mod timer_task;
 
+pub use footprint::Footprint;
 pub use options::BrokerOptions;
 pub use plan::DEFAULT_MAX_REQUEST_BYTES;
 pub use routing::{

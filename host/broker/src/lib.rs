@@ -48,7 +48,7 @@ mod wait;
 
 pub use api::{Broker, CommitHold};
 pub use broker::{
-    BrokerOptions, DEFAULT_MAX_REQUEST_BYTES, MAX_FORWARD_HOPS, REASON_EXPIRED,
+    BrokerOptions, DEFAULT_MAX_REQUEST_BYTES, Footprint, MAX_FORWARD_HOPS, REASON_EXPIRED,
     REASON_FILTER_FAILED, REASON_FORWARD_TARGET_MISSING, REASON_MAX_HOPS,
 };
 pub use clock::{Clock, ManualClock, Sleep, SystemClock};

@@ -181,6 +181,11 @@ impl QueueCore {
         self.len
     }
 
+    /// Message lock tokens outstanding.
+    pub(crate) fn lock_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
     fn key_of(&self, message: &Message) -> String {
         if self.sessionful {
             message.session_id.clone().unwrap_or_default()

@@ -93,6 +93,15 @@ impl Timers {
         }
     }
 
+    /// Deadlines waiting, stale ones included.
+    pub(crate) fn len(&self) -> usize {
+        self.heap
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .len()
+    }
+
     /// The earliest deadline.
     pub(crate) fn next_deadline(&self) -> Option<SystemTime> {
         let guard = self.heap.lock().unwrap_or_else(PoisonError::into_inner);

@@ -277,6 +277,15 @@ pub(crate) struct BenchArgs {
     /// SQLite for what the audit store costs. Not a host configuration.
     #[arg(long, value_enum, default_value_t = ResolverStoreArg::Sqlite)]
     pub(crate) resolver_store: ResolverStoreArg,
+    /// Soak: after the two phases, hold the open loop's rate this long
+    /// (`90s`, `1h`), printing a line a window: events/s, latency, RSS,
+    /// open files, the broker log's and the Resolver store's bytes, and
+    /// what the broker holds in memory; then the RSS slope.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub(crate) duration: Option<std::time::Duration>,
+    /// The soak's window: how often it prints a line.
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = humantime::parse_duration, requires = "duration")]
+    pub(crate) every: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

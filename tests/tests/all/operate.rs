@@ -1401,6 +1401,64 @@ fn a_bench_with_failures_reports_them_without_a_warning_each() {
     assert!(!run.stderr().contains("WARN"), "{}", run.stderr());
 }
 
+/// `nimbus bench --duration` soaks: a line a window with the process's and
+/// the broker's figures, then the RSS slope; a session that went idle is
+/// let go, so the partitions the broker keeps stay within the sessions
+/// the load uses.
+#[test]
+fn a_soak_prints_a_line_a_window_and_the_rss_slope() {
+    let scratch = Scratch::new();
+    let guests = nimbus_blackbox_tests::guests_dir();
+    let run = scratch.run_raw(&[
+        "bench",
+        "--native-only",
+        "--sessions",
+        "8",
+        "--events",
+        "200",
+        "--warmup",
+        "20",
+        "--rate",
+        "100",
+        "--durability",
+        "os",
+        "--duration",
+        "4s",
+        "--every",
+        "1s",
+        "--guests-dir",
+        guests.to_str().expect("utf-8 path"),
+    ]);
+    run.expect_code(0);
+    let stdout = run.stdout();
+    let header = stdout
+        .lines()
+        .position(|l| l.trim_start().starts_with("minute"))
+        .unwrap_or_else(|| panic!("no soak table:\n{stdout}"));
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .skip(header + 1)
+        .take_while(|l| !l.starts_with("RSS slope"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.len() >= 3, "a line a second for 4 s:\n{stdout}");
+    for row in &rows {
+        assert_eq!(row.len(), 13, "{row:?}");
+        let events_per_s: f64 = row[1].parse().expect("events/s");
+        let rss_mb: f64 = row[5].parse().expect("RSS");
+        let partitions: usize = row[9].parse().expect("partitions");
+        assert!(events_per_s > 50.0, "the rate is held: {row:?}");
+        assert!(rss_mb > 1.0, "{row:?}");
+        // The soak's 8 sessions on the endpoint and the Resolver; the
+        // earlier phases' sessions were let go.
+        assert!(partitions <= 16, "{row:?}");
+    }
+    assert!(
+        stdout.contains("RSS slope over the second half:"),
+        "{stdout}"
+    );
+}
+
 /// The event's data travels as it was written: a decimal keeps its digits,
 /// an integer beyond 64 bits keeps its value, keys keep their order. A .NET
 /// publisher's `decimal` amounts and large ids must reach the handler and

@@ -20,6 +20,11 @@ pub(crate) struct Inbox {
 }
 
 impl Inbox {
+    /// Records kept, expired ones not purged yet included.
+    pub(crate) fn len(&self) -> usize {
+        self.records.len()
+    }
+
     /// Whether `key` is recorded in `scope` and not expired at `now`.
     pub(crate) fn contains(&self, scope: &str, key: &str, now: SystemTime) -> bool {
         // Keys are short; the tuple allocation is cheaper than a second map level.

@@ -6,6 +6,7 @@
 mod conformance;
 mod crash;
 mod embedded;
+mod footprint;
 mod list_sessions;
 mod provision;
 mod recovery;

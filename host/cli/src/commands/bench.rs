@@ -9,6 +9,7 @@ use crate::output::{errln, out};
 use anyhow::Context as _;
 use nimbus_runtime::bench::{
     self, BenchOptions, Durability, HandlerChoice, Mode, OnFailure, ResolverStoreChoice,
+    SoakOptions,
 };
 
 impl BenchArgs {
@@ -49,6 +50,10 @@ impl BenchArgs {
                 ResolverStoreArg::Sqlite => ResolverStoreChoice::Sqlite,
                 ResolverStoreArg::Discard => ResolverStoreChoice::Discard,
             },
+            soak: self.duration.map(|duration| SoakOptions {
+                duration,
+                every: self.every,
+            }),
         }
     }
 }

@@ -24,6 +24,7 @@ mod load;
 mod native;
 mod report;
 mod rig;
+mod soak;
 mod stats;
 mod threads;
 mod watch;
@@ -41,6 +42,7 @@ pub use load::OnFailure;
 pub use nimbus_broker::Durability;
 pub use report::{BenchReport, ModeReport, PhaseReport};
 pub use rig::ResolverStoreChoice;
+pub use soak::{SoakOptions, SoakReport, SoakWindow};
 pub use stats::{BURST_GAP, Percentiles, TailBursts};
 pub use threads::{BusiestThread, ThreadShare};
 
@@ -111,6 +113,9 @@ pub struct BenchOptions {
     pub engine_sessions: Option<usize>,
     /// Where the Resolver's records go.
     pub resolver_store: ResolverStoreChoice,
+    /// After the two phases, hold the open loop's rate this long, read
+    /// once a window.
+    pub soak: Option<SoakOptions>,
 }
 
 impl Default for BenchOptions {
@@ -130,6 +135,7 @@ impl Default for BenchOptions {
             rate: None,
             engine_sessions: None,
             resolver_store: ResolverStoreChoice::Sqlite,
+            soak: None,
         }
     }
 }
@@ -183,6 +189,14 @@ impl BenchOptions {
                 "native: there is a native mirror only of noop and orders, not of a component path"
                     .to_owned(),
             );
+        }
+        if let Some(soak) = self.soak {
+            if soak.duration.is_zero() {
+                problems.push("duration: the soak must last longer than 0 s".to_owned());
+            }
+            if soak.every.is_zero() {
+                problems.push("every: the soak's window must be longer than 0 s".to_owned());
+            }
         }
         if problems.is_empty() {
             Ok(())
@@ -244,6 +258,34 @@ async fn run_mode(
         failure_rate: options.failure_rate,
     });
     let result = phases(options, mode, &rig, &tracker, &source, progress).await;
+    let result = match (result, options.soak) {
+        (Ok(mut report), Some(soak)) => {
+            between_phases(&rig, progress).await;
+            let rate = report.open.offered_rate.unwrap_or(1.0);
+            progress(&format!(
+                "{}: soak at {rate:.0} events/s for {}, a line every {}\n{}",
+                mode.name(),
+                humantime::format_duration(soak.duration),
+                humantime::format_duration(soak.every),
+                SoakWindow::HEADER
+            ));
+            let soaked = soak::run(
+                &rig.broker,
+                &tracker,
+                &source,
+                dir.path(),
+                rate,
+                soak,
+                &|window| progress(&window.row()),
+            )
+            .await;
+            soaked.map(|soaked| {
+                report.soak = Some(soaked);
+                report
+            })
+        }
+        (result, _) => result,
+    };
     rig.stop().await;
     collector.abort();
     result
@@ -297,7 +339,12 @@ async fn phases(
         .await
         .context("open loop")?;
     let open = start.finish(rig, tracker.take(), Some(rate));
-    Ok(ModeReport { mode, closed, open })
+    Ok(ModeReport {
+        mode,
+        closed,
+        open,
+        soak: None,
+    })
 }
 
 /// Waits until the stack has let go of the last phase's sessions. Each

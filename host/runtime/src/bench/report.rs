@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::load::Samples;
 use super::rig::Rig;
+use super::soak::{SoakReport, SoakWindow};
 use super::stats::{Ms, Percentiles, TailBursts, median_ms, process_cpu};
 use super::threads::{self, BusiestThread, ThreadCpu, ThreadShare};
 use super::{BenchOptions, Mode};
@@ -64,6 +65,8 @@ pub struct ModeReport {
     pub closed: PhaseReport,
     /// Open loop at half that (or the rate asked).
     pub open: PhaseReport,
+    /// The soak at the open loop's rate, when one was asked for.
+    pub soak: Option<SoakReport>,
 }
 
 /// A whole run.
@@ -313,6 +316,11 @@ impl fmt::Display for BenchReport {
         )?;
         let wasm = self.modes.iter().find(|m| m.mode == Mode::Wasm);
         let native = self.modes.iter().find(|m| m.mode == Mode::Native);
+        for m in &self.modes {
+            if let Some(soak) = &m.soak {
+                write_soak(f, m.mode, soak)?;
+            }
+        }
         if let (Some(w), Some(n)) = (wasm, native) {
             let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
             writeln!(
@@ -335,6 +343,28 @@ impl fmt::Display for BenchReport {
         }
         Ok(())
     }
+}
+
+fn write_soak(f: &mut fmt::Formatter<'_>, mode: Mode, soak: &SoakReport) -> fmt::Result {
+    writeln!(f, "\n{} soak at {:.0} events/s:", mode.name(), soak.rate)?;
+    writeln!(f, "{}", SoakWindow::HEADER)?;
+    for window in &soak.windows {
+        writeln!(f, "{}", window.row())?;
+    }
+    let slope = soak
+        .rss_slope_mb_per_10min()
+        .map_or_else(|| "-".to_owned(), |s| format!("{s:+.2}"));
+    let growth = soak
+        .p99_growth()
+        .map_or_else(|| "-".to_owned(), |g| format!("{g:.2}x"));
+    writeln!(
+        f,
+        "RSS slope over the second half: {slope} MB per 10 minutes; p99 of the last tenth over the first: {growth}"
+    )?;
+    writeln!(
+        f,
+        "partitions: session partitions the broker keeps in memory; held: sessions locked now; state: sessions with a state; deadlines: lock, TTL and schedule deadlines waiting"
+    )
 }
 
 #[cfg(test)]
@@ -407,6 +437,7 @@ mod tests {
                 mode: Mode::Wasm,
                 closed,
                 open: phase(Some(6172.0)),
+                soak: None,
             }],
         };
         let text = report.to_string();
@@ -453,6 +484,7 @@ mod tests {
                 mode: Mode::Native,
                 closed: phase(None),
                 open: phase(Some(6172.0)),
+                soak: None,
             }],
         };
         let text = report.to_string();
