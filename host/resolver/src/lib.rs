@@ -43,5 +43,5 @@ pub use sqlite::{EventStatus, SqliteResolverStore, StoreDurability, StoreFile};
 pub use status::{HANDOFF_SUB_STATUS, MessageKind, Status, UnknownStatus, UnrecordedKind};
 pub use store::{
     DEAD_LETTER_REPLAY, EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry,
-    REBUILT_FROM_BROKER, Recorded, ReplayNote, ResolverStore, StoreError,
+    REBUILT_FROM_BROKER, Recorded, ReplayNote, ResolverStore, StoreError, StoreRows,
 };

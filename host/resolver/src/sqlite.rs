@@ -12,7 +12,7 @@ use crate::observation::{HandoffDetails, Observation};
 use crate::status::{MessageKind, Status};
 use crate::store::{
     DEAD_LETTER_REPLAY, EventDetail, EventFilter, EventRecord, Heartbeat, HistoryEntry,
-    REBUILT_FROM_BROKER, Recorded, ReplayNote, ResolverStore, StoreError,
+    REBUILT_FROM_BROKER, Recorded, ReplayNote, ResolverStore, StoreError, StoreRows,
 };
 use nimbus_checkpointer::{
     BACKSTOP_AUTOCHECKPOINT_PAGES, Checkpointer, StartError, interval as checkpoint_interval,
@@ -741,6 +741,23 @@ impl ResolverStore for SqliteResolverStore {
 
     fn refused_writes(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)
+    }
+
+    fn rows_written(&self) -> Result<Option<StoreRows>, StoreError> {
+        // Both are rowid aliases: their max is a seek, not a scan.
+        let (events, history): (Option<i64>, Option<i64>) = self
+            .read()
+            .query_row(
+                "SELECT (SELECT max(id) FROM events), (SELECT max(seq) FROM history)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(db("counting rows"))?;
+        let rows = |n: Option<i64>| u64::try_from(n.unwrap_or(0)).unwrap_or(0);
+        Ok(Some(StoreRows {
+            events: rows(events),
+            history: rows(history),
+        }))
     }
 
     fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {

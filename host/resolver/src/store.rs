@@ -208,6 +208,16 @@ pub enum StoreError {
     Panicked(String),
 }
 
+/// Rows a store has written: the highest row number of each table, which
+/// retention's deletions do not lower (counting would read the whole table).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreRows {
+    /// Events (one row per event and endpoint).
+    pub events: u64,
+    /// History rows (one per message recorded).
+    pub history: u64,
+}
+
 /// Where the Resolver keeps status and history. SQLite by default; a shared
 /// database (PostgreSQL) when several hosts share one namespace.
 pub trait ResolverStore: Send + Sync {
@@ -235,6 +245,11 @@ pub trait ResolverStore: Send + Sync {
     fn events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError>;
     /// How many status writes the guard has refused since the store opened.
     fn refused_writes(&self) -> u64;
+    /// How many event and history rows the store has written, when it can
+    /// say without a scan (for a soak's report); `None` when it cannot.
+    fn rows_written(&self) -> Result<Option<StoreRows>, StoreError> {
+        Ok(None)
+    }
     /// Notes a heartbeat answer from `endpoint`, keeping only the newest per
     /// endpoint (heartbeats are not events and have no history).
     fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError>;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use nimbus_resolver::{
     EventDetail, EventFilter, EventRecord, Heartbeat, Observation, Recorded, ReplayNote,
-    ResolverStore, Status, StoreError,
+    ResolverStore, Status, StoreError, StoreRows,
 };
 
 /// What an [`ObservedStore`] reports each committed record to. Called on
@@ -57,6 +57,10 @@ impl<O: RecordObserver> ResolverStore for ObservedStore<O> {
 
     fn refused_writes(&self) -> u64 {
         self.inner.refused_writes()
+    }
+
+    fn rows_written(&self) -> Result<Option<StoreRows>, StoreError> {
+        self.inner.rows_written()
     }
 
     fn record_heartbeat(&self, heartbeat: &Heartbeat) -> Result<(), StoreError> {

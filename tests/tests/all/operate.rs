@@ -1443,10 +1443,12 @@ fn a_soak_prints_a_line_a_window_and_the_rss_slope() {
         .collect();
     assert!(rows.len() >= 3, "a line a second for 4 s:\n{stdout}");
     for row in &rows {
-        assert_eq!(row.len(), 13, "{row:?}");
+        assert_eq!(row.len(), 14, "{row:?}");
         let events_per_s: f64 = row[1].parse().expect("events/s");
         let rss_mb: f64 = row[5].parse().expect("RSS");
-        let partitions: usize = row[9].parse().expect("partitions");
+        let history_rows: u64 = row[9].parse().expect("history rows");
+        let partitions: usize = row[10].parse().expect("partitions");
+        assert!(history_rows > 0, "{row:?}");
         assert!(events_per_s > 50.0, "the rate is held: {row:?}");
         assert!(rss_mb > 1.0, "{row:?}");
         // The soak's 8 sessions on the endpoint and the Resolver; the

@@ -271,6 +271,7 @@ async fn run_mode(
             ));
             let soaked = soak::run(
                 &rig.broker,
+                &*rig.store,
                 &tracker,
                 &source,
                 dir.path(),

@@ -359,7 +359,7 @@ fn write_soak(f: &mut fmt::Formatter<'_>, mode: Mode, soak: &SoakReport) -> fmt:
         .map_or_else(|| "-".to_owned(), |g| format!("{g:.2}x"));
     writeln!(
         f,
-        "RSS slope over the second half: {slope} MB per 10 minutes; p99 of the last tenth over the first: {growth}"
+        "RSS slope over the second half: {slope} MB per 10 minutes; median window p99 of the last tenth over the first: {growth}"
     )?;
     writeln!(
         f,

@@ -52,6 +52,8 @@ pub(crate) struct RigSpec<'a> {
 pub(crate) struct Rig {
     pub(crate) broker: Arc<Broker>,
     pub(crate) manager: Arc<Manager<Broker>>,
+    /// The Resolver's store, for a soak's row counts.
+    pub(crate) store: Arc<dyn ResolverStore>,
     pub(crate) clock: Arc<HandlerClock>,
     /// How long the engine and the Resolver hold a session that has gone
     /// quiet: each phase publishes to sessions of its own, and until the
@@ -146,10 +148,15 @@ impl Rig {
             .engine
             .session_idle_timeout
             .max(ResolverSettings::default().session_idle_timeout);
-        let manager = Arc::new(Manager::new(Arc::clone(&broker), store, control_key));
+        let manager = Arc::new(Manager::new(
+            Arc::clone(&broker),
+            Arc::clone(&store),
+            control_key,
+        ));
         Ok(Rig {
             broker,
             manager,
+            store,
             clock,
             session_release,
             shutdown,
